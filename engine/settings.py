@@ -1,0 +1,82 @@
+"""The one settings class. Every process (API, worker, dev, CLI) reads its configuration here.
+
+Nothing else in signoff reads the environment. Variables use the prefix ``SIGNOFF_``.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
+
+    home: Path = Field(Path(".signoff"), description="State folder (SQLite file, dev server data, dev key).")
+    database_url: str | None = Field(
+        None,
+        description="sqlite:///path/to/file.db or postgresql://... ; default: a SQLite file in home.",
+    )
+
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=0, le=65535)
+
+    temporal_address: str | None = Field(
+        None, description="host:port of a Temporal frontend; unset under `signoff dev` (embedded server)."
+    )
+    temporal_namespace: str = "default"
+    task_queue: str = "signoff"
+    dev_temporal_port: int = Field(7233, ge=0, le=65535)
+    dev_ui_port: int = Field(8233, ge=0, le=65535)
+
+    flows_dir: Path | None = None
+    dev_api_key: str | None = None
+
+    max_suspend_seconds: int = Field(
+        30 * 24 * 3600, ge=0, description="A suspended run ends as timed_out after this long; 0 = never."
+    )
+    checkpoint_ttl_seconds: int = Field(90 * 24 * 3600, ge=0)
+
+    # Limits (bad input gets a 4xx, never a crash)
+    max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
+    max_flow_nodes: int = Field(500, ge=1)
+    max_string_chars: int = Field(1_000_000, ge=1)
+    sync_timeout_seconds: float = Field(60.0, gt=0)
+
+    # Payloads: vertex outputs larger than this travel by reference, not through Temporal history.
+    inline_output_bytes: int = Field(8 * 1024, ge=0)
+
+    # Agent defaults (an Agent's params win).
+    openai_base_url: str | None = None
+    openai_api_key: str | None = None
+    openai_model: str = "gpt-4o-mini"
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        if not (v.startswith("sqlite:") or v.startswith("postgresql://") or v.startswith("postgres://")):
+            raise ValueError("SIGNOFF_DATABASE_URL must start with sqlite:/// or postgresql://")
+        return v
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'signoff.db').resolve()}"
+
+    @property
+    def embedded_temporal(self) -> bool:
+        return not self.temporal_address
+
+    @property
+    def effective_temporal_address(self) -> str:
+        return self.temporal_address or f"127.0.0.1:{self.dev_temporal_port}"
+
+
+def get_settings(**overrides) -> Settings:
+    return Settings(**overrides)

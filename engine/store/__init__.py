@@ -1,0 +1,1 @@
+"""The durable store (see base.py). ``open_store(url)`` picks the backend by URL scheme."""

@@ -1,0 +1,210 @@
+"""The durable store: one async interface, implemented for SQLite and PostgreSQL.
+
+The engine itself only needs two narrow parts of it, :class:`CheckpointStore` and
+:class:`HistoryStore`; the full :class:`Store` is what the activities and the API use.
+Every method is async and never blocks the event loop.
+
+Claims are single conditional UPDATEs: of any number of concurrent callers exactly one wins,
+and the losers change nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+from datetime import datetime
+from typing import Any, Iterable
+
+from engine.models import (
+    CheckpointRecord,
+    Event,
+    FlowRecord,
+    Job,
+    JobStatus,
+    Message,
+    NewJob,
+    PendingRequest,
+    SpanRecord,
+    User,
+)
+
+
+class StoreError(Exception):
+    """A store operation failed."""
+
+
+class CheckpointStore(abc.ABC):
+    """What the engine needs to pause and resume."""
+
+    @abc.abstractmethod
+    async def save_checkpoint(
+        self, run_id: str, data: dict[str, Any], *, job_id: str | None = None, expires_at: datetime | None = None
+    ) -> str:
+        """Persist a checkpoint; returns its id. ``data`` must be JSON-serialisable."""
+
+    @abc.abstractmethod
+    async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None: ...
+
+    @abc.abstractmethod
+    async def load_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None: ...
+
+    @abc.abstractmethod
+    async def delete_checkpoints(self, run_id: str) -> int: ...
+
+    @abc.abstractmethod
+    async def delete_expired_checkpoints(self, now: datetime) -> int: ...
+
+
+class HistoryStore(abc.ABC):
+    """A session's chat history (ChatInput's User message, ChatOutput's AI message, gate cards)."""
+
+    @abc.abstractmethod
+    async def add_message(self, message: Message) -> Message: ...
+
+    @abc.abstractmethod
+    async def list_messages(self, session_id: str, *, flow_id: str | None = None) -> list[Message]: ...
+
+    @abc.abstractmethod
+    async def stamp_card(self, request_id: str, submitted_action: str) -> int:
+        """Set ``card.submitted_action`` on the card(s) whose ``card.request_id`` equals request_id."""
+
+    @abc.abstractmethod
+    async def supersede_cards(self, job_id: str) -> int:
+        """Set ``card.superseded = true`` on the job's unanswered cards."""
+
+
+class Store(CheckpointStore, HistoryStore):
+    """Everything signoff must not lose."""
+
+    # ---- lifecycle
+    @abc.abstractmethod
+    async def setup(self) -> None:
+        """Apply the append-only list of migrations (idempotent). Nothing migrates on import."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+
+    # ---- users and keys
+    @abc.abstractmethod
+    async def create_user(self, name: str) -> User: ...
+
+    @abc.abstractmethod
+    async def get_user(self, user_id: str) -> User | None: ...
+
+    @abc.abstractmethod
+    async def get_user_by_name(self, name: str) -> User | None: ...
+
+    @abc.abstractmethod
+    async def create_api_key(self, user_id: str, key: str | None = None) -> str:
+        """Store a key (hashed) for the user; returns the plain key, which is never stored."""
+
+    @abc.abstractmethod
+    async def user_for_api_key(self, key: str) -> User | None: ...
+
+    # ---- flows and shares
+    @abc.abstractmethod
+    async def save_flow(self, owner_id: str, name: str, spec: dict[str, Any], *, flow_id: str | None = None) -> FlowRecord:
+        """Create a flow, or (same id) store a new version of it."""
+
+    @abc.abstractmethod
+    async def get_flow(self, flow_id: str) -> FlowRecord | None: ...
+
+    @abc.abstractmethod
+    async def list_flows(self, user_id: str) -> list[FlowRecord]:
+        """Flows the user owns or may execute."""
+
+    @abc.abstractmethod
+    async def delete_flow(self, flow_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def grant_share(self, flow_id: str, user_id: str, actions: Iterable[str]) -> None: ...
+
+    @abc.abstractmethod
+    async def revoke_share(self, flow_id: str, user_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
+        """The owner may do anything; others need a share with that action."""
+
+    # ---- jobs
+    @abc.abstractmethod
+    async def create_job(self, job: NewJob) -> tuple[Job, bool]:
+        """Insert a job; returns (job, created). With an idempotency key already used by the same
+        user, returns (that first job, False) and inserts nothing."""
+
+    @abc.abstractmethod
+    async def get_job(self, job_id: str) -> Job | None: ...
+
+    @abc.abstractmethod
+    async def set_status(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        expect: Iterable[JobStatus] | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """Set the status when the current one is in ``expect`` (any non-terminal when None).
+        Returns whether the row changed. A terminal status never changes again."""
+
+    @abc.abstractmethod
+    async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
+        """``in_progress → suspended`` with the pending request."""
+
+    @abc.abstractmethod
+    async def claim_suspended_for_resume(self, job_id: str, request_id: str) -> str | None:
+        """``suspended → in_progress`` when the pending request id matches. Returns a claim token
+        for the single winner, None for everyone else (who changed nothing)."""
+
+    @abc.abstractmethod
+    async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
+        """``in_progress → suspended`` only for the claim that was taken (pending kept)."""
+
+    @abc.abstractmethod
+    async def claim_suspended_for_cancel(self, job_id: str) -> bool:
+        """``suspended → cancelled`` for exactly one caller; clears the pending request."""
+
+    @abc.abstractmethod
+    async def clear_pending(self, job_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def find_suspended(self, flow_id: str, user_id: str, effective_session: str) -> list[Job]:
+        """Suspended jobs of that flow and user whose session (or, without one, flow id) matches."""
+
+    @abc.abstractmethod
+    async def list_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
+        """Suspended jobs with a pending request visible to the user."""
+
+    # ---- events
+    @abc.abstractmethod
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any]) -> int:
+        """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers."""
+
+    @abc.abstractmethod
+    async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
+
+    # ---- spans
+    @abc.abstractmethod
+    async def save_spans(self, spans: list[SpanRecord]) -> None:
+        """Upsert by (trace_id, span_id)."""
+
+    @abc.abstractmethod
+    async def get_trace(self, trace_id: str) -> list[SpanRecord]: ...
+
+    @abc.abstractmethod
+    async def list_traces(self, *, flow_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """One row per trace: trace_id, run_id, flow_id, name, status, start_time, end_time."""
+
+    # ---- blobs (large vertex outputs kept out of Temporal history)
+    @abc.abstractmethod
+    async def put_blob(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def get_blob(self, key: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def delete_blobs(self, prefix: str) -> int: ...
