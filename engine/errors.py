@@ -1,0 +1,86 @@
+"""One root exception with precise subclasses. Each carries a machine-readable ``code``; the
+class docstring is the default message. The API maps codes to HTTP statuses in one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SignoffError(Exception):
+    """Something went wrong."""
+
+    code = "INTERNAL_ERROR"
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        self.details = details
+        super().__init__(self.message)
+
+
+class FlowInvalid(SignoffError):
+    """The flow is not valid."""
+
+    code = "FLOW_INVALID"
+
+    def __init__(self, problems: list[dict[str, Any]] | list[str], message: str | None = None) -> None:
+        self.problems = problems
+        super().__init__(message or f"The flow has {len(problems)} problem(s)", problems=problems)
+
+
+class FlowNotFound(SignoffError):
+    """Flow not found."""
+
+    code = "FLOW_NOT_FOUND"
+
+
+class JobNotFound(SignoffError):
+    """Job not found."""
+
+    code = "JOB_NOT_FOUND"
+
+
+class NoPendingRequest(SignoffError):
+    """The job is not waiting for a decision."""
+
+    code = "NO_PENDING_REQUEST"
+
+
+class Forbidden(SignoffError):
+    """You may not execute this flow."""
+
+    code = "FORBIDDEN"
+
+
+class InvalidDecision(SignoffError):
+    """That action is not one of the allowed decisions."""
+
+    code = "INVALID_DECISION"
+
+
+class NotResumable(SignoffError):
+    """The job is not waiting for this request (stale request id, lost claim, or not suspended)."""
+
+    code = "NOT_RESUMABLE"
+
+
+class NestedGateError(SignoffError):
+    """A flow with an approval gate cannot run as a nested flow: move the approval to the parent flow."""
+
+    code = "NESTED_GATE"
+
+
+class ComponentError(SignoffError):
+    """A component failed."""
+
+    code = "COMPONENT_ERROR"
+
+    def __init__(self, message: str | None = None, *, vertex_id: str | None = None, retryable: bool = False, **details: Any) -> None:
+        self.vertex_id = vertex_id
+        self.retryable = retryable
+        super().__init__(message, vertex_id=vertex_id, **details)
+
+
+class CheckpointError(SignoffError):
+    """The checkpoint could not be written."""
+
+    code = "CHECKPOINT_ERROR"
