@@ -1,0 +1,266 @@
+"""The service the API and the CLI both call: submit, resume, stop, status. Routes stay thin.
+
+The job table (store) is the source of truth for what a job is; Temporal runs it. Every
+decision goes through the workflow's ``resume`` Update, whose handler takes the same
+single-flight claim as any other caller, so the API, the CLI and the Web UI can never apply two
+decisions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import temporalio.client
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.common import SearchAttributeKey, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable, SignoffError
+from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User
+from engine.settings import Settings
+from engine.store.base import Store
+from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
+
+SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
+SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")
+SA_USER = SearchAttributeKey.for_keyword("SignoffUserId")
+SA_STATUS = SearchAttributeKey.for_keyword("SignoffStatus")
+
+_ERRORS: dict[str, type[SignoffError]] = {
+    "NOT_RESUMABLE": NotResumable,
+    "INVALID_DECISION": InvalidDecision,
+}
+
+
+async def connect_client(settings: Settings) -> temporalio.client.Client:
+    """A Temporal client with the data converter the workflow and activities expect."""
+    return await temporalio.client.Client.connect(
+        settings.effective_temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
+def with_converter(client: temporalio.client.Client) -> temporalio.client.Client:
+    """The same connection, using signoff's (pydantic) data converter."""
+    if client.data_converter is pydantic_data_converter:
+        return client
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    return temporalio.client.Client(**config)
+
+
+def _valid_job_id(job_id: str) -> bool:
+    try:
+        uuid.UUID(job_id)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+class SignoffService:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        client: temporalio.client.Client,
+        *,
+        local_activities: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = with_converter(client)
+        self.local_activities = local_activities
+
+    # ---- submit ----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        user: User,
+        flow: FlowRecord,
+        *,
+        input_value: str,
+        session_id: str | None,
+        tweaks: dict | None,
+        idempotency_key: str | None,
+        mode: str,
+    ) -> tuple[Job, bool]:
+        """Create the job and start its FlowRun workflow. A repeated idempotency key returns
+        (the first job, False) and starts nothing. Supersedes this user's suspended runs of this
+        flow in the same effective session first."""
+        job_id = str(uuid.uuid4())
+        new = NewJob(
+            job_id=job_id,
+            flow_id=flow.id,
+            flow_version=flow.version,
+            user_id=user.id,
+            session_id=session_id,
+            request={"input_value": input_value, "tweaks": tweaks or {}, "mode": mode, "session_id": session_id},
+            idempotency_key=idempotency_key,
+        )
+        job, created = await self.store.create_job(new)
+        if not created:
+            return job, False
+        await self.supersede(job)
+        await self.start_workflow(job, flow)
+        return job, True
+
+    async def start_workflow(self, job: Job, flow: FlowRecord) -> None:
+        session = job.effective_session
+        await self.client.start_workflow(
+            WORKFLOW_TYPE,
+            FlowRunInput(
+                job_id=job.job_id,
+                flow_id=job.flow_id,
+                flow_name=flow.name,
+                user_id=job.user_id,
+                session_id=job.session_id,
+                max_suspend_seconds=self.settings.max_suspend_seconds,
+                local_activities=self.local_activities,
+            ),
+            id=job.job_id,
+            task_queue=self.settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=TypedSearchAttributes(
+                [
+                    SA_FLOW.value_set(job.flow_id),
+                    SA_SESSION.value_set(session),
+                    SA_USER.value_set(job.user_id),
+                    SA_STATUS.value_set(JobStatus.queued.value),
+                ]
+            ),
+            static_summary=f"{flow.name} · session {session}",
+            static_details=f"Flow `{flow.name}` ({flow.id} v{flow.version}) run by user {job.user_id}",
+        )
+
+    async def supersede(self, job: Job) -> list[str]:
+        """Cancel this user's suspended runs of this flow in the same effective session (never
+        others). Only the winner of the cancel claim cleans up; returns the job ids cancelled."""
+        cancelled: list[str] = []
+        for old in await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session):
+            if old.job_id == job.job_id:
+                continue
+            if not await self.store.claim_suspended_for_cancel(old.job_id):
+                continue  # a resume (or another cancel) won: leave it alone
+            await self._cleanup_cancelled(old.job_id, {"reason": "superseded", "superseded_by": job.job_id})
+            cancelled.append(old.job_id)
+        return cancelled
+
+    async def _cleanup_cancelled(self, job_id: str, data: dict[str, Any]) -> None:
+        await self.store.append_event(job_id, "run_cancelled", data)
+        await self.store.clear_pending(job_id)
+        job = await self.store.get_job(job_id)
+        await self.store.delete_checkpoints(job.run_id if job else job_id)
+        await self.store.supersede_cards(job_id)
+        await self._cancel_workflow(job_id)
+
+    async def _cancel_workflow(self, job_id: str) -> None:
+        try:
+            await self.client.get_workflow_handle(job_id).cancel()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+
+    # ---- resume ----------------------------------------------------------------------------
+
+    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Job:
+        """Apply a decision through the workflow's ``resume`` Update. Raises, in this order,
+        JobNotFound (404), Forbidden (403), InvalidDecision (422), NotResumable (409)."""
+        job = await self._owned_job(user, job_id)
+        if not await self.store.has_permission(job.flow_id, user.id, "execute"):
+            raise Forbidden(job_id=job_id)
+        pending = job.pending
+        if pending is not None and decision.action_id not in pending.allowed_decisions:
+            raise InvalidDecision(
+                f"action_id {decision.action_id!r} is not one of {pending.allowed_decisions}", job_id=job_id
+            )
+        if job.status != JobStatus.suspended or pending is None or pending.request_id != request_id:
+            raise NotResumable(job_id=job_id)
+        handle = self.client.get_workflow_handle(job_id)
+        try:
+            await handle.execute_update(
+                RESUME,
+                ResumeInput(request_id=request_id, decision=decision, decided_by=user.id),
+                id=f"resume-{uuid.uuid4()}",
+            )
+        except WorkflowUpdateFailedError as err:
+            raise self._update_error(err, job_id) from None
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise NotResumable("The run is over", job_id=job_id) from None
+            raise
+        return await self._job(job_id)
+
+    @staticmethod
+    def _update_error(err: WorkflowUpdateFailedError, job_id: str) -> SignoffError:
+        cause = err.cause
+        while cause is not None and not isinstance(cause, ApplicationError):
+            cause = cause.cause
+        if isinstance(cause, ApplicationError):
+            cls = _ERRORS.get(cause.type or "", NotResumable)
+            return cls(cause.message, job_id=job_id)
+        return NotResumable(str(err), job_id=job_id)
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    async def stop(self, user: User, job_id: str) -> Job:
+        """Suspended: take the cancel claim and clean up. Running: cancel the workflow and wait
+        (briefly) for it to record its end. Returns what the job really is afterwards."""
+        job = await self._owned_job(user, job_id)
+        if job.status.terminal:
+            return job
+        if job.status == JobStatus.suspended:
+            if await self.store.claim_suspended_for_cancel(job_id):
+                await self._cleanup_cancelled(job_id, {"reason": "stopped"})
+                return await self._job(job_id)
+            job = await self._job(job_id)  # a resume won the race: it is running now
+            if job.status.terminal:
+                return job
+        await self._cancel_workflow(job_id)
+        return await self.wait_for_terminal(job_id, timeout=10.0)
+
+    # ---- status ------------------------------------------------------------------------------
+
+    async def get_job(self, user: User, job_id: str) -> Job:
+        return await self._owned_job(user, job_id)
+
+    async def wait_for_pause_or_end(self, job_id: str, timeout: float) -> Job:
+        """Poll the job table until the job is suspended or terminal, or ``timeout`` passes
+        (then returns the job as it is)."""
+        return await self._wait(job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal)
+
+    async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
+        return await self._wait(job_id, timeout, lambda j: j.status.terminal)
+
+    async def _wait(self, job_id: str, timeout: float, done) -> Job:
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            job = await self._job(job_id)
+            if done(job) or time.monotonic() >= deadline:
+                return job
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 0.1)
+
+    async def _owned_job(self, user: User, job_id: str) -> Job:
+        if not _valid_job_id(job_id):
+            raise JobNotFound(job_id=job_id)
+        job = await self.store.get_job(job_id)
+        if job is None or job.user_id != user.id:
+            raise JobNotFound(job_id=job_id)
+        return job
+
+    async def _job(self, job_id: str) -> Job:
+        job = await self.store.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id=job_id)
+        return job
+
+
+__all__ = ["SignoffService", "connect_client", "with_converter"]

@@ -1,0 +1,280 @@
+"""FlowRun: one durable workflow per run (id = job id). It only coordinates: every side effect
+(building vertices, the job table, events, checkpoints) is an activity in ``activities/``.
+
+Loop: run one layer (activity) → when the layer asked for a pause (the activity has already
+persisted checkpoint, pending request, ``human_input_required`` and ``suspended``), wait for
+the decision by Update or Signal ``resume``, bounded by the deployment's maximum suspension
+(a durable timer) → next layer → ... → finish (status + terminal event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from engine.models import PendingRequest
+    from workflows.types import (
+        PENDING_QUERY,
+        RESUME,
+        WORKFLOW_TYPE,
+        ApplyDecisionInput,
+        ApplyDecisionOutput,
+        ClaimResumeInput,
+        ClaimResumeOutput,
+        FinishInput,
+        FinishOutput,
+        FlowRunInput,
+        RecordEventInput,
+        ResumeInput,
+        ResumeResult,
+        RollbackResumeInput,
+        RunLayerInput,
+        RunLayerOutput,
+        StateRef,
+    )
+
+SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
+SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")
+SA_USER = SearchAttributeKey.for_keyword("SignoffUserId")
+SA_STATUS = SearchAttributeKey.for_keyword("SignoffStatus")
+SA_REQUEST = SearchAttributeKey.for_keyword("SignoffRequestId")
+
+# Retry policy (docs/temporal.md): component errors marked non-retryable and validation errors
+# fail at once; a retryable component error or an infrastructure error (database, network) is
+# retried with backoff, 5 attempts at most, so a failing component is never retried forever.
+LAYER_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=5,
+    non_retryable_error_types=["NON_RETRYABLE", "FLOW_INVALID", "NESTED_GATE", "NOT_RESUMABLE", "INVALID_DECISION"],
+)
+# Bookkeeping activities only touch the store: retry longer (the database may restart).
+STORE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=20,
+    non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
+)
+
+
+@workflow.defn(name=WORKFLOW_TYPE)
+class FlowRun:
+    def __init__(self) -> None:
+        self._inp: FlowRunInput | None = None
+        self._pending: PendingRequest | None = None
+        self._state: StateRef | None = None
+        self._resumed: StateRef | None = None
+        self._resuming = False
+        self._status = "queued"
+
+    # ---- the run -----------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: FlowRunInput) -> dict[str, Any]:
+        self._inp = inp
+        try:
+            status = await self._drive(inp)
+        except (asyncio.CancelledError, CancelledError):
+            # Stop (or supersede) of this run: record it, then end the workflow as cancelled.
+            fin = await self._finish(FinishInput(job_id=inp.job_id, status="cancelled", state=self._state))
+            self._set_status(fin.status)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return {"job_id": inp.job_id, "status": status}
+
+    async def _drive(self, inp: FlowRunInput) -> str:
+        step = 0
+        self._set_status("in_progress")
+        while True:
+            try:
+                out: RunLayerOutput = await self._activity(
+                    "run_layer",
+                    RunLayerInput(job_id=inp.job_id, step=step, state=self._state, now=workflow.now()),
+                    RunLayerOutput,
+                    timeout=inp.layer_timeout_seconds,
+                    retry=LAYER_RETRY,
+                )
+            except ActivityError as err:
+                if isinstance(err.cause, CancelledError):
+                    raise asyncio.CancelledError() from err
+                return await self._fail(inp, err)
+            if out.cancelled:
+                self._set_status("cancelled")
+                return "cancelled"
+            step, self._state = out.step, out.state
+            if out.done:
+                fin = await self._finish(FinishInput(job_id=inp.job_id, status="completed", state=self._state))
+                self._set_status(fin.status)
+                return fin.status
+            if out.pending is not None:
+                ended = await self._wait_for_decision(inp, out.pending)
+                if ended is not None:
+                    return ended
+
+    async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
+        """Wait until a decision has been applied; None then, else the terminal status."""
+        self._pending = pending
+        self._set_status("suspended", request_id=pending.request_id)
+        workflow.set_current_details(self._details(pending))
+        timeout = timedelta(seconds=inp.max_suspend_seconds) if inp.max_suspend_seconds else None
+        while self._resumed is None:
+            try:
+                await workflow.wait_condition(lambda: self._resumed is not None, timeout=timeout)
+            except asyncio.TimeoutError:
+                # The maximum suspension is over. Ends the run unless a resume claim won first.
+                await workflow.wait_condition(lambda: not self._resuming)
+                if self._resumed is not None:
+                    break
+                fin = await self._finish(FinishInput(job_id=inp.job_id, status="timed_out", state=self._state))
+                if fin.status in ("timed_out", "cancelled", "completed", "failed"):
+                    self._pending = None
+                    self._set_status(fin.status)
+                    workflow.set_current_details(f"Ended: {fin.status}")
+                    return fin.status
+                timeout = None  # a claim is being applied: wait for it
+        self._state, self._resumed, self._pending = self._resumed, None, None
+        workflow.set_current_details("Running")
+        return None
+
+    async def _fail(self, inp: FlowRunInput, err: ActivityError) -> str:
+        cause = err.cause
+        error: dict[str, Any] = {"error": str(cause or err), "type": "ActivityError"}
+        if isinstance(cause, ApplicationError):
+            error["type"] = cause.type or "ApplicationError"
+            if cause.details and isinstance(cause.details[0], dict):
+                error.update({k: v for k, v in cause.details[0].items() if k in ("vertex_id", "type", "error")})
+        fin = await self._finish(FinishInput(job_id=inp.job_id, status="failed", state=self._state, error=error))
+        self._set_status(fin.status)
+        return fin.status
+
+    # ---- decisions -----------------------------------------------------------------------
+
+    def _problem(self, inp: ResumeInput) -> tuple[str, str] | None:
+        """(code, message) when this decision cannot be applied now, else None."""
+        pending = self._pending
+        if pending is None or self._resuming:
+            return "NOT_RESUMABLE", "The run is not waiting for a decision"
+        if inp.request_id != pending.request_id:
+            return "NOT_RESUMABLE", f"Stale request_id {inp.request_id!r}: the run waits for {pending.request_id!r}"
+        if inp.decision.action_id not in pending.allowed_decisions:
+            return (
+                "INVALID_DECISION",
+                f"action_id {inp.decision.action_id!r} is not one of {pending.allowed_decisions}",
+            )
+        return None
+
+    @workflow.update(name=RESUME)
+    async def resume(self, inp: ResumeInput) -> ResumeResult:
+        return await self._apply(inp)
+
+    @resume.validator
+    def _validate_resume(self, inp: ResumeInput) -> None:
+        problem = self._problem(inp)
+        if problem is not None:
+            raise ApplicationError(problem[1], type=problem[0], non_retryable=True)
+
+    @workflow.signal(name=RESUME)
+    async def resume_signal(self, inp: ResumeInput) -> None:
+        problem = self._problem(inp)
+        if problem is None:
+            try:
+                await self._apply(inp)
+                return
+            except ApplicationError as err:
+                problem = (err.type or "NOT_RESUMABLE", err.message)
+        assert self._inp is not None
+        await self._activity(
+            "record_event",
+            RecordEventInput(
+                job_id=self._inp.job_id,
+                event="resume_rejected",
+                data={"request_id": inp.request_id, "action_id": inp.decision.action_id, "via": "signal",
+                      "code": problem[0], "message": problem[1]},
+            ),
+            None,
+            retry=STORE_RETRY,
+        )
+
+    async def _apply(self, inp: ResumeInput) -> ResumeResult:
+        assert self._inp is not None
+        job_id = self._inp.job_id
+        self._resuming = True
+        try:
+            claim: ClaimResumeOutput = await self._activity(
+                "claim_resume", ClaimResumeInput(job_id=job_id, request_id=inp.request_id), ClaimResumeOutput,
+                retry=STORE_RETRY,
+            )
+            if not claim.token:
+                raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
+                                       type="NOT_RESUMABLE", non_retryable=True)
+            try:
+                out: ApplyDecisionOutput = await self._activity(
+                    "apply_decision",
+                    ApplyDecisionInput(job_id=job_id, claim_token=claim.token, request_id=inp.request_id,
+                                       decision=inp.decision, decided_by=inp.decided_by, now=workflow.now(),
+                                       state=self._state),
+                    ApplyDecisionOutput,
+                    retry=LAYER_RETRY,
+                )
+            except ActivityError as err:
+                await self._activity("rollback_resume", RollbackResumeInput(job_id=job_id, claim_token=claim.token),
+                                     None, retry=STORE_RETRY)
+                cause = err.cause
+                code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
+                raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
+                                       non_retryable=True) from None
+            self._resumed = out.state
+            self._set_status("in_progress")
+            return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
+        finally:
+            self._resuming = False
+
+    @workflow.query(name=PENDING_QUERY)
+    def pending(self) -> PendingRequest | None:
+        return self._pending
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    async def _finish(self, fin: FinishInput) -> FinishOutput:
+        return await self._activity("finish", fin, FinishOutput, retry=STORE_RETRY)
+
+    async def _activity(self, name: str, arg: Any, result_type: Any, *, timeout: float = 60.0,
+                        retry: RetryPolicy = STORE_RETRY) -> Any:
+        assert self._inp is not None
+        if self._inp.local_activities:
+            return await workflow.execute_local_activity(
+                name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=timeout),
+                retry_policy=retry,
+            )
+        return await workflow.execute_activity(
+            name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=timeout),
+            retry_policy=retry,
+        )
+
+    def _set_status(self, status: str, *, request_id: str | None = None) -> None:
+        self._status = status
+        updates: list[Any] = [SA_STATUS.value_set(status)]
+        updates.append(SA_REQUEST.value_set(request_id) if request_id else SA_REQUEST.value_unset())
+        workflow.upsert_search_attributes(updates)
+
+    @staticmethod
+    def _details(pending: PendingRequest) -> str:
+        options = ", ".join(o.label for o in pending.options) or ", ".join(pending.allowed_decisions)
+        lines = [
+            f"**Waiting for a decision** on `{pending.request_id}` ({pending.kind})",
+            f"Prompt: {pending.prompt}" if pending.prompt else "",
+            f"Options: {options}",
+            "Answer: Update `resume` with "
+            f'{{"request_id": "{pending.request_id}", "decision": {{"action_id": "..."}}}}',
+        ]
+        return "\n".join(x for x in lines if x)
+

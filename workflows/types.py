@@ -1,0 +1,114 @@
+"""The data that crosses the workflow boundary: workflow, Update/Signal and activity inputs and
+outputs. One pydantic model per call, named ``<Verb>Input``/``<Verb>Output``, so fields can be
+added without breaking running workflows. Plain data only (the sandbox passes it through)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.models import Decision, PendingRequest
+
+WORKFLOW_TYPE = "FlowRun"
+RESUME = "resume"
+PENDING_QUERY = "pending"
+
+
+class StateRef(BaseModel):
+    """Where a run's state (the engine's RunState) is: inline when its JSON is at most
+    ``settings.inline_output_bytes``, else a store blob key (the payload stays small)."""
+
+    inline: dict[str, Any] | None = None
+    blob_key: str | None = None
+
+
+class FlowRunInput(BaseModel):
+    job_id: str
+    flow_id: str
+    flow_name: str = ""
+    user_id: str
+    session_id: str | None = None
+    max_suspend_seconds: int = 0  # 0 = wait forever
+    local_activities: bool = True
+    layer_timeout_seconds: float = 3600.0
+
+
+class RunLayerInput(BaseModel):
+    job_id: str
+    step: int
+    state: StateRef | None = None  # None: the first layer (the activity creates the state)
+    now: datetime
+
+
+class RunLayerOutput(BaseModel):
+    step: int
+    state: StateRef
+    done: bool = False
+    pending: PendingRequest | None = None
+    built: list[str] = Field(default_factory=list)
+    cancelled: bool = False  # the job was already ended (e.g. superseded before it started)
+
+
+class ResumeInput(BaseModel):
+    """The JSON of the HTTP resume, also accepted by the Update and the Signal ``resume``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    request_id: str
+    decision: Decision
+    decided_by: str | None = None
+
+
+class ResumeResult(BaseModel):
+    job_id: str
+    status: str = "resuming"
+    request_id: str
+    action_id: str
+
+
+class ClaimResumeInput(BaseModel):
+    job_id: str
+    request_id: str
+
+
+class ClaimResumeOutput(BaseModel):
+    token: str | None = None
+
+
+class ApplyDecisionInput(BaseModel):
+    job_id: str
+    claim_token: str
+    request_id: str
+    decision: Decision
+    decided_by: str | None = None
+    now: datetime
+    state: StateRef | None = None
+
+
+class ApplyDecisionOutput(BaseModel):
+    state: StateRef
+    action_id: str
+
+
+class RollbackResumeInput(BaseModel):
+    job_id: str
+    claim_token: str
+
+
+class FinishInput(BaseModel):
+    job_id: str
+    status: str  # completed | failed | cancelled | timed_out
+    state: StateRef | None = None
+    error: dict[str, Any] | None = None
+
+
+class FinishOutput(BaseModel):
+    status: str  # what the job really is afterwards
+
+
+class RecordEventInput(BaseModel):
+    job_id: str
+    event: str
+    data: dict[str, Any] = Field(default_factory=dict)
