@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     flows_dir: Path | None = None
     dev_api_key: str | None = None
 
+    # What the client commands (`signoff submit/status/pending/resume/flows`) talk to.
+    api_url: str | None = Field(None, description="Base URL of the API; default http://{api_host}:{api_port}.")
+    api_key: str | None = Field(None, description="API key the client commands send as x-api-key.")
+
     max_suspend_seconds: int = Field(
         30 * 24 * 3600, ge=0, description="A suspended run ends as timed_out after this long; 0 = never."
     )
@@ -68,6 +72,13 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home / 'signoff.db').resolve()}"
+
+    @property
+    def effective_api_url(self) -> str:
+        if self.api_url:
+            return self.api_url.rstrip("/")
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
+        return f"http://{host}:{self.api_port}"
 
     @property
     def embedded_temporal(self) -> bool:

@@ -1,0 +1,81 @@
+"""The FastAPI app factory: ``create_app(settings, store=None, service=None)``.
+
+The lifespan opens what was not handed in: the store (``open_store`` + ``setup()``), the
+Temporal client and the ``SignoffService``; it loads SIGNOFF_FLOWS_DIR. Routes stay thin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+
+from engine.settings import Settings
+from engine.store.base import Store
+
+from api.auth import AuthMiddleware
+from api.errors import install_error_handlers
+from api.flows_dir import public_owner_id, sync_flows_dir
+from api.routes import flows, health, monitor, workflows
+
+log = logging.getLogger("signoff.api")
+
+
+async def connect_temporal(settings: Settings) -> Any:
+    """A Temporal client for the configured address and namespace (pydantic payloads)."""
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    return await Client.connect(
+        settings.effective_temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+    )
+
+
+def create_app(settings: Settings | None = None, *, store: Store | None = None, service: Any = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            the_store = store
+            if the_store is None:
+                from engine.store import open_store
+
+                the_store = open_store(settings.resolved_database_url)
+                stack.push_async_callback(the_store.close)
+                await the_store.setup()
+            app.state.store = the_store
+            app.state.public_owner_id = await public_owner_id(the_store)
+            await sync_flows_dir(the_store, settings, app.state.public_owner_id)
+
+            the_service = service
+            if the_service is None:
+                from signoff.service import SignoffService
+
+                client = await connect_temporal(settings)
+                the_service = SignoffService(settings, the_store, client)
+            app.state.service = the_service
+            app.state.temporal_client = getattr(the_service, "client", None)
+            yield
+
+    app = FastAPI(
+        title="signoff",
+        version="0.1.0",
+        summary="Durable human-in-the-loop runtime for agentic flows, on Temporal",
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )
+    app.state.settings = settings
+    if store is not None:  # usable before the lifespan runs (e.g. a test client without startup)
+        app.state.store = store
+    install_error_handlers(app)
+    app.add_middleware(AuthMiddleware)
+    app.include_router(health.router)
+    app.include_router(flows.router)
+    app.include_router(workflows.router)
+    app.include_router(monitor.router)
+    return app

@@ -1,0 +1,136 @@
+"""The one place where errors become HTTP responses.
+
+Every error body is ``{"detail": {"error", "code", "message", "job_id"?, ...}}``: ``code`` is
+machine-readable, ``message`` says what to fix. Engine errors map to statuses by their code.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine.errors import SignoffError
+
+log = logging.getLogger("signoff.api")
+
+
+class Unauthorized(SignoffError):
+    """A valid x-api-key header is required."""
+
+    code = "UNAUTHORIZED"
+
+
+class InvalidRequest(SignoffError):
+    """The request is not valid."""
+
+    code = "INVALID_REQUEST"
+
+
+class FlowTooLarge(SignoffError):
+    """The flow has more nodes than this deployment allows."""
+
+    code = "FLOW_TOO_LARGE"
+
+
+class Unavailable(SignoffError):
+    """A service signoff depends on is not reachable."""
+
+    code = "UNAVAILABLE"
+
+
+STATUS_BY_CODE: dict[str, int] = {
+    "UNAUTHORIZED": 401,
+    "FORBIDDEN": 403,
+    "NOT_FOUND": 404,
+    "FLOW_NOT_FOUND": 404,
+    "JOB_NOT_FOUND": 404,
+    "USER_NOT_FOUND": 404,
+    "NO_PENDING_REQUEST": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "NOT_RESUMABLE": 409,
+    "BODY_TOO_LARGE": 413,
+    "UNSUPPORTED_MEDIA_TYPE": 415,
+    "INVALID_REQUEST": 422,
+    "FLOW_INVALID": 422,
+    "FLOW_TOO_LARGE": 422,
+    "INVALID_DECISION": 422,
+    "NESTED_GATE": 422,
+    "UNAVAILABLE": 503,
+}
+
+_CODE_BY_HTTP_STATUS = {
+    400: "INVALID_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "BODY_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "INVALID_REQUEST",
+}
+
+
+def error_body(code: str, message: str, *, error: str | None = None, **extra: Any) -> dict[str, Any]:
+    detail: dict[str, Any] = {"error": error or code.replace("_", " ").capitalize(), "code": code, "message": message}
+    detail.update({k: v for k, v in extra.items() if v is not None})
+    return {"detail": detail}
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else None
+    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
+    status = STATUS_BY_CODE.get(exc.code, 500)
+    if status >= 500:
+        log.error("signoff error %s: %s", exc.code, exc.message, exc_info=exc)
+    extra = {k: _jsonable(v) for k, v in exc.details.items()}
+    return error_response(status, exc.code, exc.message, error=type(exc).__name__, **extra)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        problems.append({"loc": loc, "message": err.get("msg", ""), "type": err.get("type", "")})
+    summary = "; ".join(f"{p['loc']}: {p['message']}" for p in problems[:5]) or "invalid request"
+    return error_response(422, "INVALID_REQUEST", f"Invalid request: {summary}", error="InvalidRequest", problems=problems)
+
+
+async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc.detail, dict) and "code" in exc.detail:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    code = _CODE_BY_HTTP_STATUS.get(exc.status_code, "HTTP_ERROR")
+    message = str(exc.detail) if exc.detail else code
+    if exc.status_code == 413:
+        limit = request.app.state.settings.max_body_bytes
+        message = f"The request body is larger than {limit} bytes"
+    return error_response(exc.status_code, code, message)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return error_response(500, "INTERNAL_ERROR", "Internal error; see the server log", error="InternalError")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(SignoffError, _signoff_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,307 @@
+"""Request and response models of the HTTP contract (DESIGN §6).
+
+These are separate from the stored records in engine/models.py: a response is built from a
+record by an explicit function here, so internal state (checkpoints, claim tokens, the raw
+request, workflow state) never leaks out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
+
+ID = Field(min_length=1, max_length=200)
+SHORT = 200
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- flows -------------------------------------------------------------------------------
+
+
+class FlowSummary(BaseModel):
+    id: str
+    name: str
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    owner_id: str
+
+
+class FlowPublic(FlowSummary):
+    spec: dict[str, Any]
+
+
+class ShareCreate(_Request):
+    user: str = Field(min_length=1, max_length=SHORT, description="User name or user id to grant")
+    actions: list[Literal["execute"]] = Field(default_factory=lambda: ["execute"], min_length=1, max_length=5)
+
+
+class SharePublic(BaseModel):
+    flow_id: str
+    user_id: str
+    actions: list[str]
+
+
+def flow_summary(f: FlowRecord) -> FlowSummary:
+    return FlowSummary(id=f.id, name=f.name, version=f.version, created_at=f.created_at, updated_at=f.updated_at, owner_id=f.owner_id)
+
+
+def flow_public(f: FlowRecord) -> FlowPublic:
+    return FlowPublic(**flow_summary(f).model_dump(), spec=f.spec)
+
+
+# ---- workflows ---------------------------------------------------------------------------
+
+
+class WorkflowCreate(_Request):
+    flow_id: str = ID
+    input_value: str = Field("", max_length=1_000_000)
+    session_id: str | None = Field(None, min_length=1, max_length=SHORT)
+    mode: Literal["background", "sync", "stream"] = "background"
+    tweaks: dict[str, dict[str, Any]] | None = None
+    idempotency_key: str | None = Field(None, min_length=1, max_length=SHORT)
+    timeout: float | None = Field(None, gt=0, le=3600, description="sync mode: seconds to wait (default 60)")
+
+
+class ResumeRequest(_Request):
+    request_id: str = Field(min_length=1, max_length=1000)
+    decision: Decision
+
+
+class StopRequest(_Request):
+    job_id: str = Field(min_length=1, max_length=SHORT)
+
+
+class OptionPublic(BaseModel):
+    action_id: str
+    label: str
+
+
+class HumanRequest(BaseModel):
+    request_id: str
+    kind: Literal["node_input", "tool_approval"]
+    prompt: str
+    options: list[OptionPublic]
+    allowed_decisions: list[str]
+    timeout_seconds: float
+    fallback_action: str | None
+    paused_at: datetime
+    tool: dict[str, Any] | None = None
+
+
+def human_request(p: PendingRequest | None) -> HumanRequest | None:
+    if p is None:
+        return None
+    return HumanRequest(
+        request_id=p.request_id,
+        kind=p.kind,
+        prompt=p.prompt,
+        options=[OptionPublic(action_id=o.action_id, label=o.label) for o in p.options],
+        allowed_decisions=list(p.allowed_decisions),
+        timeout_seconds=p.timeout_seconds,
+        fallback_action=p.fallback_action,
+        paused_at=p.paused_at,
+        tool=p.tool,
+    )
+
+
+class JobLinks(BaseModel):
+    status: str
+    events: str
+    stop: str
+
+
+class JobPublic(BaseModel):
+    object: Literal["job"] = "job"
+    job_id: str
+    flow_id: str
+    session_id: str | None
+    status: JobStatus
+    created_at: datetime
+    updated_at: datetime
+    links: JobLinks
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    human_request: HumanRequest | None = None
+
+
+class OutputPublic(BaseModel):
+    reason: str | None = None
+    text: str | None = None
+    source: str | None = None
+
+
+class VertexOutputPublic(BaseModel):
+    type: str | None = None
+    status: str | None = None
+    display_name: str | None = None
+    content: Any = None
+
+
+class WorkflowResponse(BaseModel):
+    object: Literal["response"] = "response"
+    status: JobStatus
+    job_id: str
+    flow_id: str
+    session_id: str | None
+    output: OutputPublic | None = None
+    outputs: dict[str, VertexOutputPublic] = Field(default_factory=dict)
+    errors: list[dict[str, Any]] = Field(default_factory=list)
+    human_request: HumanRequest | None = None
+
+
+def _errors(job: Job) -> list[dict[str, Any]]:
+    if not job.error:
+        return []
+    err = job.error
+    return [{k: v for k, v in err.items() if k in ("error", "type", "vertex_id", "message", "code", "reason")}]
+
+
+def job_public(job: Job) -> JobPublic:
+    base = f"/api/v2/workflows/{job.job_id}"
+    return JobPublic(
+        job_id=job.job_id,
+        flow_id=job.flow_id,
+        session_id=job.session_id,
+        status=job.status,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        links=JobLinks(status=base, events=f"{base}/events", stop="/api/v2/workflows/stop"),
+        errors=_errors(job),
+        human_request=human_request(job.pending) if job.status == JobStatus.suspended else None,
+    )
+
+
+def workflow_response(job: Job) -> WorkflowResponse:
+    result = job.result or {}
+    out = result.get("output")
+    outputs_raw = result.get("outputs") or {}
+    outputs = {}
+    if isinstance(outputs_raw, dict):
+        for vid, o in outputs_raw.items():
+            if isinstance(o, dict):
+                outputs[str(vid)] = VertexOutputPublic(
+                    type=o.get("type"), status=o.get("status"), display_name=o.get("display_name"), content=o.get("content")
+                )
+            else:
+                outputs[str(vid)] = VertexOutputPublic(content=o)
+    output = None
+    if isinstance(out, dict):
+        output = OutputPublic(reason=out.get("reason"), text=out.get("text"), source=out.get("source"))
+    elif isinstance(out, str):
+        output = OutputPublic(reason="completed", text=out)
+    return WorkflowResponse(
+        status=job.status,
+        job_id=job.job_id,
+        flow_id=job.flow_id,
+        session_id=job.session_id,
+        output=output,
+        outputs=outputs,
+        errors=_errors(job),
+        human_request=human_request(job.pending) if job.status == JobStatus.suspended else None,
+    )
+
+
+class StopResponse(BaseModel):
+    job_id: str
+    status: JobStatus
+    message: str
+
+
+class ResumeResponse(BaseModel):
+    job_id: str
+    status: Literal["resuming"] = "resuming"
+
+
+class PendingItem(BaseModel):
+    job_id: str
+    flow_id: str
+    session_id: str | None
+    created_at: datetime
+    request_id: str
+    kind: str
+    prompt: str
+    options: list[OptionPublic]
+    allowed_decisions: list[str]
+    timeout_seconds: float
+    fallback_action: str | None
+    paused_at: datetime
+
+
+def pending_item(job: Job) -> PendingItem:
+    p = job.pending
+    assert p is not None
+    return PendingItem(
+        job_id=job.job_id,
+        flow_id=job.flow_id,
+        session_id=job.session_id,
+        created_at=job.created_at,
+        request_id=p.request_id,
+        kind=p.kind,
+        prompt=p.prompt,
+        options=[OptionPublic(action_id=o.action_id, label=o.label) for o in p.options],
+        allowed_decisions=list(p.allowed_decisions),
+        timeout_seconds=p.timeout_seconds,
+        fallback_action=p.fallback_action,
+        paused_at=p.paused_at,
+    )
+
+
+# ---- monitor -----------------------------------------------------------------------------
+
+
+class MessagePublic(BaseModel):
+    id: str
+    session_id: str
+    flow_id: str | None
+    job_id: str | None
+    sender: str
+    sender_name: str
+    text: str
+    kind: str
+    card: dict[str, Any] | None
+    created_at: datetime
+
+
+class SpanNode(BaseModel):
+    span_id: str
+    parent_id: str | None
+    name: str
+    type: str
+    start_time: datetime
+    end_time: datetime | None
+    status: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    attributes: dict[str, Any]
+    children: list["SpanNode"] = Field(default_factory=list)
+
+
+class TracePublic(BaseModel):
+    trace_id: str
+    run_id: str
+    flow_id: str | None
+    span_count: int
+    spans: list[SpanNode]
+
+
+class TraceSummary(BaseModel):
+    trace_id: str
+    run_id: str | None = None
+    flow_id: str | None = None
+    name: str | None = None
+    status: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    store: str
+    temporal: str

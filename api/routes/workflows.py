@@ -1,0 +1,147 @@
+"""Workflow runs (DESIGN §6, Langflow v2 compatible): submit, status, stop, resume, pending."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+
+from engine.errors import JobNotFound, NoPendingRequest
+
+from api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
+from api.models import (
+    JobPublic,
+    PendingItem,
+    ResumeRequest,
+    ResumeResponse,
+    StopRequest,
+    StopResponse,
+    WorkflowCreate,
+    WorkflowResponse,
+    HumanRequest,
+    human_request,
+    job_public,
+    pending_item,
+    workflow_response,
+)
+from api.sse import SSE_HEADERS, SSE_RESPONSES, job_events
+from engine.models import Job, JobStatus
+
+router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
+
+_SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "background: the job; sync: the response; stream: Server-Sent Events",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+
+def _status_body(job: Job) -> JobPublic | WorkflowResponse:
+    return workflow_response(job) if job.status == JobStatus.completed else job_public(job)
+
+
+@router.post("", response_model=JobPublic | WorkflowResponse, responses=_SUBMIT_RESPONSES)
+async def submit(
+    body: WorkflowCreate, store: StoreDep, service: ServiceDep, settings: SettingsDep, user: CurrentUser,
+    public_owner: PublicOwner,
+):
+    """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
+    `stream` returns the run's events as SSE until the end or a pause."""
+    flow = await runnable_flow(store, user, body.flow_id, public_owner)
+    job, _created = await service.submit(
+        user,
+        flow,
+        input_value=body.input_value,
+        session_id=body.session_id,
+        tweaks=body.tweaks,
+        idempotency_key=body.idempotency_key,
+        mode=body.mode,
+    )
+    if body.mode == "background":
+        return job_public(job)
+    if body.mode == "sync":
+        if job.status in (JobStatus.queued, JobStatus.in_progress):
+            job = await service.wait_for_pause_or_end(job.job_id, body.timeout or settings.sync_timeout_seconds)
+        return workflow_response(job)
+    return StreamingResponse(job_events(store, job.job_id), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("", response_model=JobPublic | WorkflowResponse)
+async def status_by_query(
+    store: StoreDep, user: CurrentUser, job_id: Annotated[str, Query(min_length=1, max_length=200)]
+):
+    """The response when completed, else the job with its status, errors and human_request."""
+    return _status_body(await visible_job(store, user, job_id))
+
+
+@router.post("/stop", response_model=StopResponse)
+async def stop(body: StopRequest, store: StoreDep, service: ServiceDep, user: CurrentUser) -> StopResponse:
+    """Stop a job. `status` is what the job really is afterwards."""
+    await visible_job(store, user, body.job_id)
+    job = await service.stop(user, body.job_id)
+    if job.status == JobStatus.cancelled:
+        message = "Job cancelled"
+    else:
+        message = f"Job already {job.status.value}; nothing to stop" if job.status.terminal else f"Job is {job.status.value}"
+    return StopResponse(job_id=job.job_id, status=job.status, message=message)
+
+
+@router.get("/pending", response_model=list[PendingItem])
+async def list_pending(
+    store: StoreDep, user: CurrentUser, flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+) -> list[PendingItem]:
+    """The caller's runs waiting for a decision."""
+    if flow_id is not None and not valid_id(flow_id):
+        return []
+    return [pending_item(j) for j in await store.list_pending(user.id, flow_id=flow_id) if j.pending is not None and j.user_id == user.id]
+
+
+@router.get("/{job_id}", response_model=JobPublic | WorkflowResponse)
+async def get_status(job_id: str, store: StoreDep, user: CurrentUser):
+    """The response when completed, else the job with its status, errors and human_request."""
+    return _status_body(await visible_job(store, user, job_id))
+
+
+@router.get("/{job_id}/pending", response_model=HumanRequest)
+async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanRequest:
+    """The decision this job waits for."""
+    job = await visible_job(store, user, job_id)
+    req = human_request(job.pending) if job.status == JobStatus.suspended else None
+    if req is None:
+        raise NoPendingRequest(f"Job {job_id} is {job.status.value}, not waiting for a decision", job_id=job_id)
+    return req
+
+
+@router.post("/{job_id}/resume", response_model=ResumeResponse)
+async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, user: CurrentUser) -> ResumeResponse:
+    """Answer the pending request: 404, 403 (no execute permission), 422 INVALID_DECISION,
+    409 NOT_RESUMABLE, in that order."""
+    if not valid_id(job_id):
+        raise JobNotFound(f"Job {job_id[:100]!r} not found")
+    job = await service.resume(user, job_id, body.request_id, body.decision)
+    return ResumeResponse(job_id=job.job_id)
+
+
+@router.get("/{job_id}/events", responses=SSE_RESPONSES, response_class=StreamingResponse)
+async def events(
+    job_id: str,
+    request: Request,
+    store: StoreDep,
+    user: CurrentUser,
+    after: Annotated[int | None, Query(ge=0, description="replay after this seq (like Last-Event-ID)")] = None,
+):
+    """The job's events as SSE: replays after Last-Event-ID, tails while queued or in
+    progress, closes at a pause or the end."""
+    await visible_job(store, user, job_id)
+    after_seq = after or 0
+    last = request.headers.get("last-event-id")
+    if last is not None and last.strip():
+        try:
+            after_seq = max(after_seq, int(last.strip()))
+        except ValueError:
+            from api.errors import InvalidRequest
+
+            raise InvalidRequest("Last-Event-ID must be the integer seq of the last event received") from None
+    return StreamingResponse(job_events(store, job_id, after_seq=after_seq), media_type="text/event-stream", headers=SSE_HEADERS)

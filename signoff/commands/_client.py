@@ -1,0 +1,106 @@
+"""What the client commands share: settings, an HTTP client with the API key, error output.
+(No ``register``: the CLI assembler skips this module.)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Iterator
+
+import httpx
+
+from engine.settings import Settings
+
+
+class CommandError(Exception):
+    """Printed to stderr; the command exits 1."""
+
+
+def add_client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--api-url", help="API base URL (SIGNOFF_API_URL; default http://127.0.0.1:8000)")
+    parser.add_argument("--api-key", help="API key (SIGNOFF_API_KEY)")
+    parser.add_argument("--json", action="store_true", help="print the raw JSON response")
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    overrides = {}
+    if getattr(args, "api_url", None):
+        overrides["api_url"] = args.api_url
+    if getattr(args, "api_key", None):
+        overrides["api_key"] = args.api_key
+    return Settings(**overrides)
+
+
+def client(args: argparse.Namespace, timeout: float | None = 30.0) -> httpx.Client:
+    settings = settings_from(args)
+    if not settings.api_key:
+        raise CommandError("No API key: pass --api-key or set SIGNOFF_API_KEY (see `signoff users create`)")
+    return httpx.Client(base_url=settings.effective_api_url, headers={"x-api-key": settings.api_key}, timeout=timeout)
+
+
+def check(response: httpx.Response) -> Any:
+    if response.status_code >= 400:
+        try:
+            detail = response.json().get("detail", {})
+            msg = f"{detail.get('code', response.status_code)}: {detail.get('message', response.text)}"
+        except ValueError:
+            msg = f"HTTP {response.status_code}: {response.text[:500]}"
+        raise CommandError(msg)
+    if response.status_code == 204 or not response.content:
+        return None
+    return response.json()
+
+
+def request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        with client(args) as c:
+            return check(c.request(method, path, **kwargs))
+    except httpx.TransportError as e:
+        raise CommandError(f"Cannot reach the API at {settings_from(args).effective_api_url}: {e}") from None
+
+
+def sse_events(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Yield the decoded `data` of each SSE frame."""
+    try:
+        with client(args, timeout=None) as c, c.stream(method, path, **kwargs) as r:
+            if r.status_code >= 400:
+                r.read()
+                check(r)
+            for line in r.iter_lines():
+                if line.startswith("data:"):
+                    yield json.loads(line[5:].strip())
+    except httpx.TransportError as e:
+        raise CommandError(f"Cannot reach the API at {settings_from(args).effective_api_url}: {e}") from None
+
+
+def emit(args: argparse.Namespace, data: Any, text: str | None = None) -> None:
+    if getattr(args, "json", False) or text is None:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)
+
+
+def run_handler(fn):
+    """Wrap a handler so a CommandError prints a message instead of a traceback."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return int(fn(args) or 0)
+        except CommandError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    return handler
+
+
+def describe_event(ev: dict[str, Any]) -> str:
+    name, data = ev.get("event"), ev.get("data") or {}
+    if name == "human_input_required":
+        opts = ", ".join(o.get("action_id", "") for o in data.get("options", []))
+        return f"[{ev.get('seq')}] waiting for a decision on {data.get('request_id')}: {data.get('prompt', '')!r} ({opts})"
+    if name == "human_input_decision":
+        return f"[{ev.get('seq')}] decision {data.get('action_id')} by {data.get('decided_by')}"
+    if name == "end":
+        return f"[{ev.get('seq')}] end: {data.get('status', 'completed')}"
+    return f"[{ev.get('seq')}] {name}" + (f" {json.dumps(data, default=str)[:200]}" if data else "")

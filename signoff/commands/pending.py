@@ -1,0 +1,25 @@
+"""`signoff pending [--flow FLOW]`: your runs waiting for a decision."""
+
+from __future__ import annotations
+
+import argparse
+
+from signoff.commands._client import add_client_options, emit, request, run_handler
+
+
+def _handle(args: argparse.Namespace) -> int:
+    params = {"flow_id": args.flow} if args.flow else None
+    items = request(args, "GET", "/api/v2/workflows/pending", params=params)
+    lines = [
+        f"{i['job_id']}\t{i['flow_id']}\t{i['request_id']}\t{i['prompt']!r}\t{'/'.join(i['allowed_decisions'])}"
+        for i in items
+    ]
+    emit(args, items, "\n".join(lines) or "(nothing pending)")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("pending", help="list your runs waiting for a decision")
+    parser.add_argument("--flow", help="only this flow")
+    add_client_options(parser)
+    parser.set_defaults(handler=run_handler(_handle))
