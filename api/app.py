@@ -23,18 +23,6 @@ from api.routes import flows, health, monitor, workflows
 log = logging.getLogger("signoff.api")
 
 
-async def connect_temporal(settings: Settings) -> Any:
-    """A Temporal client for the configured address and namespace (pydantic payloads)."""
-    from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-
-    return await Client.connect(
-        settings.effective_temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
-    )
-
-
 def create_app(settings: Settings | None = None, *, store: Store | None = None, service: Any = None) -> FastAPI:
     settings = settings or Settings()
 
@@ -54,9 +42,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
 
             the_service = service
             if the_service is None:
-                from signoff.service import SignoffService
+                from signoff.service import SignoffService, connect_client
 
-                client = await connect_temporal(settings)
+                client = await connect_client(settings)
                 the_service = SignoffService(settings, the_store, client)
             app.state.service = the_service
             app.state.temporal_client = getattr(the_service, "client", None)

@@ -50,6 +50,10 @@ async def submit(
     """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
     `stream` returns the run's events as SSE until the end or a pause."""
     flow = await runnable_flow(store, user, body.flow_id, public_owner)
+    if flow.owner_id == public_owner and flow.owner_id != user.id:
+        # Flows from SIGNOFF_FLOWS_DIR are open to every user: the first run records the
+        # execute share that resume checks again later.
+        await store.grant_share(flow.id, user.id, ["execute"])
     job, _created = await service.submit(
         user,
         flow,
