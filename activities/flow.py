@@ -1,0 +1,270 @@
+"""The FlowRun activities: all I/O of a run lives here (component builds, the job table, events,
+checkpoints, chat cards, blobs).
+
+Errors become ApplicationErrors whose ``type`` drives the workflow's retry policy
+(docs/temporal.md): signoff errors that retrying cannot fix are non-retryable; a
+``ComponentError(retryable=True)`` and infrastructure errors (database, network) are retried
+with backoff, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from engine.errors import ComponentError, SignoffError
+from engine.graph import Graph
+from engine.models import JobStatus
+from engine.run import (
+    RunState,
+    apply_decision,
+    apply_layer,
+    build_vertices,
+    context_for,
+    final_result,
+    is_finished,
+    new_run_state,
+    plan_next,
+)
+from engine.settings import Settings
+from engine.spec import load_flow
+from engine.store.base import Store
+from activities.state import StateCodec, blob_prefix
+from workflows.types import (
+    ApplyDecisionInput,
+    ApplyDecisionOutput,
+    ClaimResumeInput,
+    ClaimResumeOutput,
+    FinishInput,
+    FinishOutput,
+    RecordEventInput,
+    RollbackResumeInput,
+    RunLayerInput,
+    RunLayerOutput,
+)
+
+_GRAPH_CACHE_SIZE = 256
+
+
+def to_application_error(err: SignoffError) -> ApplicationError:
+    vertex_id = getattr(err, "vertex_id", None) or err.details.get("vertex_id")
+    retryable = isinstance(err, ComponentError) and err.retryable
+    details = {"error": err.message, "type": err.__class__.__name__, "vertex_id": vertex_id}
+    return ApplicationError(
+        err.message,
+        details,
+        type=err.code if not retryable else f"{err.code}_RETRYABLE",
+        non_retryable=not retryable,
+    )
+
+
+def apply_tweaks(spec: dict[str, Any], tweaks: dict[str, Any] | None) -> dict[str, Any]:
+    """``{node_id: {param: value}}`` merged into the nodes' params (unknown nodes are an error)."""
+    if not tweaks:
+        return spec
+    spec = copy.deepcopy(spec)
+    nodes = {n.get("id"): n for n in spec.get("nodes", [])}
+    for node_id, params in tweaks.items():
+        if node_id not in nodes or not isinstance(params, dict):
+            raise ApplicationError(
+                f"tweaks: no node '{node_id}' in the flow (or its value is not an object)",
+                {"error": "bad tweak", "type": "FlowInvalid", "vertex_id": node_id},
+                type="FLOW_INVALID",
+                non_retryable=True,
+            )
+        nodes[node_id].setdefault("params", {}).update(params)
+    return spec
+
+
+class FlowActivities:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.codec = StateCodec(store, settings.inline_output_bytes)
+        self._graphs: OrderedDict[str, Graph] = OrderedDict()
+
+    def all(self) -> list[Any]:
+        return [self.run_layer, self.claim_resume, self.apply_decision, self.rollback_resume, self.finish,
+                self.record_event]
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def graph(self, state: RunState) -> Graph:
+        g = self._graphs.get(state.flow_hash)
+        if g is None:
+            g = Graph.from_spec(state.flow)
+            self._graphs[state.flow_hash] = g
+            while len(self._graphs) > _GRAPH_CACHE_SIZE:
+                self._graphs.popitem(last=False)
+        else:
+            self._graphs.move_to_end(state.flow_hash)
+        return g
+
+    async def _flow_loader(self, flow_id: str) -> dict[str, Any] | None:
+        flow = await self.store.get_flow(flow_id)
+        return flow.spec if flow else None
+
+    async def _new_state(self, job_id: str) -> RunState | None:
+        job = await self.store.get_job(job_id)
+        if job is None:
+            raise ApplicationError(f"job {job_id} not found", type="NON_RETRYABLE", non_retryable=True)
+        if job.status.terminal:
+            return None
+        flow = await self.store.get_flow(job.flow_id)
+        if flow is None:
+            raise ApplicationError(
+                f"flow {job.flow_id} was deleted", {"error": "flow deleted", "type": "FlowNotFound"},
+                type="FLOW_NOT_FOUND", non_retryable=True,
+            )
+        try:
+            spec = load_flow(apply_tweaks(flow.spec, job.request.get("tweaks")))
+        except SignoffError as err:
+            raise to_application_error(err) from None
+        except ValueError as err:
+            raise ApplicationError(str(err), {"error": str(err), "type": "FlowInvalid"}, type="FLOW_INVALID",
+                                   non_retryable=True) from None
+        if job.status == JobStatus.queued:
+            await self.store.set_status(job_id, JobStatus.in_progress, expect=[JobStatus.queued])
+        return new_run_state(
+            spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
+            session_id=job.session_id, input_value=job.request.get("input_value"),
+        )
+
+    # ---- activities ----------------------------------------------------------------------
+
+    @activity.defn(name="run_layer")
+    async def run_layer(self, inp: RunLayerInput) -> RunLayerOutput:
+        """Build the next layer. On a pause, persist (in this order) the checkpoint, the
+        ``human_input_required`` event, then the pending request with ``suspended``."""
+        if inp.state is None:
+            state = await self._new_state(inp.job_id)
+            if state is None:
+                return RunLayerOutput(step=inp.step, state=inp.state or _empty(), cancelled=True)
+        else:
+            state = await self.codec.load(inp.state)
+        graph = self.graph(state)
+        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now)
+        ids = plan_next(graph, state)
+        if ids:
+            try:
+                layer = await build_vertices(graph, state, ids, ctx)
+            except SignoffError as err:
+                raise to_application_error(err) from None
+            state = apply_layer(graph, state, layer)
+        try:
+            ref, data = await self.codec.dump(state, inp.step + 1)
+        except SignoffError as err:
+            raise to_application_error(err) from None
+        if state.pending is not None:
+            await self._persist_pause(inp, state, data)
+        done = state.pending is None and is_finished(graph, state)
+        return RunLayerOutput(step=inp.step + 1, state=ref, done=done, pending=state.pending, built=list(ids))
+
+    async def _persist_pause(self, inp: RunLayerInput, state: RunState, data: dict[str, Any]) -> None:
+        pending = state.pending
+        assert pending is not None
+        job = await self.store.get_job(inp.job_id)
+        if job is not None and job.status == JobStatus.suspended and job.pending and \
+                job.pending.request_id == pending.request_id:
+            return  # a retry of an attempt that already persisted this pause
+        ttl = self.settings.checkpoint_ttl_seconds
+        await self.store.save_checkpoint(
+            state.run_id, data, job_id=inp.job_id, expires_at=(inp.now + timedelta(seconds=ttl)) if ttl else None
+        )
+        await self.store.append_event(inp.job_id, "human_input_required", pending.model_dump(mode="json"))
+        await self.store.mark_suspended(inp.job_id, pending)
+
+    @activity.defn(name="claim_resume")
+    async def claim_resume(self, inp: ClaimResumeInput) -> ClaimResumeOutput:
+        return ClaimResumeOutput(token=await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id))
+
+    @activity.defn(name="apply_decision")
+    async def apply_decision(self, inp: ApplyDecisionInput) -> ApplyDecisionOutput:
+        """Restore the checkpoint, apply the decision (timeout reroute), record
+        ``human_input_expired`` (when rerouted) then ``human_input_decision``."""
+        job = await self.store.get_job(inp.job_id)
+        run_id = job.run_id if job else inp.job_id
+        cp = await self.store.load_latest_checkpoint(run_id)
+        if cp is not None:
+            state = await self.codec.internalize(cp.data)
+        elif inp.state is not None:
+            state = await self.codec.load(inp.state)
+        else:
+            raise ApplicationError("the checkpoint is gone", type="NOT_RESUMABLE", non_retryable=True)
+        graph = self.graph(state)
+        try:
+            new, applied = apply_decision(graph, state, inp.request_id, inp.decision, inp.now, inp.decided_by)
+        except SignoffError as err:
+            raise ApplicationError(err.message, type=err.code, non_retryable=True) from None
+        if applied.rerouted:
+            await self.store.append_event(inp.job_id, "human_input_expired", {
+                "request_id": applied.request_id,
+                "requested_action": applied.requested_action,
+                "rerouted_to": applied.action_id,
+                "timeout_seconds": applied.timeout_seconds,
+            })
+        await self.store.append_event(inp.job_id, "human_input_decision", {
+            "request_id": applied.request_id,
+            "action_id": applied.action_id,
+            "values": applied.values,
+            "decided_by": applied.decided_by,
+            "decided_at": applied.decided_at.isoformat(),
+        })
+        await self.store.stamp_card(applied.request_id, applied.action_id)
+        await self.store.clear_pending(inp.job_id)
+        ref, _ = await self.codec.dump(new, len(new.decisions) * 100000 + new.layers)
+        return ApplyDecisionOutput(state=ref, action_id=applied.action_id)
+
+    @activity.defn(name="rollback_resume")
+    async def rollback_resume(self, inp: RollbackResumeInput) -> None:
+        await self.store.rollback_resume_claim(inp.job_id, inp.claim_token)
+
+    @activity.defn(name="finish")
+    async def finish(self, inp: FinishInput) -> FinishOutput:
+        """Record the end of a run; returns what the job really is afterwards (a job already
+        ended by someone else, e.g. a stop claim, keeps its status and gets no second event)."""
+        job_id = inp.job_id
+        status = JobStatus(inp.status)
+        if status == JobStatus.completed:
+            state = await self.codec.load(inp.state) if inp.state else None
+            result = final_result(self.graph(state), state) if state else {}
+            if await self.store.set_status(job_id, status, expect=[JobStatus.in_progress], result=result):
+                await self.store.append_event(job_id, "end", {"status": "completed"})
+        elif status == JobStatus.failed:
+            error = inp.error or {"error": "failed", "type": "Error"}
+            if await self.store.set_status(job_id, status, error=error):
+                await self.store.append_event(job_id, "run_failed", {
+                    "error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+        elif status == JobStatus.cancelled:
+            if await self.store.set_status(job_id, status):
+                await self.store.append_event(job_id, "run_cancelled", {"reason": "stopped"})
+                await self.store.supersede_cards(job_id)
+        elif status == JobStatus.timed_out:
+            if await self.store.set_status(job_id, status, expect=[JobStatus.suspended]):
+                await self.store.append_event(job_id, "run_timed_out", {
+                    "max_suspend_seconds": self.settings.max_suspend_seconds})
+                await self.store.supersede_cards(job_id)
+        job = await self.store.get_job(job_id)
+        if job is None:
+            return FinishOutput(status=inp.status)
+        if job.status.terminal:
+            if job.pending is not None:
+                await self.store.clear_pending(job_id)
+            await self.store.delete_checkpoints(job.run_id)
+            await self.store.delete_blobs(blob_prefix(job_id))
+        return FinishOutput(status=job.status.value)
+
+    @activity.defn(name="record_event")
+    async def record_event(self, inp: RecordEventInput) -> None:
+        await self.store.append_event(inp.job_id, inp.event, inp.data)
+
+
+def _empty():
+    from workflows.types import StateRef
+
+    return StateRef()

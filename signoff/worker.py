@@ -1,0 +1,82 @@
+"""The signoff worker: the FlowRun workflow and its activities on one task queue.
+
+``signoff worker`` runs it with settings from the environment and shuts down gracefully on
+SIGTERM/SIGINT (in-flight activities finish; workflows simply continue on another worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any, Sequence
+
+import temporalio.client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.flow import FlowActivities
+from engine.settings import Settings
+from engine.store.base import Store
+from workflows.flow_run import FlowRun
+
+log = logging.getLogger("signoff.worker")
+
+
+def build_worker(
+    client: temporalio.client.Client,
+    store: Store,
+    settings: Settings,
+    *,
+    task_queue: str | None = None,
+    activities: Sequence[Any] | None = None,
+    **worker_kwargs: Any,
+) -> Worker:
+    """A worker for FlowRun. ``activities`` replaces the real ones (tests register fakes under
+    the real activity names)."""
+    from signoff.service import with_converter
+
+    acts = list(activities) if activities is not None else FlowActivities(store, settings).all()
+    return Worker(
+        with_converter(client),
+        task_queue=task_queue or settings.task_queue,
+        workflows=[FlowRun],
+        activities=acts,
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
+        ),
+        graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
+        **worker_kwargs,
+    )
+
+
+def _timedelta(seconds: float):
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    """Open the store, connect to Temporal, run until ``stop`` is set or SIGTERM/SIGINT."""
+    from engine.store import open_store
+    from signoff.service import connect_client
+
+    store = open_store(settings.resolved_database_url)
+    await store.setup()
+    client = await connect_client(settings)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    worker = build_worker(client, store, settings)
+    try:
+        async with worker:
+            log.info("worker running on task queue %s at %s", settings.task_queue, settings.effective_temporal_address)
+            print(f"signoff worker: task queue {settings.task_queue!r} on {settings.effective_temporal_address}", flush=True)
+            await stop.wait()
+            print("signoff worker: shutting down", flush=True)
+    finally:
+        await store.close()
