@@ -1,0 +1,81 @@
+"""HTTP Request: a real side effect, sent with an ``Idempotency-Key`` derived from run id and
+vertex id, so a retried build is recognisable by the server."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import httpx
+
+from engine.components import register
+from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from engine.errors import ComponentError
+
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+def idempotency_key(run_id: str, vertex_id: str) -> str:
+    return hashlib.sha256(f"{run_id}:{vertex_id}".encode()).hexdigest()[:32]
+
+
+@register
+class HTTPRequest(Component):
+    type_name = "HTTPRequest"
+    display_name = "HTTP Request"
+    description = "Sends an HTTP request and outputs the response body as text."
+    tool_capable = True
+    inputs = [InputDef("url", required=True), InputDef("body")]
+    outputs = [OutputDef("response")]
+    params = [
+        ParamDef("method", "str", default="GET"),
+        ParamDef("headers", "dict", default={}),
+        ParamDef("timeout", "number", default=30),
+    ]
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[str]:
+        problems = super().check_params(params)
+        m = params.get("method")
+        if isinstance(m, str) and m.upper() not in METHODS:
+            problems.append(f"param 'method': '{m}' is not one of {', '.join(METHODS)}")
+        url = params.get("url")
+        if isinstance(url, str) and not url.startswith(("http://", "https://")):
+            problems.append("param 'url' must start with http:// or https://")
+        t = params.get("timeout")
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and t <= 0:
+            problems.append("param 'timeout' must be > 0")
+        return problems
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        url = as_text(self.value(ctx, "url", "")).strip()
+        if not url.startswith(("http://", "https://")):
+            raise ComponentError(f"HTTPRequest: '{url}' is not an http(s) URL", vertex_id=ctx.vertex_id)
+        method = str(self.params.get("method") or "GET").upper()
+        headers = {str(k): str(v) for k, v in (self.params.get("headers") or {}).items()}
+        headers.setdefault("Idempotency-Key", idempotency_key(ctx.run_id, ctx.vertex_id))
+        body = self.value(ctx, "body")
+        kwargs: dict[str, Any] = {}
+        if body is not None and method not in ("GET", "HEAD"):
+            if isinstance(body, (dict, list)):
+                kwargs["json"] = body
+            else:
+                kwargs["content"] = as_text(body).encode()
+        timeout = float(self.params.get("timeout") or 30)
+        try:
+            async with ctx.run.http_client() as client:
+                resp = await client.request(method, url, headers=headers, timeout=timeout, **kwargs)
+        except httpx.HTTPError as e:
+            raise ComponentError(
+                f"HTTPRequest: {method} {url} failed: {e.__class__.__name__}: {e}", vertex_id=ctx.vertex_id, retryable=True
+            ) from None
+        if resp.status_code >= 400:
+            raise ComponentError(
+                f"HTTPRequest: {method} {url} answered {resp.status_code}: {resp.text[:500]}",
+                vertex_id=ctx.vertex_id,
+                retryable=resp.status_code >= 500 or resp.status_code == 429,
+                status_code=resp.status_code,
+            )
+        return {"response": resp.text}
+
+

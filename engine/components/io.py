@@ -1,0 +1,121 @@
+"""Inputs and outputs of a flow: ChatInput, TextInput, ChatOutput, TextOutput."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from engine.components import register
+from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from engine.models import Message
+
+
+def message_id(run_id: str, vertex_id: str, kind: str) -> str:
+    """Deterministic, so a retried build stores the same message again, not a second one."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"signoff:{run_id}/{vertex_id}/{kind}"))
+
+
+def message_value(msg: Message) -> dict[str, Any]:
+    return {
+        "text": msg.text,
+        "sender": msg.sender,
+        "sender_name": msg.sender_name,
+        "session_id": msg.session_id,
+        "id": msg.id,
+    }
+
+
+@register
+class ChatInput(Component):
+    type_name = "ChatInput"
+    display_name = "Chat Input"
+    description = "The run's input as a User message, stored in the session history."
+    outputs = [OutputDef("message")]
+    params = [
+        ParamDef("input_value", "str", description="Default: the run's input."),
+        ParamDef("sender_name", "str", default="User"),
+    ]
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        run = ctx.run
+        text = self.params.get("input_value")
+        if text is None:
+            text = as_text(run.input_value)
+        msg = Message(
+            id=message_id(run.run_id, ctx.vertex_id, "user"),
+            session_id=run.effective_session,
+            flow_id=run.flow_id,
+            job_id=run.job_id,
+            sender="User",
+            sender_name=self.params.get("sender_name") or "User",
+            text=text,
+            created_at=run.now(),
+        )
+        if run.history is not None:
+            await run.history.add_message(msg)
+        return {"message": message_value(msg)}
+
+
+@register
+class TextInput(Component):
+    type_name = "TextInput"
+    display_name = "Text Input"
+    description = "A fixed text."
+    outputs = [OutputDef("text")]
+    params = [ParamDef("value", "str", default="")]
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        return {"text": self.params.get("value") or ""}
+
+
+class _Output(Component):
+    terminal = True
+    inputs = [InputDef("input_value")]
+    params = [ParamDef("text", "str", description="Shown instead of the input when set.")]
+
+    def text_of(self, ctx: BuildContext) -> str:
+        fixed = self.params.get("text")
+        if fixed is not None:
+            return fixed
+        return as_text(ctx.inputs.get("input_value") if ctx.inputs.get("input_value") is not None else self.params.get("input_value"))
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> list[str]:
+        return super().check_params(params)
+
+
+@register
+class ChatOutput(_Output):
+    type_name = "ChatOutput"
+    display_name = "Chat Output"
+    description = "Shows a message to the user and stores it in the session history."
+    outputs = [OutputDef("message")]
+    params = _Output.params + [ParamDef("sender_name", "str", default="AI"), ParamDef("input_value", "any")]
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        run = ctx.run
+        msg = Message(
+            id=message_id(run.run_id, ctx.vertex_id, "machine"),
+            session_id=run.effective_session,
+            flow_id=run.flow_id,
+            job_id=run.job_id,
+            sender="Machine",
+            sender_name=self.params.get("sender_name") or "AI",
+            text=self.text_of(ctx),
+            created_at=run.now(),
+        )
+        if run.history is not None:
+            await run.history.add_message(msg)
+        return {"message": message_value(msg)}
+
+
+@register
+class TextOutput(_Output):
+    type_name = "TextOutput"
+    display_name = "Text Output"
+    description = "Shows a text."
+    outputs = [OutputDef("text")]
+    params = _Output.params + [ParamDef("input_value", "any")]
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        return {"text": self.text_of(ctx)}

@@ -1,0 +1,59 @@
+"""What a run gives its components: identity, input, the session history, the flow loader for
+nested flows, an HTTP client factory, the clock, and hooks for observability."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable
+
+import httpx
+
+from engine.models import utcnow
+from engine.store.base import HistoryStore
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.run import VertexResult
+
+FlowLoader = Callable[[str], Awaitable["dict[str, Any] | None"]]
+# Called around each vertex build: (vertex_id, component_type) -> async context manager.
+BuildWrapper = Callable[[str, str], AsyncContextManager[Any]]
+# Called after each vertex build (also when it paused).
+VertexHook = Callable[["VertexResult"], "Awaitable[None] | None"]
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    job_id: str | None = None
+    flow_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    input_value: Any = None
+    history: HistoryStore | None = None
+    flow_loader: FlowLoader | None = None
+    http_client_factory: Callable[[], httpx.AsyncClient] | None = None
+    clock: Callable[[], datetime] | None = None
+    on_vertex_built: VertexHook | None = None
+    wrap_build: BuildWrapper | None = None
+    depth: int = 0  # nesting level (RunFlow)
+
+    def now(self) -> datetime:
+        return self.clock() if self.clock is not None else utcnow()
+
+    def http_client(self) -> httpx.AsyncClient:
+        """A client to use as ``async with ctx.http_client() as client``."""
+        if self.http_client_factory is not None:
+            return self.http_client_factory()
+        return httpx.AsyncClient()
+
+    @property
+    def effective_session(self) -> str:
+        """The history session: the session id, else the flow id, else the run id."""
+        return self.session_id or self.flow_id or self.run_id
+
+    def child(self, **changes: Any) -> "RunContext":
+        """A context for a nested run: same services and session, one level deeper."""
+        changes.setdefault("depth", self.depth + 1)
+        return dataclasses.replace(self, **changes)
