@@ -1,0 +1,75 @@
+"""`signoff run FLOW_FILE --input TEXT`: run a flow in this process (no server, no Temporal),
+asking at the terminal at each gate."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Callable
+
+from engine.errors import FlowInvalid, SignoffError
+
+
+def _ask(pending, read: Callable[[str], str]) -> tuple[str, dict | None]:
+    print(f"\n-- {pending.prompt or 'Decision needed'}", file=sys.stderr)
+    for o in pending.options:
+        print(f"   [{o.action_id}] {o.label}", file=sys.stderr)
+    allowed = list(pending.allowed_decisions)
+    while True:
+        try:
+            answer = read(f"choose ({'/'.join(allowed)}): ").strip()
+        except EOFError:
+            raise SystemExit("no answer on stdin; stopping (the run was not completed)") from None
+        action = answer.lower().replace(" ", "_")
+        if action in allowed:
+            return action, None
+        print(f"   '{answer}' is not one of {allowed}", file=sys.stderr)
+
+
+async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] = input, out=sys.stdout) -> int:
+    from engine.memory import InMemoryCheckpointStore, InMemoryHistory
+    from engine.runner import InProcessRunner
+
+    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory())
+    run_id = str(uuid.uuid4())
+    outcome = await runner.start(path.read_text(encoding="utf-8"), run_id=run_id, input_value=input_value,
+                                 session_id=run_id)
+    while outcome.status == "paused" and outcome.pending is not None:
+        action, values = _ask(outcome.pending, read)
+        outcome = await runner.resume(run_id, outcome.pending.request_id, {"action_id": action, "values": values},
+                                      decided_by="terminal")
+    if outcome.status == "failed":
+        print(f"failed: {json.dumps(outcome.error, default=str)}", file=sys.stderr)
+        return 1
+    result = outcome.result or {}
+    text = ((result.get("output") or {}).get("text")) or ""
+    print(text, file=out)
+    return 0
+
+
+def _handle(args: argparse.Namespace) -> int:
+    path = Path(args.flow)
+    if not path.is_file():
+        print(f"error: no such file: {path}", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(run_file(path, args.input))
+    except FlowInvalid as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        for p in e.problems:
+            print(f"  - {p.get('message', p) if isinstance(p, dict) else p}", file=sys.stderr)
+        return 1
+    except SignoffError as e:
+        print(f"error: {e.code}: {e.message}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="run a flow file in this process, asking at the terminal at each gate")
+    parser.add_argument("flow", help="flow file (JSON or YAML)")
+    parser.add_argument("--input", default="", help="the run's input value")
+    parser.set_defaults(handler=_handle)
