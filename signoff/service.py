@@ -15,7 +15,7 @@ from typing import Any
 
 import temporalio.client
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.common import SearchAttributeKey, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -129,10 +129,10 @@ class SignoffService:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             search_attributes=TypedSearchAttributes(
                 [
-                    SA_FLOW.value_set(job.flow_id),
-                    SA_SESSION.value_set(session),
-                    SA_USER.value_set(job.user_id),
-                    SA_STATUS.value_set(JobStatus.queued.value),
+                    SearchAttributePair(SA_FLOW, job.flow_id),
+                    SearchAttributePair(SA_SESSION, session),
+                    SearchAttributePair(SA_USER, job.user_id),
+                    SearchAttributePair(SA_STATUS, JobStatus.queued.value),
                 ]
             ),
             static_summary=f"{flow.name} · session {session}",
