@@ -32,6 +32,10 @@ class StoreError(Exception):
     """A store operation failed."""
 
 
+class StoreConflict(StoreError):
+    """A unique value is already taken (user name, API key of another user, job id)."""
+
+
 class CheckpointStore(abc.ABC):
     """What the engine needs to pause and resume."""
 
@@ -104,13 +108,23 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def user_for_api_key(self, key: str) -> User | None: ...
 
+    async def get_or_create_user(self, name: str) -> User:
+        """The user with that name, created when missing (backends make this race-free)."""
+        user = await self.get_user_by_name(name)
+        return user if user is not None else await self.create_user(name)
+
+    async def revoke_api_key(self, key: str) -> bool:
+        """Forget a key; returns whether it existed."""
+        raise NotImplementedError
+
     # ---- flows and shares
     @abc.abstractmethod
     async def save_flow(self, owner_id: str, name: str, spec: dict[str, Any], *, flow_id: str | None = None) -> FlowRecord:
         """Create a flow, or (same id) store a new version of it."""
 
     @abc.abstractmethod
-    async def get_flow(self, flow_id: str) -> FlowRecord | None: ...
+    async def get_flow(self, flow_id: str, *, version: int | None = None) -> FlowRecord | None:
+        """The latest version, or the given ``version`` (the spec a job ran)."""
 
     @abc.abstractmethod
     async def list_flows(self, user_id: str) -> list[FlowRecord]:

@@ -1,0 +1,166 @@
+"""PostgreSQL backend: for several API and worker replicas.
+
+Driver: psycopg 3 (native asyncio, server-side parameter binding, automatic prepared statements)
+with ``psycopg_pool.AsyncConnectionPool``. Connections run in autocommit and every write is an
+explicit ``BEGIN … COMMIT`` (``conn.transaction()``) at READ COMMITTED: a conditional UPDATE
+that waits on a row lock re-checks its WHERE clause against the committed row, so of several
+concurrent claims exactly one matches. The pool opens lazily on first use (or in setup()).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Json
+from psycopg_pool import AsyncConnectionPool
+
+from engine.store._sql import SQLStore, Tx, as_utc, dumps
+from engine.store.base import StoreConflict, StoreError
+
+__all__ = ["PostgresStore"]
+
+# Any constant: serialises concurrent setup() calls across processes.
+_MIGRATION_LOCK_KEY = 0x5167_6E6F_6666  # "signoff"-ish
+
+_converted: dict[str, str] = {}
+
+
+def _pg(sql: str) -> str:
+    """``?`` placeholders → ``%s`` (the shared SQL has no literal ``?`` or ``%``)."""
+    out = _converted.get(sql)
+    if out is None:
+        out = _converted[sql] = sql.replace("%", "%%").replace("?", "%s")
+    return out
+
+
+def _wrap(exc: psycopg.Error) -> StoreError:
+    if isinstance(exc, psycopg.IntegrityError):
+        return StoreConflict(str(exc))
+    return StoreError(f"PostgreSQL: {exc}")
+
+
+class _PgTx(Tx):
+    def __init__(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        try:
+            cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
+        except psycopg.Error as exc:
+            raise _wrap(exc) from exc
+        return cur.rowcount
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        try:
+            async with self._conn.cursor() as cur:
+                await cur.executemany(_pg(sql), [tuple(r) for r in rows])
+        except psycopg.Error as exc:
+            raise _wrap(exc) from exc
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        try:
+            cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
+            return await cur.fetchone()
+        except psycopg.Error as exc:
+            raise _wrap(exc) from exc
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        try:
+            cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
+            return await cur.fetchall()
+        except psycopg.Error as exc:
+            raise _wrap(exc) from exc
+
+
+class PostgresStore(SQLStore):
+    """The durable store on PostgreSQL through a psycopg 3 async connection pool."""
+
+    dialect = "postgres"
+    ddl_types = {
+        # json (not jsonb): stored verbatim, so key order survives and \u0000 escapes are allowed
+        "json": "JSON",
+        "ts": "TIMESTAMPTZ",
+        "blob": "BYTEA",
+        "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    }
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError(f"PostgresStore needs a postgresql:// URL, not {url!r}")
+        self.url = url
+        self._min_size = min_size
+        self._max_size = max_size
+        self._timeout = timeout
+        self._pool: AsyncConnectionPool | None = None
+        self._open_lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url.rsplit('@', 1)[-1]!r})"
+
+    async def _get_pool(self) -> AsyncConnectionPool:
+        if self._closed:
+            raise StoreError("This store is closed.")
+        if self._pool is not None:
+            return self._pool
+        async with self._open_lock:
+            if self._pool is None:
+                pool = AsyncConnectionPool(
+                    self.url,
+                    min_size=self._min_size,
+                    max_size=self._max_size,
+                    timeout=self._timeout,
+                    open=False,
+                    kwargs={"autocommit": True, "row_factory": dict_row},
+                    name="signoff-store",
+                )
+                try:
+                    await pool.open(wait=True, timeout=self._timeout)
+                except Exception as exc:
+                    await pool.close()
+                    raise StoreError(f"PostgreSQL is not reachable at {self!r}: {exc}") from exc
+                self._pool = pool
+        return self._pool
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        pool = await self._get_pool()
+        try:
+            async with pool.connection() as conn:
+                if write:
+                    async with conn.transaction():
+                        yield _PgTx(conn)
+                else:
+                    yield _PgTx(conn)
+        except psycopg.Error as exc:  # commit/rollback or connection failures
+            raise _wrap(exc) from exc
+
+    async def _migration_lock(self, tx: Tx) -> None:
+        await tx.fetchone("SELECT pg_advisory_xact_lock(?) AS locked", (_MIGRATION_LOCK_KEY,))
+
+    async def close(self) -> None:
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # ---- value encoding: psycopg adapts datetimes and bytes natively
+
+    def _enc_json(self, value: Any) -> Any:
+        text = dumps(value)  # fail here, with a StoreError, rather than inside the driver
+        return Json(value, dumps=lambda _: text)
+
+    def _dec_json(self, value: Any) -> Any:
+        return value  # psycopg parses json columns
+
+    def _enc_dt(self, value: datetime | None) -> Any:
+        return as_utc(value) if value is not None else None
+
+    def _dec_dt(self, value: Any) -> datetime | None:
+        return as_utc(value) if value is not None else None

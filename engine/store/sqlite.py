@@ -1,0 +1,259 @@
+"""SQLite backend: the embedded default, one crash-safe file shared by the API and the worker.
+
+Driver: the standard library's ``sqlite3``, every call run off the event loop on threads this
+store owns (see docs/store.md for why not aiosqlite):
+
+- one **writer** connection on a single dedicated thread. Writes in this process queue on an
+  ``asyncio.Lock`` and each is one ``BEGIN IMMEDIATE … COMMIT`` transaction, so the write lock
+  is taken up front (no SQLITE_BUSY on a read→write upgrade). Writers in *other* processes
+  (the API and the worker are separate processes) wait on SQLite's file lock through
+  ``busy_timeout``.
+- a small pool of **reader** connections (WAL lets readers run while a writer commits).
+
+PRAGMAs on every connection: ``journal_mode=WAL``, ``busy_timeout`` (30 s by default),
+``synchronous=FULL`` (default; see docs/store.md: NORMAL would already survive ``kill -9``
+of the process, FULL also survives a power cut or an OS crash, which a human's decision
+deserves). Override with ``sqlite:///path?synchronous=normal``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from engine.store._sql import SQLStore, Tx, as_utc, dumps
+from engine.store.base import StoreConflict, StoreError
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def _wrap(exc: sqlite3.Error) -> StoreError:
+    if isinstance(exc, sqlite3.IntegrityError):
+        return StoreConflict(str(exc))
+    return StoreError(f"SQLite: {exc}")
+
+
+def _rows(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    names = [d[0] for d in cur.description or ()]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+class _SQLiteTx(Tx):
+    """Statements of one transaction, each run on the connection's thread(s)."""
+
+    def __init__(self, store: SQLiteStore, conn: sqlite3.Connection, executor: ThreadPoolExecutor, begin: str | None):
+        self._store = store
+        self._conn = conn
+        self._executor = executor
+        self._begin = begin  # issued lazily, together with the first statement
+        self.open = False
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        begin = self._begin if not self.open else None
+        conn = self._conn
+
+        def run() -> T:
+            try:
+                if begin:
+                    conn.execute(begin)
+                    self.open = True
+                return fn()
+            except sqlite3.Error as exc:
+                raise _wrap(exc) from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return await self._call(lambda: self._conn.execute(sql, tuple(params)).rowcount)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._call(lambda: self._conn.executemany(sql, [tuple(r) for r in rows]))
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        def run() -> dict[str, Any] | None:
+            rows = _rows(self._conn.execute(sql, tuple(params)))
+            return rows[0] if rows else None
+
+        return await self._call(run)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return await self._call(lambda: _rows(self._conn.execute(sql, tuple(params))))
+
+    async def finish(self, commit: bool) -> None:
+        if not self.open:
+            return
+        conn = self._conn
+
+        def run() -> None:
+            if commit:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise _wrap(exc) from exc
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        finally:
+            self.open = False
+
+
+class SQLiteStore(SQLStore):
+    """The durable store on one SQLite file (WAL). Safe to open from several processes."""
+
+    dialect = "sqlite"
+    ddl_types = {
+        "json": "TEXT",
+        "ts": "TEXT",
+        "blob": "BLOB",
+        "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
+    }
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 30_000,
+        readers: int = 4,
+    ) -> None:
+        path = str(path)
+        if path in ("", ":memory:") or path.startswith("file::memory:"):
+            raise ValueError(
+                "SQLiteStore needs a file (the API and the worker share it): "
+                "use a temporary file, e.g. sqlite:///tmp/signoff-test.db"
+            )
+        synchronous = synchronous.upper()
+        if synchronous not in _SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}, not {synchronous!r}")
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.busy_timeout_ms = int(busy_timeout_ms)
+        self._writer_exec = ThreadPoolExecutor(1, thread_name_prefix="signoff-sqlite-writer")
+        self._reader_exec = ThreadPoolExecutor(max(1, readers), thread_name_prefix="signoff-sqlite-reader")
+        self._writer: sqlite3.Connection | None = None
+        self._idle_readers: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # ---- connections (always called on a store thread)
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            str(self.path),
+            isolation_level=None,  # autocommit; transactions are explicit BEGIN IMMEDIATE/COMMIT
+            check_same_thread=False,  # a reader may be used by any thread of the reader pool, one at a time
+            timeout=self.busy_timeout_ms / 1000,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"SQLite could not switch {self.path} to WAL (journal_mode={mode})")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _wrap(exc) from exc
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def _writer_conn(self) -> sqlite3.Connection:
+        if self._writer is None:
+            self._writer = self._connect()
+        return self._writer
+
+    def _take_reader(self) -> sqlite3.Connection:
+        try:
+            return self._idle_readers.get_nowait()
+        except queue.Empty:
+            return self._connect()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("This store is closed.")
+
+    @asynccontextmanager
+    async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        if write:
+            async with self._write_lock:
+                conn = await loop.run_in_executor(self._writer_exec, self._writer_conn)
+                tx = _SQLiteTx(self, conn, self._writer_exec, "BEGIN IMMEDIATE")
+                try:
+                    yield tx
+                except BaseException:
+                    await asyncio.shield(tx.finish(commit=False))
+                    raise
+                await tx.finish(commit=True)
+        else:
+            conn = await loop.run_in_executor(self._reader_exec, self._take_reader)
+            try:
+                yield _SQLiteTx(self, conn, self._reader_exec, None)
+            finally:
+                self._idle_readers.put(conn)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        async with self._write_lock:
+            pass  # let a running write finish
+
+        def close_all() -> None:
+            with self._all_lock:
+                conns, self._all = self._all, []
+            for conn in conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+
+        await asyncio.get_running_loop().run_in_executor(self._writer_exec, close_all)
+        self._writer_exec.shutdown(wait=True)
+        self._reader_exec.shutdown(wait=True)
+
+    # ---- value encoding: JSON as text, timestamps as fixed-width ISO-8601 UTC text (sortable)
+
+    def _enc_json(self, value: Any) -> Any:
+        return dumps(value)
+
+    def _dec_json(self, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+    def _enc_dt(self, value: datetime | None) -> Any:
+        if value is None:
+            return None
+        return as_utc(value).isoformat(timespec="microseconds")
+
+    def _dec_dt(self, value: Any) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            return as_utc(value)
+        dt = datetime.fromisoformat(value)
+        return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)

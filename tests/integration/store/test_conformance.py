@@ -1,0 +1,416 @@
+"""The Store contract, run against every backend (the ``store`` fixture is parametrised over
+SQLite and PostgreSQL). Ids are unique per test, so tests share the session's PostgreSQL
+database without seeing each other."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from engine.models import JobStatus, Message, NewJob, Option, PendingRequest, SpanRecord, utcnow
+from engine.store import Store, StoreConflict, open_store
+from engine.store._sql import MIGRATIONS
+
+
+def uid(prefix: str = "") -> str:
+    return f"{prefix}{uuid.uuid4()}"
+
+
+async def new_user(store: Store):
+    return await store.create_user(uid("user-"))
+
+
+async def new_job(store: Store, user_id: str | None = None, **fields) -> str:
+    user_id = user_id or (await new_user(store)).id
+    job = NewJob(
+        job_id=fields.pop("job_id", uid("job-")),
+        flow_id=fields.pop("flow_id", uid("flow-")),
+        flow_version=1,
+        user_id=user_id,
+        **fields,
+    )
+    created, was_new = await store.create_job(job)
+    assert was_new
+    return created.job_id
+
+
+def pending(request_id: str, **fields) -> PendingRequest:
+    return PendingRequest(
+        request_id=request_id,
+        prompt=fields.pop("prompt", "Approve the refund?"),
+        options=[Option(action_id="approve", label="Approve"), Option(action_id="reject", label="Reject")],
+        allowed_decisions=["approve", "reject"],
+        paused_at=utcnow(),
+        **fields,
+    )
+
+
+async def suspended_job(store: Store, **fields) -> tuple[str, str]:
+    job_id = await new_job(store, **fields)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    request_id = f"gate:{job_id}"
+    assert await store.mark_suspended(job_id, pending(request_id))
+    return job_id, request_id
+
+
+def utc(value: datetime) -> bool:
+    return value.tzinfo is not None and value.utcoffset() == timedelta(0)
+
+
+# ---- lifecycle ------------------------------------------------------------------------------
+
+
+async def test_setup_twice_is_safe_and_records_the_version(store: Store) -> None:
+    await store.setup()
+    await store.setup()
+    assert await store.schema_version() == len(MIGRATIONS)
+    await store.ping()
+
+
+async def test_setup_on_a_fresh_database_from_two_stores(sqlite_url: str) -> None:
+    a, b = open_store(sqlite_url), open_store(sqlite_url)
+    try:
+        assert await a.schema_version() == 0  # nothing migrates on open
+        import asyncio
+
+        await asyncio.gather(a.setup(), b.setup())
+        assert await b.schema_version() == len(MIGRATIONS)
+    finally:
+        await a.close()
+        await b.close()
+
+
+def test_open_store_rejects_unknown_urls() -> None:
+    with pytest.raises(ValueError, match="sqlite:///"):
+        open_store("mysql://x")
+    with pytest.raises(ValueError, match="file"):
+        open_store("sqlite:///:memory:")
+    with pytest.raises(ValueError, match="synchronous"):
+        open_store("sqlite:///x.db?synchronous=sometimes")
+
+
+# ---- users and keys ---------------------------------------------------------------------------
+
+
+async def test_users_and_hashed_api_keys(store: Store) -> None:
+    user = await new_user(store)
+    assert utc(user.created_at)
+    assert await store.get_user(user.id) == user
+    assert await store.get_user_by_name(user.name) == user
+    with pytest.raises(StoreConflict):
+        await store.create_user(user.name)
+    assert await store.get_or_create_user(user.name) == user
+
+    key = await store.create_api_key(user.id)
+    assert len(key) > 30
+    assert (await store.user_for_api_key(key)) == user
+    assert await store.user_for_api_key(key + "x") is None
+    # the plain key is nowhere in the database
+    assert await store.user_for_api_key("") is None
+
+    chosen = uid("dev-key-")
+    assert await store.create_api_key(user.id, chosen) == chosen
+    assert await store.create_api_key(user.id, chosen) == chosen  # re-registering is idempotent
+    other = await new_user(store)
+    with pytest.raises(StoreConflict):
+        await store.create_api_key(other.id, chosen)
+    assert await store.revoke_api_key(chosen)
+    assert await store.user_for_api_key(chosen) is None
+
+
+# ---- flows and shares -------------------------------------------------------------------------
+
+
+async def test_flows_versions_and_shares(store: Store) -> None:
+    owner, guest, stranger = await new_user(store), await new_user(store), await new_user(store)
+    spec = {"name": "Refund", "nodes": [{"id": "a", "type": "ChatInput"}], "edges": []}
+    flow = await store.save_flow(owner.id, "Refund", spec)
+    assert flow.version == 1 and flow.spec == spec and flow.owner_id == owner.id
+    spec2 = {**spec, "nodes": [*spec["nodes"], {"id": "b", "type": "ChatOutput"}]}
+    flow2 = await store.save_flow(owner.id, "Refund v2", spec2, flow_id=flow.id)
+    assert flow2.version == 2 and flow2.created_at == flow.created_at and flow2.updated_at >= flow.updated_at
+    assert (await store.get_flow(flow.id)).spec == spec2
+    assert (await store.get_flow(flow.id, version=1)).spec == spec
+    assert await store.get_flow(flow.id, version=3) is None
+
+    assert await store.has_permission(flow.id, owner.id, "delete")
+    assert not await store.has_permission(flow.id, guest.id)
+    await store.grant_share(flow.id, guest.id, ["execute"])
+    await store.grant_share(flow.id, guest.id, ["view"])
+    assert await store.has_permission(flow.id, guest.id, "execute")
+    assert await store.has_permission(flow.id, guest.id, "view")
+    assert not await store.has_permission(flow.id, stranger.id)
+    assert [f.id for f in await store.list_flows(guest.id)] == [flow.id]
+    assert await store.list_flows(stranger.id) == []
+    assert await store.revoke_share(flow.id, guest.id)
+    assert not await store.has_permission(flow.id, guest.id)
+    assert not await store.revoke_share(flow.id, guest.id)
+
+    assert await store.delete_flow(flow.id)
+    assert await store.get_flow(flow.id) is None
+    assert not await store.has_permission(flow.id, owner.id)
+    assert not await store.delete_flow(flow.id)
+
+
+# ---- jobs and claims --------------------------------------------------------------------------
+
+
+async def test_create_and_get_job(store: Store) -> None:
+    user = await new_user(store)
+    job = NewJob(
+        job_id=uid("job-"),
+        flow_id=uid("flow-"),
+        flow_version=3,
+        user_id=user.id,
+        session_id="s1",
+        request={"input_value": "hi", "tweaks": {"a": {"b": 1}}},
+    )
+    created, was_new = await store.create_job(job)
+    assert was_new
+    got = await store.get_job(job.job_id)
+    assert got == created
+    assert got.run_id == job.job_id and got.status == JobStatus.queued and got.flow_version == 3
+    assert got.request == job.request and got.pending is None and got.finished_at is None
+    assert utc(got.created_at) and utc(got.updated_at)
+    # the same job again (an activity retry) is not an error and inserts nothing
+    again, was_new = await store.create_job(job)
+    assert not was_new and again.job_id == job.job_id
+    # a different job under an existing id is
+    with pytest.raises(StoreConflict):
+        await store.create_job(job.model_copy(update={"flow_id": "other"}))
+    assert await store.get_job(uid()) is None
+
+
+async def test_idempotency_key_is_unique_per_user(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    flow_id = uid("flow-")
+    first, created = await store.create_job(
+        NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=alice.id, idempotency_key="k1")
+    )
+    assert created
+    second, created = await store.create_job(
+        NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=alice.id, idempotency_key="k1")
+    )
+    assert not created and second.job_id == first.job_id
+    # another user may use the same key
+    _, created = await store.create_job(
+        NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=bob.id, idempotency_key="k1")
+    )
+    assert created
+
+
+async def test_status_transitions(store: Store) -> None:
+    job_id = await new_job(store)
+    assert await store.set_status(job_id, JobStatus.in_progress, expect=[JobStatus.queued])
+    assert not await store.set_status(job_id, JobStatus.in_progress, expect=[JobStatus.queued])
+    assert await store.set_status(job_id, JobStatus.completed, result={"text": "done"})
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.completed and job.result == {"text": "done"} and utc(job.finished_at)
+    # a terminal status never changes again, whatever expect says
+    assert not await store.set_status(job_id, JobStatus.cancelled)
+    assert not await store.set_status(job_id, JobStatus.failed, expect=[JobStatus.completed])
+    assert (await store.get_job(job_id)).status == JobStatus.completed
+
+    failed = await new_job(store)
+    assert await store.set_status(failed, JobStatus.failed, error={"error": "boom", "type": "ValueError"})
+    assert (await store.get_job(failed)).error == {"error": "boom", "type": "ValueError"}
+    assert not await store.set_status(uid(), JobStatus.completed)
+
+
+async def test_suspend_resume_claim_and_rollback(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.pending.request_id == request_id
+    assert job.pending.options[0].label == "Approve" and utc(job.pending.paused_at)
+
+    assert await store.claim_suspended_for_resume(job_id, "gate:stale") is None
+    token = await store.claim_suspended_for_resume(job_id, request_id)
+    assert token
+    assert await store.claim_suspended_for_resume(job_id, request_id) is None
+    assert not await store.claim_suspended_for_cancel(job_id)  # not suspended any more
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending.request_id == request_id  # pending kept
+
+    assert not await store.rollback_resume_claim(job_id, "not-the-token")
+    assert await store.rollback_resume_claim(job_id, token)
+    assert not await store.rollback_resume_claim(job_id, token)  # only once
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.pending.request_id == request_id
+
+    # the decision is applied: a later rollback of that claim must not resurrect it
+    token = await store.claim_suspended_for_resume(job_id, request_id)
+    await store.clear_pending(job_id)
+    assert (await store.get_job(job_id)).pending is None
+    assert await store.mark_suspended(job_id, pending(f"gate2:{job_id}"))
+    assert not await store.rollback_resume_claim(job_id, token)
+    assert (await store.get_job(job_id)).pending.request_id == f"gate2:{job_id}"
+
+
+async def test_cancel_claim_clears_pending(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    assert await store.claim_suspended_for_cancel(job_id)
+    assert not await store.claim_suspended_for_cancel(job_id)
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None and job.finished_at is not None
+    assert await store.claim_suspended_for_resume(job_id, request_id) is None
+    assert not await store.mark_suspended(job_id, pending(request_id))  # a cancelled job stays cancelled
+
+
+async def test_find_suspended_by_effective_session(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    flow_id, other_flow = uid("flow-"), uid("flow-")
+    a1, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")
+    a2, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")
+    await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s2")
+    await suspended_job(store, user_id=bob.id, flow_id=flow_id, session_id="s1")
+    await suspended_job(store, user_id=alice.id, flow_id=other_flow, session_id="s1")
+    running = await new_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")
+    no_session, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id)
+
+    assert [j.job_id for j in await store.find_suspended(flow_id, alice.id, "s1")] == [a1, a2]
+    assert [j.job_id for j in await store.find_suspended(flow_id, alice.id, flow_id)] == [no_session]
+    assert running not in [j.job_id for j in await store.find_suspended(flow_id, alice.id, "s1")]
+
+    mine = await store.list_pending(alice.id)
+    assert len(mine) == 5 and all(j.user_id == alice.id and j.pending for j in mine)
+    assert len(await store.list_pending(alice.id, flow_id=other_flow)) == 1
+    assert len(await store.list_pending(bob.id)) == 1
+
+
+# ---- events -----------------------------------------------------------------------------------
+
+
+async def test_event_log(store: Store) -> None:
+    job_id = await new_job(store)
+    other = await new_job(store)
+    assert await store.append_event(job_id, "human_input_required", {"request_id": "r"}) == 1
+    assert await store.append_event(other, "end", {}) == 1
+    assert await store.append_event(job_id, "human_input_decision", {"action_id": "approve"}) == 2
+    assert await store.append_event(job_id, "end", {"status": "completed"}) == 3
+    events = await store.read_events(job_id)
+    assert [(e.seq, e.event) for e in events] == [(1, "human_input_required"), (2, "human_input_decision"), (3, "end")]
+    assert events[1].data == {"action_id": "approve"} and utc(events[0].created_at)
+    assert [e.seq for e in await store.read_events(job_id, after_seq=1)] == [2, 3]
+    assert [e.seq for e in await store.read_events(job_id, after_seq=1, limit=1)] == [2]
+    assert await store.read_events(job_id, after_seq=3) == []
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+
+async def test_checkpoints(store: Store) -> None:
+    run_id = uid("run-")
+    first = await store.save_checkpoint(run_id, {"step": 1})
+    second = await store.save_checkpoint(
+        run_id, {"step": 2, "outputs": {"z": 1, "a": 2}}, job_id=run_id, expires_at=utcnow() + timedelta(days=1)
+    )
+    latest = await store.load_latest_checkpoint(run_id)
+    assert latest.id == second and latest.data == {"step": 2, "outputs": {"z": 1, "a": 2}}
+    assert list(latest.data["outputs"]) == ["z", "a"]  # key order kept
+    assert latest.job_id == run_id and utc(latest.expires_at) and utc(latest.created_at)
+    assert (await store.load_checkpoint(first)).data == {"step": 1}
+    assert await store.load_checkpoint(uid()) is None
+    assert await store.load_latest_checkpoint(uid()) is None
+
+    old_run = uid("run-")
+    await store.save_checkpoint(old_run, {"x": 1}, expires_at=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    assert await store.delete_expired_checkpoints(utcnow()) >= 1
+    assert await store.load_latest_checkpoint(old_run) is None
+    assert (await store.load_latest_checkpoint(run_id)).id == second
+
+    assert await store.delete_checkpoints(run_id) == 2
+    assert await store.load_latest_checkpoint(run_id) is None
+
+
+# ---- chat history -----------------------------------------------------------------------------
+
+
+async def test_messages_and_card_stamps(store: Store) -> None:
+    session, flow_id = uid("session-"), uid("flow-")
+    job_a, job_b = uid("job-"), uid("job-")
+    t0 = utcnow()
+    user_msg = Message(
+        id=uid(), session_id=session, flow_id=flow_id, job_id=job_a, sender="User", sender_name="User",
+        text="refund please", created_at=t0,
+    )
+    card_a = Message(
+        id=uid(), session_id=session, flow_id=flow_id, job_id=job_a, sender="Machine", sender_name="gate",
+        kind="card", card={"prompt": "Approve?", "options": [{"action_id": "approve", "label": "Approve"}],
+                           "request_id": f"gate:{job_a}"},
+        created_at=t0 + timedelta(milliseconds=1),
+    )
+    card_b = card_a.model_copy(update={"id": uid(), "job_id": job_b, "card": {**card_a.card, "request_id": f"gate:{job_b}"},
+                                       "created_at": t0 + timedelta(milliseconds=2)})
+    for m in (user_msg, card_a, card_b):
+        stored = await store.add_message(m)
+        assert stored == m
+    assert await store.add_message(user_msg) == user_msg  # a retried write adds nothing
+    other_flow_msg = user_msg.model_copy(update={"id": uid(), "flow_id": uid("flow-"), "created_at": t0 + timedelta(seconds=1)})
+    await store.add_message(other_flow_msg)
+
+    assert await store.stamp_card(f"gate:{job_a}", "approve") == 1
+    assert await store.supersede_cards(job_a) == 0  # answered cards are never superseded
+    assert await store.supersede_cards(job_b) == 1
+    assert await store.supersede_cards(job_b) == 0
+
+    history = await store.list_messages(session, flow_id=flow_id)
+    assert [m.id for m in history] == [user_msg.id, card_a.id, card_b.id]
+    assert history[1].card["submitted_action"] == "approve" and "superseded" not in history[1].card
+    assert history[2].card["superseded"] is True and "submitted_action" not in history[2].card
+    assert history[1].card["options"] == card_a.card["options"]
+    assert len(await store.list_messages(session)) == 4
+    assert await store.list_messages(uid()) == []
+
+
+# ---- spans ------------------------------------------------------------------------------------
+
+
+async def test_spans_upsert_and_traces(store: Store) -> None:
+    trace, flow_id = uid("trace-"), uid("flow-")
+    t0 = utcnow()
+    root = SpanRecord(trace_id=trace, span_id="root", name="Refund approval", type="flow", start_time=t0,
+                      run_id=trace, flow_id=flow_id)
+    child = SpanRecord(trace_id=trace, span_id="gate", parent_id="root", name="Human In The Loop — Approve",
+                       start_time=t0 + timedelta(milliseconds=5), inputs={"prompt": "ok?"}, run_id=trace, flow_id=flow_id)
+    await store.save_spans([root, child])
+    await store.save_spans([])
+    ended_child = child.model_copy(update={"end_time": t0 + timedelta(seconds=1), "status": "ok", "outputs": {"a": 1}})
+    ended_root = root.model_copy(update={"end_time": t0 + timedelta(seconds=2), "status": "ok"})
+    await store.save_spans([ended_child, ended_root])
+    spans = await store.get_trace(trace)
+    assert spans == [ended_root, ended_child]
+    assert await store.get_trace(uid()) == []
+
+    traces = await store.list_traces(flow_id=flow_id)
+    assert traces == [
+        {"trace_id": trace, "run_id": trace, "flow_id": flow_id, "name": "Refund approval", "status": "ok",
+         "start_time": t0, "end_time": t0 + timedelta(seconds=2)}
+    ]
+    failed = uid("trace-")
+    await store.save_spans([SpanRecord(trace_id=failed, span_id="r", name="x", start_time=t0 + timedelta(seconds=9),
+                                       end_time=t0 + timedelta(seconds=10), status="error", flow_id=flow_id)])
+    listed = await store.list_traces(flow_id=flow_id)
+    assert [t["trace_id"] for t in listed] == [failed, trace] and listed[0]["status"] == "error"
+    assert len(await store.list_traces(flow_id=flow_id, limit=1)) == 1
+
+
+# ---- blobs ------------------------------------------------------------------------------------
+
+
+async def test_blobs(store: Store) -> None:
+    prefix = uid("run-") + "/"
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    await store.put_blob(prefix + "a", payload)
+    await store.put_blob(prefix + "b", b"")
+    await store.put_blob(prefix + "b", b"second")
+    await store.put_blob(prefix[:-1] + "x", b"not under the prefix")
+    assert await store.get_blob(prefix + "a") == payload
+    assert await store.get_blob(prefix + "b") == b"second"
+    assert await store.get_blob(uid()) is None
+    assert await store.delete_blobs(prefix) == 2
+    assert await store.get_blob(prefix + "a") is None
+    assert await store.get_blob(prefix[:-1] + "x") == b"not under the prefix"
+    with pytest.raises(ValueError):
+        await store.delete_blobs("")
