@@ -55,7 +55,6 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
         version="0.1.0",
         summary="Durable human-in-the-loop runtime for agentic flows, on Temporal",
         lifespan=lifespan,
-        max_body_size=settings.max_body_bytes,
     )
     app.state.settings = settings
     if store is not None:  # usable before the lifespan runs (e.g. a test client without startup)

@@ -1,9 +1,14 @@
-"""API-key authentication as ASGI middleware: it runs before the body is read, so a request
-without a valid key gets 401 UNAUTHORIZED whatever its body (DESIGN §6)."""
+"""API-key authentication and the body size limit, as ASGI middleware.
+
+The key is checked before the body is read, so a request without a valid key gets 401
+UNAUTHORIZED whatever its body (DESIGN §6), even a huge one. Then a body over
+``settings.max_body_bytes`` gets 413 BODY_TOO_LARGE: at once when Content-Length says so,
+or as soon as a streamed body passes the limit."""
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import error_response
 
@@ -33,4 +38,27 @@ class AuthMiddleware:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})["user"] = user
-        await self.app(scope, receive, send)
+        limit = scope["app"].state.settings.max_body_bytes
+        declared = None
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = None
+        if declared is not None and declared > limit:
+            response = error_response(413, "BODY_TOO_LARGE", f"The request body is larger than {limit} bytes")
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"The request body is larger than {limit} bytes")
+            return message
+
+        await self.app(scope, limited_receive, send)

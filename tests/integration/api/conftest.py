@@ -1,0 +1,142 @@
+"""The real app on a real Temporal dev server and a real worker, on SQLite and PostgreSQL.
+
+``api`` is one harness per test module and backend: its own database, its own task queue and
+worker, the app with its lifespan run, and an httpx client speaking ASGI to it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import pytest_asyncio
+
+from api.app import create_app
+from engine.models import Job, JobStatus
+from engine.settings import Settings
+from engine.store import open_store
+from engine.store.base import Store
+from signoff.service import SignoffService
+from signoff.worker import build_worker
+
+ROOT = Path(__file__).resolve().parents[3]
+REFUND = json.loads((ROOT / "examples/flows/refund.json").read_text())
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@dataclass
+class Harness:
+    settings: Settings
+    store: Store
+    service: SignoffService
+    app: Any
+    users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (user_id, key)
+    flows: dict[str, str] = field(default_factory=dict)
+
+    def client(self, user: str | None = None, **kw: Any) -> httpx.AsyncClient:
+        headers = {"x-api-key": self.users[user][1]} if user else {}
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://api", headers=headers, **kw)
+
+    async def wait_status(self, job_id: str, *statuses: JobStatus, timeout: float = 30.0) -> Job:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = await self.store.get_job(job_id)
+            if job is not None and job.status in statuses:
+                return job
+            assert time.monotonic() < deadline, f"job {job_id} is {job and job.status}, not {statuses}"
+            await _tick()
+
+
+async def _tick() -> None:
+    import asyncio
+
+    await asyncio.sleep(0.02)
+
+
+def _pg_url(dbname: str) -> str:
+    return f"postgresql://postgres@127.0.0.1:5432/{dbname}"
+
+
+@contextlib.asynccontextmanager
+async def database(backend: str, tmp: Path) -> AsyncIterator[str]:
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp / 'signoff.db'}"
+        return
+    name = f"api_{uuid.uuid4().hex[:12]}"
+    async with await psycopg.AsyncConnection.connect(PG_ADMIN, autocommit=True) as conn:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _pg_url(name)
+    finally:
+        async with await psycopg.AsyncConnection.connect(PG_ADMIN, autocommit=True) as conn:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.asynccontextmanager
+async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) -> AsyncIterator[Harness]:
+    async with database(backend, tmp) as url:
+        settings = Settings(home=tmp, database_url=url, task_queue=f"api-{uuid.uuid4()}", **settings_kw)
+        store = open_store(url)
+        await store.setup()
+        try:
+            service = SignoffService(settings, store, temporal_client)
+            app = create_app(settings, store=store, service=service)
+            worker = build_worker(temporal_client, store, settings)
+            async with worker, app.router.lifespan_context(app):
+                h = Harness(settings, store, service, app)
+                for name in ("alice", "bob"):
+                    user = await store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
+                    h.users[name] = (user.id, await store.create_api_key(user.id))
+                async with h.client("alice") as c:
+                    r = await c.post("/api/v1/flows", json=REFUND)
+                    assert r.status_code == 201, r.text
+                    h.flows["refund"] = r.json()["id"]
+                yield h
+        finally:
+            await store.close()
+
+
+BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+
+
+@pytest_asyncio.fixture(scope="module", params=BACKENDS)
+async def api(request, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
+    async with harness(request.param, tmp_path_factory.mktemp("api"), temporal_client) as h:
+        yield h
+
+
+async def submit(c: httpx.AsyncClient, flow_id: str, mode: str = "background", **body: Any) -> dict[str, Any]:
+    r = await c.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": "refund 42", "mode": mode, **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def submit_suspended(h: Harness, user: str = "alice", **body: Any) -> dict[str, Any]:
+    async with h.client(user) as c:
+        resp = await submit(c, body.pop("flow_id", h.flows["refund"]), "sync", **body)
+    assert resp["status"] == "suspended", resp
+    assert resp["human_request"]["request_id"] == f"gate:{resp['job_id']}"
+    return resp
+
+
+def sse_frames(text: str) -> list[dict[str, Any]]:
+    frames = []
+    for block in text.split("\n\n"):
+        fid, data = None, None
+        for line in block.splitlines():
+            if line.startswith("id: "):
+                fid = int(line[4:])
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+        if data is not None:
+            assert data["seq"] == fid
+            frames.append(data)
+    return frames
