@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 import yaml
@@ -78,6 +79,20 @@ def spec_hash(spec: FlowSpec | dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so a node called `no`, `on` or
+    `yes` stays a string (YAML 1.1 would make it a boolean)."""
+
+
+_Yaml12Loader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
 def _parse_text(text: str | bytes) -> Any:
     if isinstance(text, bytes):
         try:
@@ -93,7 +108,7 @@ def _parse_text(text: str | bytes) -> Any:
         except json.JSONDecodeError as e:
             raise FlowInvalid([{"message": f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"}]) from None
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Yaml12Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         raise FlowInvalid([{"message": f"not valid YAML: {str(e).splitlines()[0]}"}]) from None
 
@@ -220,7 +235,12 @@ def validate_flow(spec: FlowSpec, *, max_nodes: int = MAX_NODES) -> None:
         if not bad:
             fed.setdefault((dst, inp), []).append(label)
 
+    used_outputs: dict[str, set[str]] = {}
+    for e in spec.edges:
+        used_outputs.setdefault(e.source_node, set()).add(e.source_output)
     for nid, (ins, _) in ports.items():
+        if used_outputs.get(nid) == {"tool"}:
+            continue  # used only as an Agent tool: the model supplies the inputs
         for name, idef in ins.items():
             if idef.required and (nid, name) not in fed and nodes[nid].params.get(name) is None:
                 problems.append(

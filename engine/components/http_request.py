@@ -57,7 +57,9 @@ class HTTPRequest(Component):
         body = self.value(ctx, "body")
         kwargs: dict[str, Any] = {}
         if body is not None and method not in ("GET", "HEAD"):
-            if isinstance(body, (dict, list)):
+            if isinstance(body, dict) and "text" in body and "sender" in body:  # a chat message: its text
+                kwargs["content"] = as_text(body).encode()
+            elif isinstance(body, (dict, list)):
                 kwargs["json"] = body
             else:
                 kwargs["content"] = as_text(body).encode()
