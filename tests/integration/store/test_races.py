@@ -1,0 +1,145 @@
+"""Races that really race, on both backends: many coroutines on one store, many store
+instances (separate connections) on one database, and separate processes on one database
+(the API and the worker are separate processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from engine.models import JobStatus, NewJob
+from engine.store import Store, open_store
+from tests.integration.store.test_conformance import new_job, new_user, suspended_job, uid
+
+REPO = Path(__file__).resolve().parents[3]
+INSTANCES = 4
+
+
+def _open(url: str) -> Store:
+    return open_store(url, max_size=4) if url.startswith("postgresql") else open_store(url)
+
+
+@pytest_asyncio.fixture
+async def stores(db_url: str, store: Store) -> AsyncIterator[list[Store]]:
+    """``store`` plus independent instances on the same database (own connections/threads)."""
+    others = [_open(db_url) for _ in range(INSTANCES - 1)]
+    for s in others:
+        await s.setup()
+    try:
+        yield [store, *others]
+    finally:
+        for s in others:
+            await s.close()
+
+
+async def test_50_concurrent_appends_on_one_store_give_seqs_1_to_50(store: Store) -> None:
+    job_id = await new_job(store)
+    seqs = await asyncio.gather(*(store.append_event(job_id, "progress", {"i": i}) for i in range(50)))
+    assert sorted(seqs) == list(range(1, 51))
+    events = await store.read_events(job_id)
+    assert [e.seq for e in events] == list(range(1, 51))
+    assert sorted(e.data["i"] for e in events) == list(range(50))
+
+
+async def test_50_concurrent_appends_across_store_instances(stores: list[Store]) -> None:
+    job_id = await new_job(stores[0])
+    seqs = await asyncio.gather(
+        *(stores[i % len(stores)].append_event(job_id, "progress", {"i": i}) for i in range(50))
+    )
+    assert sorted(seqs) == list(range(1, 51))
+    assert [e.seq for e in await stores[1].read_events(job_id)] == list(range(1, 51))
+
+
+async def test_20_concurrent_resume_claims_have_exactly_one_winner(stores: list[Store]) -> None:
+    job_id, request_id = await suspended_job(stores[0])
+    tokens = await asyncio.gather(
+        *(stores[i % len(stores)].claim_suspended_for_resume(job_id, request_id) for i in range(20))
+    )
+    winners = [t for t in tokens if t is not None]
+    assert len(winners) == 1
+    job = await stores[0].get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending.request_id == request_id
+
+
+async def test_resume_claim_against_cancel_claim_never_both_win(stores: list[Store]) -> None:
+    resumer, canceller = stores[1], stores[2]
+    outcomes = {"resume": 0, "cancel": 0}
+    for _ in range(200):
+        job_id, request_id = await suspended_job(stores[0])
+        token, cancelled = await asyncio.gather(
+            resumer.claim_suspended_for_resume(job_id, request_id), canceller.claim_suspended_for_cancel(job_id)
+        )
+        assert (token is not None) != cancelled, "exactly one of the two claims must win"
+        job = await stores[0].get_job(job_id)
+        if token is not None:
+            outcomes["resume"] += 1
+            assert job.status == JobStatus.in_progress and job.pending is not None
+        else:
+            outcomes["cancel"] += 1
+            assert job.status == JobStatus.cancelled and job.pending is None
+    assert outcomes["resume"] + outcomes["cancel"] == 200
+
+
+async def test_concurrent_idempotency_collisions_make_one_job(stores: list[Store]) -> None:
+    user = await new_user(stores[0])
+    flow_id, key = uid("flow-"), uid("key-")
+    results = await asyncio.gather(
+        *(
+            stores[i % len(stores)].create_job(
+                NewJob(job_id=uid("job-"), flow_id=flow_id, flow_version=1, user_id=user.id, idempotency_key=key)
+            )
+            for i in range(20)
+        )
+    )
+    assert sum(created for _, created in results) == 1
+    assert len({job.job_id for job, _ in results}) == 1
+    assert len(await stores[0].list_pending(user.id)) == 0
+    assert (await stores[3].get_job(results[0][0].job_id)).idempotency_key == key
+
+
+async def test_concurrent_get_or_create_user_makes_one_user(stores: list[Store]) -> None:
+    name = uid("dev-")
+    users = await asyncio.gather(*(stores[i % len(stores)].get_or_create_user(name) for i in range(12)))
+    assert len({u.id for u in users}) == 1
+
+
+# ---- separate processes -----------------------------------------------------------------------
+
+
+async def _children(db_url: str, argv_list: list[list[str]]) -> list[list[str]]:
+    """Start children, wait until every one is ready, release them together, collect their lines."""
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tests.integration.store._child", db_url, *argv,
+            cwd=REPO, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )
+        for argv in argv_list
+    ]
+    for p in procs:
+        assert (await asyncio.wait_for(p.stdout.readline(), 60)).strip() == b"ready"
+    for p in procs:
+        p.stdin.write(b"go\n")
+        await p.stdin.drain()
+    outs = await asyncio.wait_for(asyncio.gather(*(p.communicate() for p in procs)), 120)
+    for p in procs:
+        assert p.returncode == 0
+    return [out.decode().split() for out, _ in outs]
+
+
+async def test_appends_from_three_processes_are_gap_free(db_url: str, store: Store) -> None:
+    job_id = await new_job(store)
+    outs = await _children(db_url, [["append", job_id, "20"]] * 3)
+    seqs = sorted(int(s) for out in outs for s in out)
+    assert seqs == list(range(1, 61))
+    assert [e.seq for e in await store.read_events(job_id)] == list(range(1, 61))
+
+
+async def test_resume_claims_from_four_processes_have_one_winner(db_url: str, store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    outs = await _children(db_url, [["claim", job_id, request_id]] * 4)
+    assert sorted(line for out in outs for line in out) == ["lost", "lost", "lost", "won"]
+    assert (await store.get_job(job_id)).status == JobStatus.in_progress
