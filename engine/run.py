@@ -277,6 +277,10 @@ async def build_vertices(graph: Graph, state: RunState, vertex_ids: list[str], c
     all of them finished; pauses come back in the result (the first in flow order is taken;
     the others are built again after the decision). The taken pause's gate card is stored in
     the session history here."""
+    again = [v for v in vertex_ids if v in state.built or v in state.dead]
+    if again:
+        # a vertex restored as built (or killed) is never built again: resume is not a re-run
+        raise ValueError(f"vertices already built or dead cannot be built again: {', '.join(again)}")
     outcomes = await asyncio.gather(
         *(build_vertex(graph, state, vid, ctx) for vid in vertex_ids), return_exceptions=True
     )

@@ -171,3 +171,38 @@ class HitServer:
 def http_server():
     with HitServer() as s:
         yield s
+
+
+@register
+class TestMultiPause(Component):
+    """Pauses twice in one run (like an Agent asking to approve two tool calls), keeping its
+    progress in private state; counts its builds and its 'expensive' steps."""
+
+    __test__ = False
+    type_name = "TestMultiPause"
+    can_pause = True
+    inputs = [InputDef("input_value")]
+    outputs = [OutputDef("out")]
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        from engine.models import Option, PendingRequest
+
+        BUILDS[ctx.vertex_id] += 1
+        done = ctx.state.setdefault("done", [])
+        if ctx.decision is not None:
+            done.append(f"{ctx.decision.request_id.rsplit(':', 1)[1]}={ctx.decision.action_id}")
+        step = len(done) + 1
+        if step <= 2:
+            BUILDS[f"{ctx.vertex_id}:expensive"] += 1  # e.g. a model call whose result is kept in state
+            raise ctx.pause(
+                PendingRequest(
+                    request_id=ctx.request_id(str(step)),
+                    kind="tool_approval",
+                    prompt=f"call tool #{step}?",
+                    options=[Option(action_id="approve", label="Approve"), Option(action_id="reject", label="Reject")],
+                    allowed_decisions=["approve", "reject"],
+                    paused_at=ctx.now(),
+                    tool={"name": "calc", "args": {"n": step}},
+                )
+            )
+        return {"out": f"{as_text(ctx.inputs.get('input_value'))}:{','.join(done)}"}

@@ -255,3 +255,60 @@ async def test_component_failure_fails_the_run_naming_the_vertex(runner, builds)
     assert out.error["code"] == "COMPONENT_ERROR"
     assert "boom" in out.error["error"]
     assert builds == {"ok": 1, "bad": 1}  # the layer ran concurrently to the end
+
+
+async def test_a_component_can_pause_several_times_with_its_own_request_ids(runner, builds, history, checkpoints):
+    spec = flow(
+        [("ask", "ChatInput"), ("agent", "TestMultiPause"), ("out", "ChatOutput")],
+        [("ask.message", "agent.input_value"), ("agent.out", "out.input_value")],
+    )
+    first = await runner.start(spec, run_id="r-multi", input_value="q")
+    assert first.pending.request_id == "agent:r-multi:1"
+    assert first.pending.kind == "tool_approval" and first.pending.tool == {"name": "calc", "args": {"n": 1}}
+    second = await runner.resume("r-multi", "agent:r-multi:1", Decision(action_id="approve"))
+    assert second.pending.request_id == "agent:r-multi:2"
+    assert second.state.component_state["agent"] == {"done": ["1=approve"]}
+    with pytest.raises(NotResumable):
+        await runner.resume("r-multi", "agent:r-multi:1", Decision(action_id="approve"))
+    end = await runner.resume("r-multi", "agent:r-multi:2", Decision(action_id="reject"))
+    assert end.status == "completed"
+    assert end.result["output"]["text"] == "q:1=approve,2=reject"
+    assert builds == {"agent": 3, "agent:expensive": 2}
+    cards = [m.card for m in await history.list_messages("r-multi") if m.kind == "card"]
+    assert [(c["request_id"], c["submitted_action"]) for c in cards] == [
+        ("agent:r-multi:1", "approve"),
+        ("agent:r-multi:2", "reject"),
+    ]
+    assert checkpoints.saves == 2
+
+
+async def test_outputs_built_in_the_pausing_layer_are_kept(runner, builds):
+    spec = flow(
+        [("ask", "ChatInput"), ("gate", "HumanInput"), ("side", "TestCounter"), ("ok", "TestCounter"),
+         ("join", "TestJoin"), ("out", "TextOutput")],
+        [("ask.message", "gate.prompt"), ("ask.message", "side.input_value"),
+         ("gate.branch_approve", "ok.input_value"), ("ok.out", "join.a"), ("side.out", "join.b"),
+         ("join.out", "out.input_value")],
+    )
+    paused = await runner.start(spec, run_id="r-layer", input_value="x")
+    assert "side" in paused.state.built and builds == {"side": 1}
+    done = await runner.resume("r-layer", paused.pending.request_id, Decision(action_id="approve"))
+    assert builds == {"side": 1, "ok": 1, "join": 1}
+    assert done.result["output"]["text"] == "join[a=ok(x) b=side(x)]"
+
+
+async def test_two_gates_in_one_layer_ask_one_after_the_other(runner, builds, history):
+    spec = flow(
+        [("ask", "ChatInput"), ("g1", "HumanInput"), ("g2", "HumanInput"), ("a", "TestCounter"), ("b", "TestCounter")],
+        [("ask.message", "g1.prompt"), ("ask.message", "g2.prompt"),
+         ("g1.branch_approve", "a.input_value"), ("g2.branch_approve", "b.input_value")],
+    )
+    first = await runner.start(spec, run_id="r-par", input_value="x")
+    assert first.pending.request_id == "g1:r-par"
+    second = await runner.resume("r-par", "g1:r-par", Decision(action_id="approve"))
+    assert second.pending.request_id == "g2:r-par"
+    end = await runner.resume("r-par", "g2:r-par", Decision(action_id="reject"))
+    assert end.status == "completed"
+    assert builds == {"a": 1}
+    cards = [m.card["request_id"] for m in await history.list_messages("r-par") if m.kind == "card"]
+    assert cards == ["g1:r-par", "g2:r-par"]  # one card per request, never duplicated
