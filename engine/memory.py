@@ -95,7 +95,13 @@ class InMemoryHistory(HistoryStore):
     async def supersede_cards(self, job_id: str) -> int:
         n = 0
         for m in self._messages.values():
-            if m.job_id == job_id and m.kind == "card" and m.card is not None and "submitted_action" not in m.card:
+            if (
+                m.job_id == job_id
+                and m.kind == "card"
+                and m.card is not None
+                and "submitted_action" not in m.card
+                and not m.card.get("superseded")
+            ):
                 card = copy.deepcopy(m.card)
                 card["superseded"] = True
                 m.card = card

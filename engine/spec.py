@@ -175,8 +175,11 @@ def validate_flow(spec: FlowSpec, *, max_nodes: int = MAX_NODES) -> None:
         if cls is None:
             problems.append({"node": nid, "message": f"unknown component type '{n.type}'"})
             continue
-        for msg in cls.check_params(n.params):
-            problems.append({"node": nid, "message": msg})
+        try:
+            for msg in cls.check_params(n.params):
+                problems.append({"node": nid, "message": msg})
+        except Exception as e:  # a component's own rules must not crash validation
+            problems.append({"node": nid, "message": f"bad params: {e.__class__.__name__}: {e}"})
         try:
             ins = {i.name: i for i in cls.input_defs(n.params)}
             outs = {o.name for o in cls.output_defs(n.params)}
@@ -307,7 +310,5 @@ def flow_has_gate(spec: FlowSpec) -> bool:
         if cls.type_name == "HumanInput" and consumers.get(n.id):
             return True
         if cls.tool_capable and n.id in tool_edges and n.params.get("approval_actions"):
-            return True
-        if cls.can_pause and cls.type_name != "HumanInput" and getattr(cls, "always_gates", False):
             return True
     return False

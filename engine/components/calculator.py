@@ -39,7 +39,7 @@ def evaluate(expression: str) -> int | float:
         raise CalcError(f"the expression is longer than {MAX_EXPRESSION} characters")
     try:
         tree = ast.parse(expression, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise CalcError(f"'{expression}' is not an arithmetic expression") from None
 
     def ev(node: ast.AST) -> int | float:
@@ -68,7 +68,10 @@ def evaluate(expression: str) -> int | float:
             return result
         raise CalcError(f"'{ast.unparse(node)}' is not allowed (only numbers and + - * / // % **)")
 
-    return ev(tree)
+    try:
+        return ev(tree)
+    except RecursionError:
+        raise CalcError("the expression is nested too deeply") from None
 
 
 @register

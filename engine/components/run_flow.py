@@ -23,7 +23,7 @@ class RunFlow(Component):
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
         from engine.graph import Graph
-        from engine.run import flow_hash, new_run_state, run_to_end
+        from engine.run import new_run_state, run_to_end
         from engine.spec import flow_has_gate, parse_and_validate
 
         run = ctx.run
@@ -49,7 +49,10 @@ class RunFlow(Component):
         value = ctx.inputs.get("input_value")
         if value is None:
             value = self.params.get("input_value", run.input_value)
-        child_ctx = run.child(run_id=f"{run.run_id}.{ctx.vertex_id}", flow_id=flow_id, input_value=as_text(value))
+        # The child writes no chat history: the parent's session shows the parent's messages only.
+        child_ctx = run.child(
+            run_id=f"{run.run_id}.{ctx.vertex_id}", flow_id=flow_id, input_value=as_text(value), history=None
+        )
         graph = Graph.from_spec(spec)
         state = new_run_state(
             spec,

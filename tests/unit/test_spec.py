@@ -199,3 +199,32 @@ def test_flow_has_gate():
         )
     )
     assert flow_has_gate(tool)
+
+
+JUNK = [
+    None, 1, "null", "42", "- a\n- b", {"nodes": "x"}, {"nodes": [1, 2]}, {"nodes": [{"id": 1, "type": []}]},
+    {"nodes": [{"id": "a", "type": "HumanInput", "params": {"decisions": [1, None, {}], "timeout": [1]}}]},
+    {"nodes": [{"id": "a", "type": "HumanInput", "params": {"timeout": {"value": "x", "unit": 3}}}]},
+    {"nodes": [{"id": "a", "type": "Prompt", "params": {"template": "{" * 5001}}]},
+    {"nodes": [{"id": "a", "type": "Prompt", "params": {"template": "{0} {} {a[1]} {b!r} {c:>3}"}}]},
+    {"nodes": [{"id": "a", "type": "ConditionalRouter", "params": {"operator": "regex", "match_text": "(", "input_text": 3}}]},
+    {"nodes": [{"id": "a", "type": "HTTPRequest", "params": {"url": 5, "headers": {"a": {"b": 1}}, "timeout": -1}}]},
+    {"nodes": [{"id": "a", "type": "ChatInput", "extra": 1}], "edges": [{"from": ".", "to": "."}]},
+    {"nodes": [{"id": "a", "type": "ChatInput"}], "edges": [{"from": "a.message.x", "to": "a..b"}, "edge"]},
+    {"nodes": [{"id": "", "type": ""}]},
+    "nodes: !!python/object/apply:os.system ['true']",
+]
+
+
+@pytest.mark.parametrize("junk", JUNK)
+def test_junk_is_a_flow_problem_never_a_crash(junk):
+    with pytest.raises(FlowInvalid) as info:
+        parse_and_validate(junk)
+    assert info.value.problems and all(isinstance(p["message"], str) for p in info.value.problems)
+
+
+def test_node_limit():
+    nodes = [(f"n{i}", "TextInput") for i in range(11)]
+    with pytest.raises(FlowInvalid) as info:
+        parse_and_validate(flow(nodes, []), max_nodes=10)
+    assert "limit is 10" in info.value.problems[0]["message"]
