@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -381,6 +381,8 @@ def apply_decision(
             f"'{decision.action_id}' is not one of the allowed decisions: {', '.join(pending.allowed_decisions)}",
             allowed_decisions=list(pending.allowed_decisions),
         )
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
     action = decision.action_id
     rerouted = False
     if pending.timeout_seconds and pending.timeout_seconds > 0:

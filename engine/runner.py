@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import Any, Callable, Literal
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from engine.context import BuildWrapper, FlowLoader, RunContext, VertexHook
-from engine.errors import ComponentError, NotResumable, SignoffError
+from engine.errors import ComponentError, InvalidDecision, NotResumable, SignoffError
 from engine.graph import Graph
 from engine.models import AppliedDecision, Decision, PendingRequest, utcnow
 from engine.run import (
@@ -112,7 +112,10 @@ class InProcessRunner:
         """Load the latest checkpoint, apply the decision, continue. Raises NotResumable (no
         checkpoint, stale request id) and InvalidDecision (action not allowed)."""
         if not isinstance(decision, Decision):
-            decision = Decision.model_validate(decision)
+            try:
+                decision = Decision.model_validate(decision)
+            except ValidationError as e:
+                raise InvalidDecision(f"The decision is malformed: {e.errors(include_url=False)[0]['msg']}") from None
         lock = self._locks.setdefault(run_id, asyncio.Lock())
         async with lock:
             record = await self.checkpoints.load_latest_checkpoint(run_id)

@@ -79,10 +79,6 @@ class _Output(Component):
             return fixed
         return as_text(ctx.inputs.get("input_value") if ctx.inputs.get("input_value") is not None else self.params.get("input_value"))
 
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> list[str]:
-        return super().check_params(params)
-
 
 @register
 class ChatOutput(_Output):

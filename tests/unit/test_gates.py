@@ -312,3 +312,14 @@ async def test_two_gates_in_one_layer_ask_one_after_the_other(runner, builds, hi
     assert builds == {"a": 1}
     cards = [m.card["request_id"] for m in await history.list_messages("r-par") if m.kind == "card"]
     assert cards == ["g1:r-par", "g2:r-par"]  # one card per request, never duplicated
+
+
+async def test_a_built_vertex_is_never_handed_back_to_the_build_loop(runner):
+    from engine.run import build_vertices, context_for
+
+    paused = await runner.start(gate_flow(), run_id="r-guard", input_value="x")
+    graph = Graph.from_spec(paused.state.flow)
+    with pytest.raises(ValueError, match="pre"):
+        await build_vertices(graph, paused.state, ["pre"], context_for(paused.state))
+    with pytest.raises(InvalidDecision):
+        await runner.resume("r-guard", paused.pending.request_id, {"action_id": ""})
