@@ -129,3 +129,37 @@ async def test_steps_drive_layers_concurrently_and_purely(builds, history):
         state2 = apply_layer(graph, state2, await build_vertices(graph, state2, ids, ctx))
     assert is_finished(graph, state2)
     assert state2.outputs["out"]["text"] == "c[a=a() b=b()]"
+
+
+async def test_hooks_wrap_every_build(checkpoints, history):
+    import contextlib
+    import contextvars
+
+    from engine.runner import InProcessRunner
+
+    current = contextvars.ContextVar("span", default=None)
+    seen: list[tuple[str, str, str | None]] = []
+    built: list[tuple[str, bool]] = []
+
+    @contextlib.asynccontextmanager
+    async def span(vertex_id: str, component_type: str):
+        token = current.set(vertex_id)  # what an OpenTelemetry span would do
+        try:
+            yield
+        finally:
+            seen.append((vertex_id, component_type, current.get()))
+            current.reset(token)
+
+    runner = InProcessRunner(checkpoints, history, wrap_build=span, on_vertex_built=lambda r: built.append((r.vertex_id, r.pause is not None)))
+    spec = flow(
+        [("ask", "ChatInput"), ("a", "TestCounter"), ("b", "TestCounter"), ("gate", "HumanInput"), ("out", "TextOutput")],
+        [("ask.message", "a.input_value"), ("ask.message", "b.input_value"), ("a.out", "gate.prompt"),
+         ("gate.branch_approve", "out.input_value")],
+    )
+    paused = await runner.start(spec, run_id="hooks", input_value="x")
+    await runner.resume("hooks", paused.pending.request_id, {"action_id": "approve"})
+    assert sorted(seen) == sorted([
+        ("ask", "ChatInput", "ask"), ("a", "TestCounter", "a"), ("b", "TestCounter", "b"),
+        ("gate", "HumanInput", "gate"), ("gate", "HumanInput", "gate"), ("out", "TextOutput", "out"),
+    ])
+    assert ("gate", True) in built and ("gate", False) in built and len(built) == 6
