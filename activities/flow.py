@@ -9,6 +9,7 @@ with backoff, a bounded number of times.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections import OrderedDict
 from datetime import timedelta
@@ -42,6 +43,7 @@ from workflows.types import (
     ClaimResumeOutput,
     FinishInput,
     FinishOutput,
+    PersistPauseInput,
     RecordEventInput,
     RollbackResumeInput,
     RunLayerInput,
@@ -49,6 +51,7 @@ from workflows.types import (
 )
 
 _GRAPH_CACHE_SIZE = 256
+HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
 
 
 def to_application_error(err: SignoffError) -> ApplicationError:
@@ -89,7 +92,7 @@ class FlowActivities:
         self._graphs: OrderedDict[str, Graph] = OrderedDict()
 
     def all(self) -> list[Any]:
-        return [self.run_layer, self.claim_resume, self.apply_decision, self.rollback_resume, self.finish,
+        return [self.run_layer, self.persist_pause, self.claim_resume, self.apply_decision, self.rollback_resume, self.finish,
                 self.record_event]
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -151,33 +154,39 @@ class FlowActivities:
         ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now)
         ids = plan_next(graph, state)
         if ids:
+            beat = asyncio.create_task(_heartbeat()) if activity.info().heartbeat_timeout else None
             try:
                 layer = await build_vertices(graph, state, ids, ctx)
             except SignoffError as err:
                 raise to_application_error(err) from None
+            finally:
+                if beat is not None:
+                    beat.cancel()
             state = apply_layer(graph, state, layer)
         try:
             ref, data = await self.codec.dump(state, inp.step + 1)
         except SignoffError as err:
             raise to_application_error(err) from None
         if state.pending is not None:
-            await self._persist_pause(inp, state, data)
+            ttl = self.settings.checkpoint_ttl_seconds
+            await self.store.save_checkpoint(
+                state.run_id, data, job_id=inp.job_id,
+                expires_at=(inp.now + timedelta(seconds=ttl)) if ttl else None,
+            )
         done = state.pending is None and is_finished(graph, state)
         return RunLayerOutput(step=inp.step + 1, state=ref, done=done, pending=state.pending, built=list(ids))
 
-    async def _persist_pause(self, inp: RunLayerInput, state: RunState, data: dict[str, Any]) -> None:
-        pending = state.pending
-        assert pending is not None
+    @activity.defn(name="persist_pause")
+    async def persist_pause(self, inp: PersistPauseInput) -> None:
+        """After the checkpoint (run_layer) and once the workflow waits: the
+        ``human_input_required`` event, then the pending request with ``suspended``."""
         job = await self.store.get_job(inp.job_id)
-        if job is not None and job.status == JobStatus.suspended and job.pending and \
-                job.pending.request_id == pending.request_id:
+        if job is None or job.status.terminal:
+            return
+        if job.status == JobStatus.suspended and job.pending and job.pending.request_id == inp.pending.request_id:
             return  # a retry of an attempt that already persisted this pause
-        ttl = self.settings.checkpoint_ttl_seconds
-        await self.store.save_checkpoint(
-            state.run_id, data, job_id=inp.job_id, expires_at=(inp.now + timedelta(seconds=ttl)) if ttl else None
-        )
-        await self.store.append_event(inp.job_id, "human_input_required", pending.model_dump(mode="json"))
-        await self.store.mark_suspended(inp.job_id, pending)
+        await self.store.append_event(inp.job_id, "human_input_required", inp.pending.model_dump(mode="json"))
+        await self.store.mark_suspended(inp.job_id, inp.pending)
 
     @activity.defn(name="claim_resume")
     async def claim_resume(self, inp: ClaimResumeInput) -> ClaimResumeOutput:
@@ -262,6 +271,12 @@ class FlowActivities:
     @activity.defn(name="record_event")
     async def record_event(self, inp: RecordEventInput) -> None:
         await self.store.append_event(inp.job_id, inp.event, inp.data)
+
+
+async def _heartbeat() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY)
 
 
 def _empty():

@@ -70,7 +70,7 @@ class SignoffService:
         store: Store,
         client: temporalio.client.Client,
         *,
-        local_activities: bool = True,
+        local_activities: bool = False,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -191,10 +191,16 @@ class SignoffService:
             )
         except WorkflowUpdateFailedError as err:
             raise self._update_error(err, job_id) from None
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise NotResumable("The run is over", job_id=job_id) from None
-            raise
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            # e.g. another decision ended the run before this Update was admitted
+            if (await self._job(job_id)).status == JobStatus.suspended:
+                raise
+            raise NotResumable("Another decision was applied first", job_id=job_id) from None
+        except RPCError:
+            # the workflow is gone or closed: that is NOT_RESUMABLE unless the job still waits
+            if (await self._job(job_id)).status == JobStatus.suspended:
+                raise
+            raise NotResumable("The run is over", job_id=job_id) from None
         return await self._job(job_id)
 
     @staticmethod

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         FinishInput,
         FinishOutput,
         FlowRunInput,
+        PersistPauseInput,
         RecordEventInput,
         ResumeInput,
         ResumeResult,
@@ -55,6 +56,9 @@ LAYER_RETRY = RetryPolicy(
     maximum_attempts=5,
     non_retryable_error_types=["NON_RETRYABLE", "FLOW_INVALID", "NESTED_GATE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
+# A layer heartbeats (activities/flow.py) so that a layer lost with its worker is retried on
+# another worker within seconds, not after the start-to-close timeout.
+LAYER_HEARTBEAT = timedelta(seconds=5)
 # Bookkeeping activities only touch the store: retry longer (the database may restart).
 STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
@@ -72,7 +76,7 @@ class FlowRun:
         self._pending: PendingRequest | None = None
         self._state: StateRef | None = None
         self._resumed: StateRef | None = None
-        self._resuming = False
+        self._in_flight = 0  # resume handlers between claim and outcome
         self._status = "queued"
 
     # ---- the run -----------------------------------------------------------------------
@@ -102,6 +106,7 @@ class FlowRun:
                     RunLayerOutput,
                     timeout=inp.layer_timeout_seconds,
                     retry=LAYER_RETRY,
+                    heartbeat=LAYER_HEARTBEAT,
                 )
             except ActivityError as err:
                 if isinstance(err.cause, CancelledError):
@@ -122,7 +127,12 @@ class FlowRun:
 
     async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
         """Wait until a decision has been applied; None then, else the terminal status."""
+        # Waiting starts now: the job becomes `suspended` in the store only after this workflow
+        # knows its pending request, so a decision sent as soon as the job shows `suspended`
+        # always finds the run waiting.
         self._pending = pending
+        await self._activity("persist_pause", PersistPauseInput(job_id=inp.job_id, pending=pending), None,
+                             retry=STORE_RETRY)
         self._set_status("suspended", request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
         timeout = timedelta(seconds=inp.max_suspend_seconds) if inp.max_suspend_seconds else None
@@ -155,6 +165,10 @@ class FlowRun:
         fin = await self._finish(FinishInput(job_id=inp.job_id, status="failed", state=self._state, error=error))
         self._set_status(fin.status)
         return fin.status
+
+    @property
+    def _resuming(self) -> bool:
+        return self._in_flight > 0
 
     # ---- decisions -----------------------------------------------------------------------
 
@@ -207,7 +221,7 @@ class FlowRun:
     async def _apply(self, inp: ResumeInput) -> ResumeResult:
         assert self._inp is not None
         job_id = self._inp.job_id
-        self._resuming = True
+        self._in_flight += 1
         try:
             claim: ClaimResumeOutput = await self._activity(
                 "claim_resume", ClaimResumeInput(job_id=job_id, request_id=inp.request_id), ClaimResumeOutput,
@@ -236,7 +250,7 @@ class FlowRun:
             self._set_status("in_progress")
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
         finally:
-            self._resuming = False
+            self._in_flight -= 1
 
     @workflow.query(name=PENDING_QUERY)
     def pending(self) -> PendingRequest | None:
@@ -247,8 +261,8 @@ class FlowRun:
     async def _finish(self, fin: FinishInput) -> FinishOutput:
         return await self._activity("finish", fin, FinishOutput, retry=STORE_RETRY)
 
-    async def _activity(self, name: str, arg: Any, result_type: Any, *, timeout: float = 60.0,
-                        retry: RetryPolicy = STORE_RETRY) -> Any:
+    async def _activity(self, name: str, arg: Any, result_type: Any, *, timeout: float = 30.0,
+                        retry: RetryPolicy = STORE_RETRY, heartbeat: timedelta | None = None) -> Any:
         assert self._inp is not None
         if self._inp.local_activities:
             return await workflow.execute_local_activity(
@@ -257,7 +271,7 @@ class FlowRun:
             )
         return await workflow.execute_activity(
             name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=timeout),
-            retry_policy=retry,
+            retry_policy=retry, heartbeat_timeout=heartbeat,
         )
 
     def _set_status(self, status: str, *, request_id: str | None = None) -> None:

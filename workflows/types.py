@@ -31,7 +31,9 @@ class FlowRunInput(BaseModel):
     user_id: str
     session_id: str | None = None
     max_suspend_seconds: int = 0  # 0 = wait forever
-    local_activities: bool = True
+    # Regular activities by default: their results are in history the moment they complete, so a
+    # failed workflow task never re-runs a claim or a layer (docs/temporal.md has the figures).
+    local_activities: bool = False
     layer_timeout_seconds: float = 3600.0
 
 
@@ -49,6 +51,11 @@ class RunLayerOutput(BaseModel):
     pending: PendingRequest | None = None
     built: list[str] = Field(default_factory=list)
     cancelled: bool = False  # the job was already ended (e.g. superseded before it started)
+
+
+class PersistPauseInput(BaseModel):
+    job_id: str
+    pending: PendingRequest
 
 
 class ResumeInput(BaseModel):
