@@ -54,48 +54,49 @@ def _rows(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
 class _SQLiteTx(Tx):
     """Statements of one transaction, each run on the connection's thread(s)."""
 
-    def __init__(self, store: SQLiteStore, conn: sqlite3.Connection, executor: ThreadPoolExecutor, begin: str | None):
-        self._store = store
-        self._conn = conn
+    def __init__(
+        self, acquire: Callable[[], sqlite3.Connection], executor: ThreadPoolExecutor, begin: str | None
+    ) -> None:
+        self._acquire = acquire  # runs on the store thread, with the first statement (one hop less)
+        self.conn: sqlite3.Connection | None = None
         self._executor = executor
-        self._begin = begin  # issued lazily, together with the first statement
+        self._begin = begin  # issued together with the first statement
         self.open = False
 
-    async def _call(self, fn: Callable[[], T]) -> T:
-        begin = self._begin if not self.open else None
-        conn = self._conn
-
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
             try:
-                if begin:
-                    conn.execute(begin)
+                if self.conn is None:
+                    self.conn = self._acquire()
+                if self._begin and not self.open:
+                    self.conn.execute(self._begin)
                     self.open = True
-                return fn()
+                return fn(self.conn)
             except sqlite3.Error as exc:
                 raise _wrap(exc) from exc
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return await self._call(lambda: self._conn.execute(sql, tuple(params)).rowcount)
+        return await self._call(lambda c: c.execute(sql, tuple(params)).rowcount)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self._call(lambda: self._conn.executemany(sql, [tuple(r) for r in rows]))
+        await self._call(lambda c: c.executemany(sql, [tuple(r) for r in rows]))
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
-        def run() -> dict[str, Any] | None:
-            rows = _rows(self._conn.execute(sql, tuple(params)))
+        def run(c: sqlite3.Connection) -> dict[str, Any] | None:
+            rows = _rows(c.execute(sql, tuple(params)))
             return rows[0] if rows else None
 
         return await self._call(run)
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        return await self._call(lambda: _rows(self._conn.execute(sql, tuple(params))))
+        return await self._call(lambda c: _rows(c.execute(sql, tuple(params))))
 
     async def finish(self, commit: bool) -> None:
-        if not self.open:
+        if not self.open or self.conn is None:
             return
-        conn = self._conn
+        conn = self.conn
 
         def run() -> None:
             if commit:
@@ -199,11 +200,9 @@ class SQLiteStore(SQLStore):
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
         self._check_open()
-        loop = asyncio.get_running_loop()
         if write:
             async with self._write_lock:
-                conn = await loop.run_in_executor(self._writer_exec, self._writer_conn)
-                tx = _SQLiteTx(self, conn, self._writer_exec, "BEGIN IMMEDIATE")
+                tx = _SQLiteTx(self._writer_conn, self._writer_exec, "BEGIN IMMEDIATE")
                 try:
                     yield tx
                 except BaseException:
@@ -211,11 +210,12 @@ class SQLiteStore(SQLStore):
                     raise
                 await tx.finish(commit=True)
         else:
-            conn = await loop.run_in_executor(self._reader_exec, self._take_reader)
+            tx = _SQLiteTx(self._take_reader, self._reader_exec, None)
             try:
-                yield _SQLiteTx(self, conn, self._reader_exec, None)
+                yield tx
             finally:
-                self._idle_readers.put(conn)
+                if tx.conn is not None:
+                    self._idle_readers.put(tx.conn)
 
     async def close(self) -> None:
         if self._closed:

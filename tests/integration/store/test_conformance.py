@@ -69,19 +69,6 @@ async def test_setup_twice_is_safe_and_records_the_version(store: Store) -> None
     await store.ping()
 
 
-async def test_setup_on_a_fresh_database_from_two_stores(sqlite_url: str) -> None:
-    a, b = open_store(sqlite_url), open_store(sqlite_url)
-    try:
-        assert await a.schema_version() == 0  # nothing migrates on open
-        import asyncio
-
-        await asyncio.gather(a.setup(), b.setup())
-        assert await b.schema_version() == len(MIGRATIONS)
-    finally:
-        await a.close()
-        await b.close()
-
-
 def test_open_store_rejects_unknown_urls() -> None:
     with pytest.raises(ValueError, match="sqlite:///"):
         open_store("mysql://x")
