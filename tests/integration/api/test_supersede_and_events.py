@@ -1,0 +1,97 @@
+"""Supersede-by-session, resume racing supersede, and SSE replay/reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engine.models import JobStatus
+
+from tests.integration.api.conftest import Harness, sse_frames, submit_suspended
+
+
+async def test_new_run_supersedes_the_same_session_only(api: Harness) -> None:
+    old = (await submit_suspended(api, session_id="sup-a"))["job_id"]
+    other_session = (await submit_suspended(api, session_id="sup-b"))["job_id"]
+    bobs = None
+    async with api.client("alice") as c:
+        r = await c.post(f"/api/v1/flows/{api.flows['refund']}/shares", json={"user": api.users["bob"][0]})
+        assert r.status_code == 201
+    bobs = (await submit_suspended(api, "bob", session_id="sup-a"))["job_id"]
+
+    new = (await submit_suspended(api, session_id="sup-a"))["job_id"]
+
+    assert (await api.store.get_job(old)).status == JobStatus.cancelled
+    assert (await api.store.get_job(other_session)).status == JobStatus.suspended
+    assert (await api.store.get_job(bobs)).status == JobStatus.suspended
+    assert (await api.store.get_job(new)).status == JobStatus.suspended
+    async with api.client("alice") as c:
+        frames = sse_frames((await c.get(f"/api/v2/workflows/{old}/events")).text)
+        cancelled = [f for f in frames if f["event"] == "run_cancelled"]
+        assert cancelled and cancelled[0]["data"] == {"reason": "superseded", "superseded_by": new}
+        r = await c.get(f"/api/v2/workflows/{old}/pending")
+        assert r.status_code == 404
+        history = (await c.get("/api/v1/monitor/messages", params={"session_id": "sup-a"})).json()
+        old_cards = [m for m in history if m["kind"] == "card" and m["job_id"] == old]
+        assert old_cards and all(m["card"].get("superseded") for m in old_cards)
+        assert all(m["job_id"] != bobs for m in history)  # bob's messages stay bob's
+        r = await c.post(f"/api/v2/workflows/{old}/resume",
+                         json={"request_id": f"gate:{old}", "decision": {"action_id": "approve"}})
+        assert r.status_code == 409
+
+
+async def test_resume_racing_supersede_exactly_one_wins(api: Harness) -> None:
+    session = "race"
+    flow = api.flows["refund"]
+    async with api.client("alice") as c:
+        job_id = (await submit_suspended(api, session_id=session))["job_id"]
+        for _ in range(200):
+            resume = c.post(f"/api/v2/workflows/{job_id}/resume",
+                            json={"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}})
+            supersede = c.post("/api/v2/workflows", json={"flow_id": flow, "input_value": "again",
+                                                          "session_id": session, "mode": "background"})
+            r_resume, r_new = await asyncio.gather(resume, supersede)
+            assert r_new.status_code == 200, r_new.text
+            new_id = r_new.json()["job_id"]
+            job = await api.store.get_job(job_id)
+            events = [e.event for e in await api.store.read_events(job_id)]
+            if r_resume.status_code == 200:
+                # resume won: the run goes on, supersede left it completely alone
+                job = await api.wait_status(job_id, JobStatus.completed)
+                events = [e.event for e in await api.store.read_events(job_id)]
+                assert "run_cancelled" not in events and events[-1] == "end"
+            else:
+                assert r_resume.status_code == 409, r_resume.text
+                assert r_resume.json()["detail"]["code"] == "NOT_RESUMABLE"
+                assert job.status == JobStatus.cancelled
+                assert "human_input_decision" not in events and events.count("run_cancelled") == 1
+                assert job.pending is None
+            job_id = new_id
+            await api.wait_status(job_id, JobStatus.suspended)
+
+
+async def test_sse_replay_and_reconnect_with_last_event_id(api: Harness) -> None:
+    job_id = (await submit_suspended(api, session_id="sse"))["job_id"]
+    async with api.client("alice") as c:
+        first = sse_frames((await c.get(f"/api/v2/workflows/{job_id}/events")).text)
+        assert first[-1]["event"] == "human_input_required"  # closes at the pause
+        last = first[-1]["seq"]
+        tail = sse_frames((await c.get(f"/api/v2/workflows/{job_id}/events", headers={"Last-Event-ID": str(last)})).text)
+        assert tail == []
+        r = await c.post(f"/api/v2/workflows/{job_id}/resume",
+                         json={"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}})
+        assert r.status_code == 200, r.text
+        after = sse_frames((await c.get(f"/api/v2/workflows/{job_id}/events", headers={"Last-Event-ID": str(last)})).text)
+        assert after[0]["seq"] == last + 1 and after[-1]["event"] == "end"
+        assert "human_input_decision" in [f["event"] for f in after]
+        assert all(f["seq"] > last for f in after)
+        same = sse_frames((await c.get(f"/api/v2/workflows/{job_id}/events", params={"after": last})).text)
+        assert same == after
+
+
+async def test_stream_mode_ends_at_the_pause(api: Harness) -> None:
+    async with api.client("alice") as c:
+        r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "input_value": "s",
+                                                    "session_id": "stream", "mode": "stream"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        frames = sse_frames(r.text)
+        assert frames[-1]["event"] == "human_input_required"
