@@ -21,4 +21,6 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
+	./scripts/ensure-postgres
+	$(VENV)/bin/python bench/store.py
 	$(VENV)/bin/python bench/overhead.py
