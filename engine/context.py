@@ -15,6 +15,7 @@ from engine.store.base import HistoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.run import VertexResult
+    from engine.settings import Settings
 
 FlowLoader = Callable[[str], Awaitable["dict[str, Any] | None"]]
 # Called around each vertex build: (vertex_id, component_type) -> async context manager.
@@ -38,6 +39,9 @@ class RunContext:
     on_vertex_built: VertexHook | None = None
     wrap_build: BuildWrapper | None = None
     depth: int = 0  # nesting level (RunFlow)
+    # The process settings, passed in by the caller (never read here): an Agent takes its
+    # model, base URL and API key defaults from them (openai_model/openai_base_url/openai_api_key).
+    settings: "Settings | None" = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else utcnow()

@@ -381,6 +381,9 @@ def apply_decision(
             f"'{decision.action_id}' is not one of the allowed decisions: {', '.join(pending.allowed_decisions)}",
             allowed_decisions=list(pending.allowed_decisions),
         )
+    gated = graph.vertices.get(state.pending_vertex)
+    if gated is not None:  # the component's own rules for the values (an Agent's edit needs args)
+        gated.component_class.check_decision(gated.params, pending, decision)
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
     action = decision.action_id

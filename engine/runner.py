@@ -26,6 +26,7 @@ from engine.run import (
     new_run_state,
     plan_next,
 )
+from engine.settings import Settings
 from engine.spec import FlowSpec, parse_and_validate
 from engine.store.base import CheckpointStore, HistoryStore
 
@@ -60,6 +61,7 @@ class InProcessRunner:
         clock: Callable[[], datetime] | None = None,
         on_vertex_built: VertexHook | None = None,
         wrap_build: BuildWrapper | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.history = history
@@ -68,6 +70,7 @@ class InProcessRunner:
         self.clock = clock or utcnow
         self.on_vertex_built = on_vertex_built
         self.wrap_build = wrap_build
+        self.settings = settings  # the Agent's model defaults (openai_*); None: params only
         self._locks: dict[str, asyncio.Lock] = {}
 
     def context(self, state: RunState) -> RunContext:
@@ -79,6 +82,7 @@ class InProcessRunner:
             clock=self.clock,
             on_vertex_built=self.on_vertex_built,
             wrap_build=self.wrap_build,
+            settings=self.settings,
         )
 
     async def start(

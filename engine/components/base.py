@@ -155,6 +155,12 @@ class Component:
                     )
         return problems
 
+    @classmethod
+    def check_decision(cls, params: dict[str, Any], pending: PendingRequest, decision: Any) -> None:
+        """Refuse a decision this component could not apply (raise ``InvalidDecision``), before
+        it is consumed: the run stays paused. Called by ``apply_decision`` after the action was
+        checked against ``allowed_decisions``; ``decision`` is the ``Decision``. Default: accept."""
+
     # ---- instance
     def __init__(self, vertex_id: str, params: dict[str, Any]) -> None:
         self.vertex_id = vertex_id
