@@ -1,0 +1,119 @@
+"""The `signoff` CLI and a real `signoff api` process, as a user drives them: a fresh API
+process on the same database serves and resumes a job suspended through the old one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from engine.models import JobStatus
+from engine.settings import Settings
+from engine.store import open_store
+from signoff.devserver import free_port
+from signoff.worker import build_worker
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNOFF = [sys.executable, "-m", "signoff.cli"]
+
+
+def _env(tmp: Path, port: int, temporal_address: str, task_queue: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env.update(
+        SIGNOFF_HOME=str(tmp),
+        SIGNOFF_DATABASE_URL=f"sqlite:///{tmp / 'signoff.db'}",
+        SIGNOFF_TEMPORAL_ADDRESS=temporal_address,
+        SIGNOFF_TASK_QUEUE=task_queue,
+        SIGNOFF_API_PORT=str(port),
+        **extra,
+    )
+    return env
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SIGNOFF, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+async def _acli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    # The worker runs on this test's event loop: never block it while a command waits.
+    return await asyncio.to_thread(_cli, env, *args)
+
+
+def _start_api(env: dict[str, str], port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([*SIGNOFF, "api", "--log-level", "warning"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "signoff api exited"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "signoff api never became healthy"
+        time.sleep(0.1)  # polling a subprocess's readiness, not timing an assertion
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def test_cli_walkthrough_and_a_fresh_api_process(tmp_path: Path, temporal_server, temporal_client) -> None:
+    port = free_port()
+    queue = f"accept-{uuid.uuid4()}"
+    env = _env(tmp_path, port, temporal_server.address, queue)
+    settings = Settings(home=tmp_path, database_url=env["SIGNOFF_DATABASE_URL"], task_queue=queue)
+    store = open_store(settings.resolved_database_url)
+    await store.setup()
+    try:
+        created = await _acli(env, "users", "create", "alice")
+        assert created.returncode == 0, created.stderr
+        key = created.stdout.strip().splitlines()[-1]
+        env["SIGNOFF_API_KEY"] = key
+
+        async with build_worker(temporal_client, store, settings):
+            api = await asyncio.to_thread(_start_api, env, port)
+            try:
+                added = await _acli(env, "flows", "add", "examples/flows/refund.json")
+                assert added.returncode == 0, added.stderr
+                flow_id = added.stdout.split()[0]
+                sub = await _acli(env, "submit", flow_id, "--input", "refund 42", "--session", "s1", "--sync")
+                assert sub.returncode == 0, sub.stderr
+                job_id, status = sub.stdout.splitlines()[0].split("\t")
+                assert status == "suspended"
+                pending = await _acli(env, "pending")
+                assert job_id in pending.stdout
+            finally:
+                _stop(api)
+
+            api = await asyncio.to_thread(_start_api, env, port)  # a fresh process on the same database
+            try:
+                st = await _acli(env, "status", job_id)
+                assert st.returncode == 0 and "suspended" in st.stdout, st.stdout + st.stderr
+                bad = await _acli(env, "resume", job_id, "--action", "maybe")
+                assert bad.returncode == 1 and "INVALID_DECISION" in bad.stderr
+                ok = await _acli(env, "resume", job_id, "--action", "approve")
+                assert ok.returncode == 0, ok.stderr
+                deadline = time.monotonic() + 30
+                while (await store.get_job(job_id)).status != JobStatus.completed:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.05)
+                st = await _acli(env, "status", job_id)
+                assert "completed" in st.stdout and "Refund sent" in st.stdout
+                unauth = await _acli({**env, "SIGNOFF_API_KEY": "wrong"}, "status", job_id)
+                assert unauth.returncode == 1 and "UNAUTHORIZED" in unauth.stderr
+            finally:
+                _stop(api)
+    finally:
+        await store.close()
