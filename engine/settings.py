@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -58,6 +58,22 @@ class Settings(BaseSettings):
     openai_api_key: str | None = None
     openai_model: str = "gpt-4o-mini"
 
+    # Tracing export (docs/tracing.md): the standard OpenTelemetry variables are honoured; when
+    # neither is set, spans go to the store only. The OTLP/HTTP exporter reads its other standard
+    # variables (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION) itself.
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices("otlp_endpoint", "SIGNOFF_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="Base URL of an OTLP/HTTP collector (traces go to {url}/v1/traces).",
+    )
+    otlp_traces_endpoint: str | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "otlp_traces_endpoint", "SIGNOFF_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+        ),
+        description="Full URL of an OTLP/HTTP traces endpoint (wins over otlp_endpoint).",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, v: str | None) -> str | None:
@@ -79,6 +95,15 @@ class Settings(BaseSettings):
             return self.api_url.rstrip("/")
         host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::", "") else self.api_host
         return f"http://{host}:{self.api_port}"
+
+    @property
+    def otlp_traces_endpoint_resolved(self) -> str | None:
+        """Where spans are exported by OTLP/HTTP, or None (the store only)."""
+        if self.otlp_traces_endpoint:
+            return self.otlp_traces_endpoint
+        if self.otlp_endpoint:
+            return self.otlp_endpoint.rstrip("/") + "/v1/traces"
+        return None
 
     @property
     def embedded_temporal(self) -> bool:
