@@ -174,7 +174,11 @@ class FlowActivities:
                 expires_at=(inp.now + timedelta(seconds=ttl)) if ttl else None,
             )
         done = state.pending is None and is_finished(graph, state)
-        return RunLayerOutput(step=inp.step + 1, state=ref, done=done, pending=state.pending, built=list(ids))
+        status = None
+        if done:
+            status = await self._complete(inp.job_id, final_result(graph, state))
+        return RunLayerOutput(step=inp.step + 1, state=ref, done=done, pending=state.pending, built=list(ids),
+                              status=status)
 
     @activity.defn(name="persist_pause")
     async def persist_pause(self, inp: PersistPauseInput) -> None:
@@ -241,10 +245,8 @@ class FlowActivities:
         status = JobStatus(inp.status)
         if status == JobStatus.completed:
             state = await self.codec.load(inp.state) if inp.state else None
-            result = final_result(self.graph(state), state) if state else {}
-            if await self.store.set_status(job_id, status, expect=[JobStatus.in_progress], result=result):
-                await self.store.append_event(job_id, "end", {"status": "completed"})
-        elif status == JobStatus.failed:
+            return FinishOutput(status=await self._complete(job_id, final_result(self.graph(state), state) if state else {}))
+        if status == JobStatus.failed:
             error = inp.error or {"error": "failed", "type": "Error"}
             if await self.store.set_status(job_id, status, error=error):
                 await self.store.append_event(job_id, "run_failed", {
@@ -258,15 +260,25 @@ class FlowActivities:
                 await self.store.append_event(job_id, "run_timed_out", {
                     "max_suspend_seconds": self.settings.max_suspend_seconds})
                 await self.store.supersede_cards(job_id)
+        return FinishOutput(status=await self._cleanup_if_ended(job_id, inp.status))
+
+    async def _complete(self, job_id: str, result: dict[str, Any]) -> str:
+        """in_progress → completed with the result, then the ``end`` event; cleanup. Returns the
+        job's real status (a run cancelled meanwhile stays cancelled)."""
+        if await self.store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress], result=result):
+            await self.store.append_event(job_id, "end", {"status": "completed"})
+        return await self._cleanup_if_ended(job_id, JobStatus.completed.value)
+
+    async def _cleanup_if_ended(self, job_id: str, default: str) -> str:
         job = await self.store.get_job(job_id)
         if job is None:
-            return FinishOutput(status=inp.status)
+            return default
         if job.status.terminal:
             if job.pending is not None:
                 await self.store.clear_pending(job_id)
             await self.store.delete_checkpoints(job.run_id)
             await self.store.delete_blobs(blob_prefix(job_id))
-        return FinishOutput(status=job.status.value)
+        return job.status.value
 
     @activity.defn(name="record_event")
     async def record_event(self, inp: RecordEventInput) -> None:

@@ -116,10 +116,11 @@ class FlowRun:
                 self._set_status("cancelled")
                 return "cancelled"
             step, self._state = out.step, out.state
-            if out.done:
-                fin = await self._finish(FinishInput(job_id=inp.job_id, status="completed", state=self._state))
-                self._set_status(fin.status)
-                return fin.status
+            if out.done:  # the last layer already recorded the completion (one activity less)
+                status = out.status or (await self._finish(
+                    FinishInput(job_id=inp.job_id, status="completed", state=self._state))).status
+                self._set_status(status)
+                return status
             if out.pending is not None:
                 ended = await self._wait_for_decision(inp, out.pending)
                 if ended is not None:

@@ -51,6 +51,7 @@ class RunLayerOutput(BaseModel):
     pending: PendingRequest | None = None
     built: list[str] = Field(default_factory=list)
     cancelled: bool = False  # the job was already ended (e.g. superseded before it started)
+    status: str | None = None  # when done: what the job really is after recording completion
 
 
 class PersistPauseInput(BaseModel):
