@@ -53,10 +53,12 @@ class Settings(BaseSettings):
     # Payloads: vertex outputs larger than this travel by reference, not through Temporal history.
     inline_output_bytes: int = Field(8 * 1024, ge=0)
 
-    # Agent defaults (an Agent's params win).
-    openai_base_url: str | None = None
-    openai_api_key: str | None = None
-    openai_model: str = "gpt-4o-mini"
+    # Agent defaults (an Agent's params win). SIGNOFF_OPENAI_* first, else the usual OPENAI_*.
+    openai_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("signoff_openai_base_url", "openai_base_url")
+    )
+    openai_api_key: str | None = Field(None, validation_alias=AliasChoices("signoff_openai_api_key", "openai_api_key"))
+    openai_model: str = Field("gpt-4o-mini", validation_alias=AliasChoices("signoff_openai_model", "openai_model"))
 
     # Tracing export (docs/tracing.md): the standard OpenTelemetry variables are honoured; when
     # neither is set, spans go to the store only. The OTLP/HTTP exporter reads its other standard

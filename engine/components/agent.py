@@ -159,13 +159,22 @@ class Agent(Component):
 
     def _client(self, ctx: BuildContext) -> ChatClient:
         settings = ctx.run.settings
+        base_url = self.params.get("base_url") or (settings.openai_base_url if settings else None)
+        api_key = self.params.get("api_key") or (settings.openai_api_key if settings else None)
+        if not base_url and not api_key:
+            raise ComponentError(
+                f"Agent '{ctx.vertex_id}': no model endpoint: set the agent's base_url (any OpenAI-compatible server, "
+                "e.g. http://localhost:11434/v1) or an API key for OpenAI (param api_key, or SIGNOFF_OPENAI_BASE_URL / "
+                "SIGNOFF_OPENAI_API_KEY, or OPENAI_BASE_URL / OPENAI_API_KEY for the process)",
+                vertex_id=ctx.vertex_id,
+            )
         extra: dict[str, Any] = {}
         if self.params.get("temperature") is not None:
             extra["temperature"] = self.params["temperature"]
         return ChatClient(
             model=self.params.get("model") or (settings.openai_model if settings else None) or DEFAULT_MODEL,
-            base_url=self.params.get("base_url") or (settings.openai_base_url if settings else None),
-            api_key=self.params.get("api_key") or (settings.openai_api_key if settings else None),
+            base_url=base_url,
+            api_key=api_key,
             timeout=float(self.params.get("timeout") or 60),
             max_retries=int(self.params.get("max_retries") if self.params.get("max_retries") is not None else 3),
             backoff=float(self.params.get("retry_backoff") if self.params.get("retry_backoff") is not None else 0.5),

@@ -26,15 +26,39 @@ def _ask(pending, read: Callable[[str], str]) -> tuple[str, dict | None]:
             raise SystemExit("no answer on stdin; stopping (the run was not completed)") from None
         action = answer.lower().replace(" ", "_")
         if action in allowed:
-            return action, None
+            return action, _tool_values(pending, action, read)
         print(f"   '{answer}' is not one of {allowed}", file=sys.stderr)
+
+
+def _tool_values(pending, action: str, read: Callable[[str], str]) -> dict | None:
+    """An Agent's tool approval: edit asks for the arguments (JSON), reject/respond for a message."""
+    if pending.kind != "tool_approval":
+        return None
+    if action == "edit":
+        while True:
+            text = read(f"arguments as JSON [{json.dumps((pending.tool or {}).get('args') or {})}]: ").strip()
+            try:
+                args = json.loads(text) if text else (pending.tool or {}).get("args") or {}
+            except ValueError:
+                args = None
+            if isinstance(args, dict):
+                return {"args": args}
+            print("   give a JSON object, e.g. {\"body\": \"5 EUR\"}", file=sys.stderr)
+    if action in ("reject", "respond"):
+        message = read("message for the model: ").strip()
+        while action == "respond" and not message:
+            message = read("message for the model (required): ").strip()
+        return {"message": message} if message else None
+    return None
 
 
 async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] = input, out=sys.stdout) -> int:
     from engine.memory import InMemoryCheckpointStore, InMemoryHistory
     from engine.runner import InProcessRunner
 
-    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory())
+    from engine.settings import Settings
+
+    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory(), settings=Settings())
     run_id = str(uuid.uuid4())
     outcome = await runner.start(path.read_text(encoding="utf-8"), run_id=run_id, input_value=input_value,
                                  session_id=run_id)
