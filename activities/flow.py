@@ -35,6 +35,7 @@ from engine.run import (
 from engine.settings import Settings
 from engine.spec import load_flow
 from engine.store.base import Store
+from engine import tracing
 from activities.state import StateCodec, blob_prefix
 from workflows.types import (
     ApplyDecisionInput,
@@ -148,10 +149,12 @@ class FlowActivities:
             state = await self._new_state(inp.job_id)
             if state is None:
                 return RunLayerOutput(step=inp.step, state=inp.state or _empty(), cancelled=True)
+            await self._open_trace(inp.job_id, state, inp.now)
         else:
             state = await self.codec.load(inp.state)
         graph = self.graph(state)
-        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now)
+        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now,
+                          **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         ids = plan_next(graph, state)
         if ids:
             beat = asyncio.create_task(_heartbeat()) if activity.info().heartbeat_timeout else None
@@ -214,6 +217,8 @@ class FlowActivities:
             new, applied = apply_decision(graph, state, inp.request_id, inp.decision, inp.now, inp.decided_by)
         except SignoffError as err:
             raise ApplicationError(err.message, type=err.code, non_retryable=True) from None
+        tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
+                            job_id=inp.job_id, flow_id=state.flow_id)  # "Human In The Loop — {label}"
         if applied.rerouted:
             await self.store.append_event(inp.job_id, "human_input_expired", {
                 "request_id": applied.request_id,
@@ -278,7 +283,25 @@ class FlowActivities:
                 await self.store.clear_pending(job_id)
             await self.store.delete_checkpoints(job.run_id)
             await self.store.delete_blobs(blob_prefix(job_id))
+            await self._close_trace(job)
         return job.status.value
+
+    async def _trace_name(self, job: Any) -> str:
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        return flow.name if flow else job.flow_id
+
+    async def _open_trace(self, job_id: str, state: RunState, now: Any) -> None:
+        """The run's provisional root span (the trace lists as running from the first layer)."""
+        job = await self.store.get_job(job_id)
+        if job is not None:
+            await tracing.open_run(self.store, run_id=job.run_id, job_id=job_id, flow_id=job.flow_id,
+                                   name=await self._trace_name(job), start=job.created_at)
+
+    async def _close_trace(self, job: Any) -> None:
+        """The run's root span, now that the run has ended (same ids on a retry)."""
+        tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id,
+                          name=await self._trace_name(job), start=job.created_at,
+                          end=job.finished_at or job.updated_at, status=job.status.value, error=job.error)
 
     @activity.defn(name="record_event")
     async def record_event(self, inp: RecordEventInput) -> None:

@@ -296,9 +296,11 @@ class TraceSummary(BaseModel):
     run_id: str | None = None
     flow_id: str | None = None
     name: str | None = None
-    status: str | None = None
+    status: str | None = None  # ok | error | unset (still running or suspended)
     start_time: datetime | None = None
-    end_time: datetime | None = None
+    end_time: datetime | None = None  # None while the run has not ended
+    duration_ms: float | None = None  # end_time - start_time, once ended
+    run_status: str | None = None  # the job's status (completed, suspended, failed, ...)
 
 
 class Health(BaseModel):

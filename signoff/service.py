@@ -24,6 +24,7 @@ from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable,
 from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User
 from engine.settings import Settings
 from engine.store.base import Store
+from engine.tracing import run_context
 from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
 SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
@@ -39,10 +40,13 @@ _ERRORS: dict[str, type[SignoffError]] = {
 
 async def connect_client(settings: Settings) -> temporalio.client.Client:
     """A Temporal client with the data converter the workflow and activities expect."""
+    from signoff.telemetry import client_interceptors
+
     return await temporalio.client.Client.connect(
         settings.effective_temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        interceptors=client_interceptors(),  # Temporal's spans, in the run's trace (docs/tracing.md)
     )
 
 
@@ -112,6 +116,10 @@ class SignoffService:
 
     async def start_workflow(self, job: Job, flow: FlowRecord) -> None:
         session = job.effective_session
+        with run_context(job.run_id):  # Temporal's spans join the run's trace
+            await self._start_workflow(job, flow, session)
+
+    async def _start_workflow(self, job: Job, flow: FlowRecord, session: str) -> None:
         await self.client.start_workflow(
             WORKFLOW_TYPE,
             FlowRunInput(
@@ -184,11 +192,12 @@ class SignoffService:
             raise NotResumable(job_id=job_id)
         handle = self.client.get_workflow_handle(job_id)
         try:
-            await handle.execute_update(
-                RESUME,
-                ResumeInput(request_id=request_id, decision=decision, decided_by=user.id),
-                id=f"resume-{uuid.uuid4()}",
-            )
+            with run_context(job.run_id):  # the Update's spans join the run's trace
+                await handle.execute_update(
+                    RESUME,
+                    ResumeInput(request_id=request_id, decision=decision, decided_by=user.id),
+                    id=f"resume-{uuid.uuid4()}",
+                )
         except WorkflowUpdateFailedError as err:
             raise self._update_error(err, job_id) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:

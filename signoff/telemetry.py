@@ -277,6 +277,18 @@ def client_interceptors() -> list[Any]:
     return [TracingInterceptor()]
 
 
+def with_tracing(client: Any) -> Any:
+    """The same connection with Temporal's tracing interceptor (unchanged when it has one)."""
+    from temporalio.client import Client
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    config = client.config()
+    if any(isinstance(i, TracingInterceptor) for i in config.get("interceptors", [])):
+        return client
+    config["interceptors"] = [*config.get("interceptors", []), *client_interceptors()]
+    return Client(**config)
+
+
 __all__ = [
     "SignoffIdGenerator",
     "SinkSpanProcessor",
@@ -287,4 +299,5 @@ __all__ = [
     "current",
     "install",
     "to_record",
+    "with_tracing",
 ]

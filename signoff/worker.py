@@ -34,9 +34,13 @@ def build_worker(
 ) -> Worker:
     """A worker for FlowRun. ``activities`` replaces the real ones (tests register fakes under
     the real activity names)."""
+    from signoff import telemetry
     from signoff.service import with_converter
 
+    telemetry.install(settings, service_name="signoff-worker")  # idempotent; spans need the SDK
     acts = list(activities) if activities is not None else FlowActivities(store, settings).all()
+    # every activity's spans reach the store before it returns (docs/tracing.md)
+    interceptors = [telemetry.SpanFlushInterceptor(store), *worker_kwargs.pop("interceptors", [])]
     return Worker(
         with_converter(client),
         task_queue=task_queue or settings.task_queue,
@@ -46,6 +50,7 @@ def build_worker(
             restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
         ),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
+        interceptors=interceptors,
         **worker_kwargs,
     )
 
@@ -79,4 +84,9 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
             await stop.wait()
             print("signoff worker: shutting down", flush=True)
     finally:
+        from signoff import telemetry
+
+        tel = telemetry.current()
+        if tel is not None:
+            tel.shutdown()  # push what the OTLP batch still holds
         await store.close()

@@ -58,7 +58,7 @@ async def list_traces(
     flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> list[TraceSummary]:
-    """Recent traces of the caller's runs (optionally of one flow)."""
+    """Recent traces of the caller's runs (optionally of one flow), newest first, with status and duration."""
     if flow_id is not None and not valid_id(flow_id):
         return []
     out = []
@@ -66,7 +66,11 @@ async def list_traces(
         run_id = row.get("run_id") or row.get("trace_id")
         job = await store.get_job(run_id) if run_id and valid_id(str(run_id)) else None
         if job is not None and job.user_id == user.id:
-            out.append(TraceSummary(**{k: row.get(k) for k in TraceSummary.model_fields}))
+            summary = TraceSummary(**{k: row.get(k) for k in TraceSummary.model_fields if k in row})
+            if summary.start_time is not None and summary.end_time is not None:
+                summary.duration_ms = round((summary.end_time - summary.start_time).total_seconds() * 1000, 3)
+            summary.run_status = job.status.value
+            out.append(summary)
     return out
 
 

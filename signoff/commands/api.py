@@ -18,6 +18,9 @@ def _handle(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["api_port"] = args.port
     settings = Settings(**overrides)
+    from signoff import telemetry
+
+    telemetry.install(settings, service_name="signoff-api")  # OTLP export of Temporal's client spans
     app = create_app(settings)
     print(f"signoff API on http://{settings.api_host}:{settings.api_port} (docs at /docs)", flush=True)
     uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=args.log_level)

@@ -48,6 +48,9 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             loop.add_signal_handler(sig, stop.set)
 
     settings.home.mkdir(parents=True, exist_ok=True)
+    from signoff import telemetry
+
+    telemetry.install(settings, service_name="signoff-dev")
     server = None
     async with contextlib.AsyncExitStack() as stack:
         if settings.embedded_temporal:
@@ -55,6 +58,9 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             if not server.reused:
                 stack.callback(server.stop)
             client = with_converter(client)
+            from signoff.telemetry import with_tracing
+
+            client = with_tracing(client)  # Temporal's spans in the runs' traces
         else:
             from signoff.service import connect_client
 
