@@ -154,6 +154,7 @@ class FlowActivities:
             state = await self.codec.load(inp.state)
         graph = self.graph(state)
         ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now,
+                          settings=self.settings,  # an Agent's model defaults (openai_*)
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         ids = plan_next(graph, state)
         if ids:

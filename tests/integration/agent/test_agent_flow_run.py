@@ -163,3 +163,22 @@ async def test_a_worker_killed_while_suspended_resumes_without_resending_a_model
     assert fake_openai.count == 2  # the first model call was not re-sent by the new worker
     assert tool_target.counts == {"/refunds": 1}
     assert [m["role"] for m in fake_openai.requests[1]["messages"]] == ["system", "user", "assistant", "tool"]
+
+
+async def test_the_worker_passes_its_settings_as_the_agent_defaults(client, service, store, settings, user, make_flow,
+                                                                    fake_openai):
+    fake_openai.add(say("configured by the worker"))
+    spec = {"name": "bare agent",
+            "nodes": [{"id": "agent", "type": "Agent"}, {"id": "out", "type": "ChatOutput"}],
+            "edges": [{"from": "agent.response", "to": "out.input_value"}]}
+    flow = await make_flow(spec)
+    worker_settings = settings.model_copy(update={"openai_base_url": fake_openai.base_url,
+                                                  "openai_api_key": "sk-worker", "openai_model": "worker-model"})
+    async with build_worker(client, store, worker_settings):
+        job, _ = await service.submit(user, flow, input_value="hi", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed, timeout=60)
+    assert done.status == JobStatus.completed, done.error
+    assert done.result["output"]["text"] == "configured by the worker"
+    assert fake_openai.requests[0]["model"] == "worker-model"
+    assert fake_openai.headers[0]["authorization"] == "Bearer sk-worker"
