@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from engine.errors import ComponentError, SignoffError
 from engine.graph import Graph
-from engine.models import JobStatus
+from engine.models import JobStatus, utcnow
 from engine.run import (
     RunState,
     apply_decision,
@@ -252,6 +252,8 @@ class FlowActivities:
         if status == JobStatus.completed:
             state = await self.codec.load(inp.state) if inp.state else None
             return FinishOutput(status=await self._complete(job_id, final_result(self.graph(state), state) if state else {}))
+        # the trace is whole before the status says the run ended (docs/tracing.md)
+        emitted = await self._end_trace(job_id, status.value, inp.error)
         if status == JobStatus.failed:
             error = inp.error or {"error": "failed", "type": "Error"}
             if await self.store.set_status(job_id, status, error=error):
@@ -266,16 +268,17 @@ class FlowActivities:
                 await self.store.append_event(job_id, "run_timed_out", {
                     "max_suspend_seconds": self.settings.max_suspend_seconds})
                 await self.store.supersede_cards(job_id)
-        return FinishOutput(status=await self._cleanup_if_ended(job_id, inp.status))
+        return FinishOutput(status=await self._cleanup_if_ended(job_id, inp.status, emitted))
 
     async def _complete(self, job_id: str, result: dict[str, Any]) -> str:
         """in_progress → completed with the result, then the ``end`` event; cleanup. Returns the
         job's real status (a run cancelled meanwhile stays cancelled)."""
+        emitted = await self._end_trace(job_id, JobStatus.completed.value)
         if await self.store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress], result=result):
             await self.store.append_event(job_id, "end", {"status": "completed"})
-        return await self._cleanup_if_ended(job_id, JobStatus.completed.value)
+        return await self._cleanup_if_ended(job_id, JobStatus.completed.value, emitted)
 
-    async def _cleanup_if_ended(self, job_id: str, default: str) -> str:
+    async def _cleanup_if_ended(self, job_id: str, default: str, traced: str | None = None) -> str:
         job = await self.store.get_job(job_id)
         if job is None:
             return default
@@ -284,7 +287,8 @@ class FlowActivities:
                 await self.store.clear_pending(job_id)
             await self.store.delete_checkpoints(job.run_id)
             await self.store.delete_blobs(blob_prefix(job_id))
-            await self._close_trace(job)
+            if job.status.value != traced:  # the run ended otherwise than the root span said
+                await self._close_trace(job)
         return job.status.value
 
     async def _trace_name(self, job: Any) -> str:
@@ -298,8 +302,20 @@ class FlowActivities:
             await tracing.open_run(self.store, run_id=job.run_id, job_id=job_id, flow_id=job.flow_id,
                                    name=await self._trace_name(job), start=job.created_at)
 
+    async def _end_trace(self, job_id: str, status: str, error: dict[str, Any] | None = None) -> str | None:
+        """Emit the run's root span with the status about to be written, and flush every span of
+        the run to the store, so a reader who sees the run ended sees its whole trace."""
+        job = await self.store.get_job(job_id)
+        if job is None or job.status.terminal:
+            return None
+        tracing.close_run(run_id=job.run_id, job_id=job_id, flow_id=job.flow_id, name=await self._trace_name(job),
+                          start=job.created_at, end=utcnow(), status=status, error=error)
+        await tracing.flush()
+        return status
+
     async def _close_trace(self, job: Any) -> None:
-        """The run's root span, now that the run has ended (same ids on a retry)."""
+        """The run's root span with the status the run really ended with (same ids: it replaces
+        the one emitted before)."""
         tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id,
                           name=await self._trace_name(job), start=job.created_at,
                           end=job.finished_at or job.updated_at, status=job.status.value, error=job.error)

@@ -31,7 +31,7 @@ import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -73,6 +73,20 @@ requested_ids: ContextVar[RequestedIds | None] = ContextVar("signoff_requested_i
 _current_vertex: ContextVar[tuple[str, int] | None] = ContextVar("signoff_current_vertex", default=None)
 # The vertex span waiting for on_vertex_built (set when wrap_build exits normally).
 _ending: ContextVar[Any] = ContextVar("signoff_ending_span", default=None)
+
+
+# Writes the spans ended so far in this context to their store (set by the SDK side around an
+# activity: signoff.telemetry.collect_spans).
+flusher: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("signoff_span_flusher", default=None)
+
+
+async def flush() -> None:
+    """Write the spans ended so far (in this activity) to the store now: call it before a
+    status change that tells readers the run has reached a point (completed, failed), so the
+    trace is complete when they look. Nothing to do without the SDK."""
+    f = flusher.get()
+    if f is not None:
+        await f()
 
 
 def tracer() -> trace.Tracer:
@@ -398,6 +412,7 @@ __all__ = [
     "TRACER_NAME",
     "bounded",
     "close_run",
+    "flush",
     "gate_label",
     "gate_span_name",
     "hex_span",

@@ -233,16 +233,24 @@ async def collect_spans(store: Store) -> AsyncIterator[list[SpanRecord]]:
     """Collect the signoff spans ended inside the block and write them to ``store`` when it
     ends (also when it raises). What the activity interceptor does around each activity."""
     sink: list[SpanRecord] = []
+
+    async def write() -> None:
+        spans = sink[:]
+        del sink[: len(spans)]
+        tel = _telemetry
+        if tel is not None:
+            await tel.flush(store, spans)
+        elif spans:
+            await store.save_spans(spans)
+
     token = _sink.set(sink)
+    ftoken = T.flusher.set(write)  # engine.tracing.flush() writes what has ended so far
     try:
         yield sink
     finally:
+        T.flusher.reset(ftoken)
         _sink.reset(token)
-        tel = _telemetry
-        if tel is not None:
-            await tel.flush(store, sink)
-        elif sink:
-            await store.save_spans(sink)
+        await write()
 
 
 class SpanFlushInterceptor(temporalio.worker.Interceptor):
