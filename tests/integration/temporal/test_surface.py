@@ -141,7 +141,8 @@ async def test_stop_suspended_and_running(worker, service, store, user, make_flo
     stopped = await service.stop(user, run.job_id)
     http_counter.release.set()
     assert stopped.status == JobStatus.cancelled
-    assert (await event_names(store, run.job_id))[-1] == "run_cancelled"
+    # the status is written before the event (finish): poll for the event
+    await eventually(lambda: _last_event_is(store, run.job_id, "run_cancelled"), what="run_cancelled")
     # a completed job stays completed
     again = await service.stop(user, job.job_id)
     assert again.status == JobStatus.cancelled
@@ -198,3 +199,8 @@ async def test_large_output_travels_by_reference(worker, service, store, user, m
     assert done.result["output"]["text"] == big
     history = await service.client.get_workflow_handle(job.job_id).fetch_history()
     assert history.to_json().count(big) == 0
+
+
+async def _last_event_is(store, job_id: str, name: str) -> bool:
+    names = await event_names(store, job_id)
+    return bool(names) and names[-1] == name
