@@ -168,6 +168,11 @@ MIGRATIONS: list[list[str]] = [
             data {blob} NOT NULL,
             created_at {ts} NOT NULL)""",
     ],
+    # 2: idempotent event appends (a retried activity writes its event once)
+    [
+        "ALTER TABLE events ADD COLUMN dedupe_key TEXT",
+        "CREATE UNIQUE INDEX events_dedupe ON events (job_id, dedupe_key)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
@@ -231,6 +236,8 @@ class Q:
         "UPDATE jobs SET status = 'in_progress', claim_token = ?, updated_at = ? "
         "WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
     )
+    # the same claimant again (a retried activity): it still holds the claim it took
+    claim_held = "SELECT 1 AS held FROM jobs WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
     rollback_resume = (
         "UPDATE jobs SET status = 'suspended', claim_token = NULL, updated_at = ? "
         "WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
@@ -250,8 +257,9 @@ class Q:
         "INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1) ON CONFLICT (job_id) "
         "DO UPDATE SET last_seq = job_event_seq.last_seq + 1 RETURNING last_seq"
     )
-    insert_event = "INSERT INTO events (job_id, seq, event, data, created_at) VALUES (?, ?, ?, ?, ?)"
-    read_events = "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
+    event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
+    read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 
     insert_checkpoint = (
         "INSERT INTO checkpoints (id, run_id, job_id, data, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -344,6 +352,14 @@ def as_utc(value: datetime) -> datetime:
         # A naive datetime in signoff is always UTC by convention.
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
+
+
+class _Duplicate(Exception):
+    """Raised inside an append's transaction to roll it back: the key was used (seq inside)."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
 
 
 class Tx(abc.ABC):
@@ -605,9 +621,11 @@ class SQLStore(Store):
         expect: Iterable[JobStatus] | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        event: tuple[str, dict[str, Any]] | None = None,
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and the claim
-        and sets finished_at; ``result``/``error`` are written only when given."""
+        and sets finished_at; ``result``/``error`` are written only when given; ``event`` is
+        appended in the same transaction when (and only when) the row changed."""
         status = JobStatus(status)
         allowed = [JobStatus(s) for s in expect] if expect is not None else list(JobStatus)
         allowed = sorted({s.value for s in allowed if s not in TERMINAL_STATUSES})
@@ -626,8 +644,12 @@ class SQLStore(Store):
             sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL", "claim_token = NULL"]
             params.append(now)
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
+        body = self._enc_json(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
-            return await tx.execute(sql, (*params, job_id, *allowed)) > 0
+            changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
+            if changed and event is not None:
+                await self._append(tx, job_id, event[0], body, None)
+        return changed
 
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped)."""
@@ -635,11 +657,16 @@ class SQLStore(Store):
         async with self._tx(write=True) as tx:
             return await tx.execute(Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
 
-    async def claim_suspended_for_resume(self, job_id: str, request_id: str) -> str | None:
-        token = uuid.uuid4().hex
+    async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
+        """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller that
+        already holds the claim under that token (job ``in_progress``, same token) wins again:
+        a retried activity whose first attempt committed the claim is not locked out."""
+        fresh = token or uuid.uuid4().hex
         async with self._tx(write=True) as tx:
-            won = await tx.execute(Q.claim_resume, (token, self._enc_dt(utcnow()), job_id, request_id)) > 0
-        return token if won else None
+            won = await tx.execute(Q.claim_resume, (fresh, self._enc_dt(utcnow()), job_id, request_id)) > 0
+            if not won and token:
+                won = await tx.fetchone(Q.claim_held, (job_id, token)) is not None
+        return fresh if won else None
 
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
         async with self._tx(write=True) as tx:
@@ -671,13 +698,27 @@ class SQLStore(Store):
 
     # ---- events
 
-    async def append_event(self, job_id: str, event: str, data: dict[str, Any]) -> int:
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+        """See Store.append_event. With a ``dedupe_key`` already used for this job, nothing is
+        written and the first event's seq is returned."""
         body = self._enc_json(data)
-        async with self._tx(write=True) as tx:
-            row = await tx.fetchone(Q.next_seq, (job_id,))
-            assert row is not None
-            seq = int(row["last_seq"])
-            await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow())))
+        try:
+            async with self._tx(write=True) as tx:
+                return await self._append(tx, job_id, event, body, dedupe_key)
+        except _Duplicate as dup:  # the transaction rolled back: the counter is untouched
+            return dup.seq
+
+    async def _append(self, tx: Tx, job_id: str, event: str, body: Any, dedupe_key: str | None) -> int:
+        # The counter row first: it is the per-job lock, so the duplicate check below sees any
+        # append with the same key that committed before this one took the lock.
+        row = await tx.fetchone(Q.next_seq, (job_id,))
+        assert row is not None
+        seq = int(row["last_seq"])
+        if dedupe_key is not None:
+            first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
+            if first is not None:
+                raise _Duplicate(int(first["seq"]))
+        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
         return seq
 
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:

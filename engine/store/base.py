@@ -161,18 +161,26 @@ class Store(CheckpointStore, HistoryStore):
         expect: Iterable[JobStatus] | None = None,
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
+        event: tuple[str, dict[str, Any]] | None = None,
     ) -> bool:
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
-        Returns whether the row changed. A terminal status never changes again."""
+        Returns whether the row changed. A terminal status never changes again. ``event``
+        (name, data) is appended in the same transaction when the row changed, so a status and
+        its event (``end``, ``run_failed``...) are written together or not at all."""
 
     @abc.abstractmethod
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``in_progress → suspended`` with the pending request."""
 
     @abc.abstractmethod
-    async def claim_suspended_for_resume(self, job_id: str, request_id: str) -> str | None:
+    async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
         """``suspended → in_progress`` when the pending request id matches. Returns a claim token
-        for the single winner, None for everyone else (who changed nothing)."""
+        for the single winner, None for everyone else (who changed nothing).
+
+        ``token``: the caller's own claim token (e.g. derived from a workflow Update id), stored
+        instead of a random one. The same caller asking again with the same token while it still
+        holds the claim (status ``in_progress``, that token) also gets it back, so a retried
+        activity is safe; a different token never wins a claim that is held."""
 
     @abc.abstractmethod
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
@@ -195,8 +203,10 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- events
     @abc.abstractmethod
-    async def append_event(self, job_id: str, event: str, data: dict[str, Any]) -> int:
-        """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers."""
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+        """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers.
+        With a ``dedupe_key`` (unique per job) already used, writes nothing and returns the seq
+        of the event written with it (a retried activity appends once)."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

@@ -235,6 +235,37 @@ async def test_suspend_resume_claim_and_rollback(store: Store) -> None:
     assert (await store.get_job(job_id)).pending.request_id == f"gate2:{job_id}"
 
 
+async def test_resume_claim_with_a_token_is_idempotent_for_its_holder(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") == "upd-1"
+    assert (await store.get_job(job_id)).status == JobStatus.in_progress
+    # a retry of the same claimant (its first attempt committed) wins again; nobody else does
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") == "upd-1"
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-2") is None
+    assert await store.claim_suspended_for_resume(job_id, request_id) is None
+    # still held once the decision is applied (pending cleared), until the run moves on
+    await store.clear_pending(job_id)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") == "upd-1"
+    assert await store.rollback_resume_claim(job_id, "upd-1")  # the token is the claim token
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended
+
+    # the run paused again (new request): the old claim is not held any more
+    job_id, request_id = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") == "upd-1"
+    assert await store.mark_suspended(job_id, pending(f"gate2:{job_id}"))
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") is None
+    assert (await store.get_job(job_id)).status == JobStatus.suspended
+    # nor after the run ended
+    assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-3") == "upd-3"
+    assert await store.set_status(job_id, JobStatus.completed)
+    assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-3") is None
+    # a token held on one job wins nothing on another
+    other, other_request = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(other, other_request, token="x") == "x"
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="x") is None
+
+
 async def test_cancel_claim_clears_pending(store: Store) -> None:
     job_id, request_id = await suspended_job(store)
     assert await store.claim_suspended_for_cancel(job_id)
@@ -282,6 +313,37 @@ async def test_event_log(store: Store) -> None:
     assert [e.seq for e in await store.read_events(job_id, after_seq=1)] == [2, 3]
     assert [e.seq for e in await store.read_events(job_id, after_seq=1, limit=1)] == [2]
     assert await store.read_events(job_id, after_seq=3) == []
+
+
+async def test_event_dedupe_key_appends_once_and_keeps_seq_gap_free(store: Store) -> None:
+    job_id, other = await new_job(store), await new_job(store)
+    assert await store.append_event(job_id, "human_input_required", {"n": 1}, dedupe_key="pause:1") == 1
+    assert await store.append_event(job_id, "human_input_decision", {"n": 2}, dedupe_key="t1:decision") == 2
+    assert await store.append_event(job_id, "human_input_decision", {"n": 3}, dedupe_key="t1:decision") == 2
+    assert await store.append_event(job_id, "human_input_required", {"n": 4}, dedupe_key="pause:1") == 1
+    assert await store.append_event(job_id, "progress", {"n": 5}) == 3  # no key: always appended
+    assert await store.append_event(job_id, "progress", {"n": 6}) == 4
+    assert await store.append_event(other, "human_input_required", {}, dedupe_key="pause:1") == 1  # per job
+    events = await store.read_events(job_id)
+    assert [(e.seq, e.event, e.data) for e in events] == [
+        (1, "human_input_required", {"n": 1}),
+        (2, "human_input_decision", {"n": 2}),
+        (3, "progress", {"n": 5}),
+        (4, "progress", {"n": 6}),
+    ]
+
+
+async def test_status_change_and_its_event_are_one_write(store: Store) -> None:
+    job_id = await new_job(store)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    assert await store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress],
+                                  result={"ok": True}, event=("end", {"status": "completed"}))
+    # a second attempt (e.g. a retried activity) changes nothing and writes no second event
+    assert not await store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress],
+                                      event=("end", {"status": "completed"}))
+    assert not await store.set_status(job_id, JobStatus.failed, event=("run_failed", {}))
+    assert [(e.seq, e.event, e.data) for e in await store.read_events(job_id)] == [(1, "end", {"status": "completed"})]
+    assert await store.append_event(job_id, "late", {}) == 2
 
 
 # ---- checkpoints ------------------------------------------------------------------------------

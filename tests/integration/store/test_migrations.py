@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from engine.models import JobStatus
+from engine.models import JobStatus, utcnow
 from engine.store import StoreError, open_store
 from engine.store import _sql
 from tests.integration.store.test_conformance import new_job
@@ -41,7 +41,7 @@ async def test_setup_upgrades_an_older_database_and_keeps_its_rows(
     try:
         await new.setup()
         await new.setup()
-        assert await new.schema_version() == 2
+        assert await new.schema_version() == len(_sql.MIGRATIONS)
         job = await new.get_job(job_id)
         assert job is not None and job.status == JobStatus.queued
         assert await new.set_status(job_id, JobStatus.in_progress)
@@ -64,3 +64,28 @@ async def test_a_database_newer_than_the_code_refuses_to_open(
             await older.setup()
     finally:
         await older.close()
+
+
+async def test_schema_1_database_gains_event_dedupe_keeping_its_events(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_sql, "MIGRATIONS", _sql.MIGRATIONS[:1])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    job_id = await new_job(old)
+    async with old._tx(write=True) as tx:  # an event as schema 1 wrote it (no dedupe_key column)
+        await tx.execute("INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1)", (job_id,))
+        await tx.execute("INSERT INTO events (job_id, seq, event, data, created_at) VALUES (?, 1, ?, ?, ?)",
+                         (job_id, "human_input_required", old._enc_json({}), old._enc_dt(utcnow())))
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        assert await new.schema_version() == len(_sql.MIGRATIONS) >= 2
+        assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
+        assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
+        assert [e.event for e in await new.read_events(job_id)] == ["human_input_required", "human_input_decision"]
+    finally:
+        await new.close()

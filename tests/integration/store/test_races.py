@@ -65,6 +65,31 @@ async def test_20_concurrent_resume_claims_have_exactly_one_winner(stores: list[
     assert job.status == JobStatus.in_progress and job.pending.request_id == request_id
 
 
+async def test_token_claims_and_their_retries_have_exactly_one_winner(stores: list[Store]) -> None:
+    job_id, request_id = await suspended_job(stores[0])
+    # 10 claimants, each with its own token, each trying twice (a retried activity)
+    calls = [(i, stores[(i + k) % len(stores)]) for i in range(10) for k in range(2)]
+    results = await asyncio.gather(
+        *(s.claim_suspended_for_resume(job_id, request_id, token=f"t{i}") for i, s in calls))
+    winners = {r for r in results if r is not None}
+    assert len(winners) == 1
+    (token,) = winners
+    assert results.count(token) == 2  # both attempts of the winner, and nobody else
+    assert (await stores[0].get_job(job_id)).status == JobStatus.in_progress
+
+
+async def test_concurrent_appends_with_one_dedupe_key_write_one_event(stores: list[Store]) -> None:
+    job_id = await new_job(stores[0])
+    keyed = [s.append_event(job_id, "human_input_decision", {}, dedupe_key="t:decision")
+             for s in stores for _ in range(5)]
+    plain = [s.append_event(job_id, "progress", {}) for s in stores for _ in range(5)]
+    results = await asyncio.gather(*keyed, *plain)
+    assert len(set(results[: len(keyed)])) == 1
+    events = await stores[0].read_events(job_id)
+    assert [e.seq for e in events] == list(range(1, len(plain) + 2))
+    assert [e.event for e in events].count("human_input_decision") == 1
+
+
 async def test_resume_claim_against_cancel_claim_never_both_win(stores: list[Store]) -> None:
     resumer, canceller = stores[1], stores[2]
     outcomes = {"resume": 0, "cancel": 0}
