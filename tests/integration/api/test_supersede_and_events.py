@@ -80,6 +80,7 @@ async def test_sse_replay_and_reconnect_with_last_event_id(api: Harness) -> None
         r = await c.post(f"/api/v2/workflows/{job_id}/resume",
                          json={"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}})
         assert r.status_code == 200, r.text
+        await api.wait_status(job_id, JobStatus.completed)  # the ASGI test client reads whole streams
         after = sse_frames((await c.get(f"/api/v2/workflows/{job_id}/events", headers={"Last-Event-ID": str(last)})).text)
         assert after[0]["seq"] == last + 1 and after[-1]["event"] == "end"
         assert "human_input_decision" in [f["event"] for f in after]
