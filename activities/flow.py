@@ -46,6 +46,8 @@ from workflows.types import (
     FinishOutput,
     PersistPauseInput,
     RecordEventInput,
+    ResumeRunInput,
+    ResumeRunOutput,
     RollbackResumeInput,
     RunLayerInput,
     RunLayerOutput,
@@ -53,6 +55,13 @@ from workflows.types import (
 
 _GRAPH_CACHE_SIZE = 256
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
+# Components that do no external I/O (at most a store write with a deterministic id): after a
+# decision, layers made only of these are built inside the resume activity itself, so a resume
+# costs one activity instead of one per layer. Anything else (HTTP, model calls, nested flows)
+# stays in run_layer with its heartbeat and retry policy, and the Update answers before it.
+INSTANT_TYPES = frozenset({"ChatInput", "TextInput", "Prompt", "ChatOutput", "TextOutput", "HumanInput",
+                           "ConditionalRouter", "Calculator"})
+MAX_INLINE_LAYERS = 64
 
 
 def to_application_error(err: SignoffError) -> ApplicationError:
@@ -93,8 +102,10 @@ class FlowActivities:
         self._graphs: OrderedDict[str, Graph] = OrderedDict()
 
     def all(self) -> list[Any]:
-        return [self.run_layer, self.persist_pause, self.claim_resume, self.apply_decision, self.rollback_resume, self.finish,
-                self.record_event]
+        return [self.run_layer, self.persist_pause, self.resume_run, self.rollback_resume, self.finish,
+                self.record_event,
+                # the activities of the pre-resume_run handler, kept for runs mid-resume at deploy
+                self.claim_resume, self.apply_decision]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -119,7 +130,8 @@ class FlowActivities:
             raise ApplicationError(f"job {job_id} not found", type="NON_RETRYABLE", non_retryable=True)
         if job.status.terminal:
             return None
-        flow = await self.store.get_flow(job.flow_id)
+        # the version the job was created with, not a later edit of the flow
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
         if flow is None:
             raise ApplicationError(
                 f"flow {job.flow_id} was deleted", {"error": "flow deleted", "type": "FlowNotFound"},
@@ -153,36 +165,44 @@ class FlowActivities:
         else:
             state = await self.codec.load(inp.state)
         graph = self.graph(state)
-        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=lambda: inp.now,
-                          settings=self.settings,  # an Agent's model defaults (openai_*)
-                          **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         ids = plan_next(graph, state)
         if ids:
             beat = asyncio.create_task(_heartbeat()) if activity.info().heartbeat_timeout else None
             try:
-                layer = await build_vertices(graph, state, ids, ctx)
+                state = await self._build_layer(graph, state, ids, lambda: inp.now)
             except SignoffError as err:
                 raise to_application_error(err) from None
             finally:
                 if beat is not None:
                     beat.cancel()
-            state = apply_layer(graph, state, layer)
+        return await self._layer_output(inp.job_id, graph, state, inp.step + 1, inp.now, list(ids))
+
+    async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Any) -> RunState:
+        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=clock,
+                          settings=self.settings,  # an Agent's model defaults (openai_*)
+                          **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
+        layer = await build_vertices(graph, state, ids, ctx)
+        return apply_layer(graph, state, layer)
+
+    async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: Any,
+                            built: list[str], blob_step: int | None = None) -> RunLayerOutput:
+        """Where the run is after a layer: the state handed back (inline or by reference); on a
+        pause the checkpoint saved; at the end the completion recorded."""
         try:
-            ref, data = await self.codec.dump(state, inp.step + 1)
+            ref, data = await self.codec.dump(state, step if blob_step is None else blob_step)
         except SignoffError as err:
             raise to_application_error(err) from None
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
             await self.store.save_checkpoint(
-                state.run_id, data, job_id=inp.job_id,
-                expires_at=(inp.now + timedelta(seconds=ttl)) if ttl else None,
+                state.run_id, data, job_id=job_id,
+                expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
             )
         done = state.pending is None and is_finished(graph, state)
         status = None
         if done:
-            status = await self._complete(inp.job_id, final_result(graph, state))
-        return RunLayerOutput(step=inp.step + 1, state=ref, done=done, pending=state.pending, built=list(ids),
-                              status=status)
+            status = await self._complete(job_id, final_result(graph, state))
+        return RunLayerOutput(step=step, state=ref, done=done, pending=state.pending, built=built, status=status)
 
     @activity.defn(name="persist_pause")
     async def persist_pause(self, inp: PersistPauseInput) -> None:
@@ -193,7 +213,8 @@ class FlowActivities:
             return
         if job.status == JobStatus.suspended and job.pending and job.pending.request_id == inp.pending.request_id:
             return  # a retry of an attempt that already persisted this pause
-        await self.store.append_event(inp.job_id, "human_input_required", inp.pending.model_dump(mode="json"))
+        await self.store.append_event(inp.job_id, "human_input_required", inp.pending.model_dump(mode="json"),
+                                      dedupe_key=inp.dedupe_key)
         await self.store.mark_suspended(inp.job_id, inp.pending)
 
     @activity.defn(name="claim_resume")
@@ -202,42 +223,94 @@ class FlowActivities:
 
     @activity.defn(name="apply_decision")
     async def apply_decision(self, inp: ApplyDecisionInput) -> ApplyDecisionOutput:
-        """Restore the checkpoint, apply the decision (timeout reroute), record
-        ``human_input_expired`` (when rerouted) then ``human_input_decision``."""
+        """(Runs resumed by an earlier workflow version.) Restore the checkpoint, apply the
+        decision (timeout reroute), record ``human_input_expired`` (when rerouted) then
+        ``human_input_decision``; dedupe keys from the claim token (a retry appends once)."""
         job = await self.store.get_job(inp.job_id)
-        run_id = job.run_id if job else inp.job_id
+        new, _, applied = await self._apply(job, inp.job_id, inp.request_id, inp.decision, inp.now, inp.decided_by,
+                                            inp.state, dedupe=inp.claim_token)
+        ref, _ = await self.codec.dump(new, len(new.decisions) * 100000 + new.layers)
+        return ApplyDecisionOutput(state=ref, action_id=applied.action_id)
+
+    @activity.defn(name="resume_run")
+    async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        """A decision in one activity: the single-flight claim under the workflow's token, the
+        decision applied (as ``apply_decision``), then the following layers built inline while
+        they are instant (``INSTANT_TYPES``), up to the next pause or the end of the run.
+
+        Safe to retry: the claim is idempotent for its token, the decision events carry dedupe
+        keys derived from it, and a retry that finds the run already ended reports that. A
+        failure while building the inline layers is not a failure of the decision: the state
+        after the decision is returned and the workflow builds that layer with ``run_layer``
+        (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
+        applied; the workflow then rolls the claim back."""
+        token = await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
+        if token is None:
+            return ResumeRunOutput(claimed=False)
+        job = await self.store.get_job(inp.job_id)
+        if job is not None and job.status.terminal:  # a retry: our first attempt ran to the end
+            return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
+                step=inp.step, state=inp.state or _empty(), done=True, status=job.status.value))
+        state, graph, applied = await self._apply(job, inp.job_id, inp.request_id, inp.decision, inp.now,
+                                                  inp.decided_by, inp.state, dedupe=inp.token)
+        step, built = inp.step, []
+        # Layers built here happen after the decision, in real time: a pause reached inline is
+        # stamped now (the workflow's time when that is later, e.g. under time skipping).
+        clock = lambda: max(inp.now, utcnow())  # noqa: E731
+        if inp.inline:
+            for _ in range(MAX_INLINE_LAYERS):
+                ids = plan_next(graph, state)
+                if not ids or any(graph.vertices[v].type not in INSTANT_TYPES for v in ids):
+                    break
+                try:
+                    state = await self._build_layer(graph, state, ids, clock)
+                except Exception:  # noqa: BLE001 - run_layer builds it again, with its retry policy
+                    break
+                step += 1
+                built += ids
+                if state.pending is not None:
+                    break
+        out = await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
+                                       blob_step=len(state.decisions) * 100000 + state.layers)
+        return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out)
+
+    async def _apply(self, job: Any, job_id: str, request_id: str, decision: Any, now: Any, decided_by: str | None,
+                     fallback: Any, dedupe: str | None = None) -> tuple[RunState, Graph, Any]:
+        """Restore the checkpoint, apply the decision (timeout reroute), record
+        ``human_input_expired`` (when rerouted) then ``human_input_decision``, stamp the card,
+        clear the pending request. ``dedupe``: prefix of the events' dedupe keys."""
+        run_id = job.run_id if job else job_id
         cp = await self.store.load_latest_checkpoint(run_id)
         if cp is not None:
             state = await self.codec.internalize(cp.data)
-        elif inp.state is not None:
-            state = await self.codec.load(inp.state)
+        elif fallback is not None:
+            state = await self.codec.load(fallback)
         else:
             raise ApplicationError("the checkpoint is gone", type="NOT_RESUMABLE", non_retryable=True)
         graph = self.graph(state)
         try:
-            new, applied = apply_decision(graph, state, inp.request_id, inp.decision, inp.now, inp.decided_by)
+            new, applied = apply_decision(graph, state, request_id, decision, now, decided_by)
         except SignoffError as err:
             raise ApplicationError(err.message, type=err.code, non_retryable=True) from None
         tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
-                            job_id=inp.job_id, flow_id=state.flow_id)  # "Human In The Loop — {label}"
+                            job_id=job_id, flow_id=state.flow_id)  # "Human In The Loop — {label}"
         if applied.rerouted:
-            await self.store.append_event(inp.job_id, "human_input_expired", {
+            await self.store.append_event(job_id, "human_input_expired", {
                 "request_id": applied.request_id,
                 "requested_action": applied.requested_action,
                 "rerouted_to": applied.action_id,
                 "timeout_seconds": applied.timeout_seconds,
-            })
-        await self.store.append_event(inp.job_id, "human_input_decision", {
+            }, dedupe_key=f"{dedupe}:expired" if dedupe else None)
+        await self.store.append_event(job_id, "human_input_decision", {
             "request_id": applied.request_id,
             "action_id": applied.action_id,
             "values": applied.values,
             "decided_by": applied.decided_by,
             "decided_at": applied.decided_at.isoformat(),
-        })
+        }, dedupe_key=f"{dedupe}:decision" if dedupe else None)
         await self.store.stamp_card(applied.request_id, applied.action_id)
-        await self.store.clear_pending(inp.job_id)
-        ref, _ = await self.codec.dump(new, len(new.decisions) * 100000 + new.layers)
-        return ApplyDecisionOutput(state=ref, action_id=applied.action_id)
+        await self.store.clear_pending(job_id)
+        return new, graph, applied
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> None:
@@ -256,17 +329,16 @@ class FlowActivities:
         emitted = await self._end_trace(job_id, status.value, inp.error)
         if status == JobStatus.failed:
             error = inp.error or {"error": "failed", "type": "Error"}
-            if await self.store.set_status(job_id, status, error=error):
-                await self.store.append_event(job_id, "run_failed", {
-                    "error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+            # the status and its event in one transaction: a retry (or a crash in between) can
+            # neither write the event twice nor lose it
+            await self.store.set_status(job_id, status, error=error, event=("run_failed", {
+                "error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")}))
         elif status == JobStatus.cancelled:
-            if await self.store.set_status(job_id, status):
-                await self.store.append_event(job_id, "run_cancelled", {"reason": "stopped"})
+            if await self.store.set_status(job_id, status, event=("run_cancelled", {"reason": "stopped"})):
                 await self.store.supersede_cards(job_id)
         elif status == JobStatus.timed_out:
-            if await self.store.set_status(job_id, status, expect=[JobStatus.suspended]):
-                await self.store.append_event(job_id, "run_timed_out", {
-                    "max_suspend_seconds": self.settings.max_suspend_seconds})
+            if await self.store.set_status(job_id, status, expect=[JobStatus.suspended], event=(
+                    "run_timed_out", {"max_suspend_seconds": self.settings.max_suspend_seconds})):
                 await self.store.supersede_cards(job_id)
         return FinishOutput(status=await self._cleanup_if_ended(job_id, inp.status, emitted))
 
@@ -274,8 +346,8 @@ class FlowActivities:
         """in_progress → completed with the result, then the ``end`` event; cleanup. Returns the
         job's real status (a run cancelled meanwhile stays cancelled)."""
         emitted = await self._end_trace(job_id, JobStatus.completed.value)
-        if await self.store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress], result=result):
-            await self.store.append_event(job_id, "end", {"status": "completed"})
+        await self.store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress], result=result,
+                                    event=("end", {"status": "completed"}))  # one write: no double, no lost `end`
         return await self._cleanup_if_ended(job_id, JobStatus.completed.value, emitted)
 
     async def _cleanup_if_ended(self, job_id: str, default: str, traced: str | None = None) -> str:

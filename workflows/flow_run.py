@@ -1,10 +1,11 @@
 """FlowRun: one durable workflow per run (id = job id). It only coordinates: every side effect
 (building vertices, the job table, events, checkpoints) is an activity in ``activities/``.
 
-Loop: run one layer (activity) → when the layer asked for a pause (the activity has already
-persisted checkpoint, pending request, ``human_input_required`` and ``suspended``), wait for
-the decision by Update or Signal ``resume``, bounded by the deployment's maximum suspension
-(a durable timer) → next layer → ... → finish (status + terminal event).
+Loop: run one layer (activity) → when the layer asked for a pause (the checkpoint is saved),
+persist the pause and wait for the decision by Update or Signal ``resume``, bounded by the
+deployment's maximum suspension (a durable timer). A decision is one activity (``resume_run``:
+claim, apply, and the following instant layers inline) → next layer → ... → the last layer
+records the completion; finish (status + terminal event) for the other ends.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ with workflow.unsafe.imports_passed_through():
         RecordEventInput,
         ResumeInput,
         ResumeResult,
+        ResumeRunInput,
+        ResumeRunOutput,
         RollbackResumeInput,
         RunLayerInput,
         RunLayerOutput,
@@ -75,7 +78,8 @@ class FlowRun:
         self._inp: FlowRunInput | None = None
         self._pending: PendingRequest | None = None
         self._state: StateRef | None = None
-        self._resumed: StateRef | None = None
+        self._resumed: RunLayerOutput | None = None  # where the run is after the applied decision
+        self._step = 0
         self._in_flight = 0  # resume handlers between claim and outcome
         self._status = "queued"
 
@@ -96,35 +100,39 @@ class FlowRun:
         return {"job_id": inp.job_id, "status": status}
 
     async def _drive(self, inp: FlowRunInput) -> str:
-        step = 0
         self._set_status("in_progress")
+        out: RunLayerOutput | None = None
         while True:
-            try:
-                out: RunLayerOutput = await self._activity(
-                    "run_layer",
-                    RunLayerInput(job_id=inp.job_id, step=step, state=self._state, now=workflow.now()),
-                    RunLayerOutput,
-                    timeout=inp.layer_timeout_seconds,
-                    retry=LAYER_RETRY,
-                    heartbeat=LAYER_HEARTBEAT,
-                )
-            except ActivityError as err:
-                if isinstance(err.cause, CancelledError):
-                    raise asyncio.CancelledError() from err
-                return await self._fail(inp, err)
+            if out is None:
+                try:
+                    out = await self._activity(
+                        "run_layer",
+                        RunLayerInput(job_id=inp.job_id, step=self._step, state=self._state, now=workflow.now()),
+                        RunLayerOutput,
+                        timeout=inp.layer_timeout_seconds,
+                        retry=LAYER_RETRY,
+                        heartbeat=LAYER_HEARTBEAT,
+                    )
+                except ActivityError as err:
+                    if isinstance(err.cause, CancelledError):
+                        raise asyncio.CancelledError() from err
+                    return await self._fail(inp, err)
             if out.cancelled:
                 self._set_status("cancelled")
                 return "cancelled"
-            step, self._state = out.step, out.state
+            self._step, self._state = out.step, out.state
             if out.done:  # the last layer already recorded the completion (one activity less)
                 status = out.status or (await self._finish(
                     FinishInput(job_id=inp.job_id, status="completed", state=self._state))).status
                 self._set_status(status)
                 return status
-            if out.pending is not None:
-                ended = await self._wait_for_decision(inp, out.pending)
-                if ended is not None:
-                    return ended
+            if out.pending is None:
+                out = None  # next layer
+                continue
+            ended = await self._wait_for_decision(inp, out.pending)
+            if ended is not None:
+                return ended
+            out = self._take_resumed()  # where the decision left the run (maybe further layers on)
 
     async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
         """Wait until a decision has been applied; None then, else the terminal status."""
@@ -132,8 +140,9 @@ class FlowRun:
         # knows its pending request, so a decision sent as soon as the job shows `suspended`
         # always finds the run waiting.
         self._pending = pending
-        await self._activity("persist_pause", PersistPauseInput(job_id=inp.job_id, pending=pending), None,
-                             retry=STORE_RETRY)
+        await self._activity("persist_pause", PersistPauseInput(
+            job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"), None,
+            retry=STORE_RETRY)
         self._set_status("suspended", request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
         timeout = timedelta(seconds=inp.max_suspend_seconds) if inp.max_suspend_seconds else None
@@ -152,9 +161,14 @@ class FlowRun:
                     workflow.set_current_details(f"Ended: {fin.status}")
                     return fin.status
                 timeout = None  # a claim is being applied: wait for it
-        self._state, self._resumed, self._pending = self._resumed, None, None
+        self._pending = None
         workflow.set_current_details("Running")
         return None
+
+    def _take_resumed(self) -> RunLayerOutput:
+        out, self._resumed = self._resumed, None
+        assert out is not None
+        return out
 
     async def _fail(self, inp: FlowRunInput, err: ActivityError) -> str:
         cause = err.cause
@@ -220,6 +234,47 @@ class FlowRun:
         )
 
     async def _apply(self, inp: ResumeInput) -> ResumeResult:
+        if workflow.patched("resume-run"):
+            return await self._apply_one(inp)
+        return await self._apply_v1(inp)
+
+    async def _apply_one(self, inp: ResumeInput) -> ResumeResult:
+        """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
+        deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
+        and the dedupe keys of its events; concurrent handlers have different tokens, and the
+        store's conditional claim lets exactly one of them win."""
+        assert self._inp is not None
+        job_id = self._inp.job_id
+        token = f"wf-{workflow.uuid4().hex}"
+        self._in_flight += 1
+        try:
+            try:
+                res: ResumeRunOutput = await self._activity(
+                    "resume_run",
+                    ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
+                                   decided_by=inp.decided_by, now=workflow.now(), state=self._state,
+                                   step=self._step),
+                    ResumeRunOutput,
+                    retry=LAYER_RETRY,
+                )
+            except ActivityError as err:
+                await self._activity("rollback_resume", RollbackResumeInput(job_id=job_id, claim_token=token),
+                                     None, retry=STORE_RETRY)
+                cause = err.cause
+                code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
+                raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
+                                       non_retryable=True) from None
+            if not res.claimed or res.out is None:
+                raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
+                                       type="NOT_RESUMABLE", non_retryable=True)
+            self._resumed = res.out
+            self._set_status("in_progress")
+            return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
+        finally:
+            self._in_flight -= 1
+
+    async def _apply_v1(self, inp: ResumeInput) -> ResumeResult:
+        """Runs whose resume began before ``resume_run`` existed (replay): claim, then apply."""
         assert self._inp is not None
         job_id = self._inp.job_id
         self._in_flight += 1
@@ -247,7 +302,7 @@ class FlowRun:
                 code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
                 raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
                                        non_retryable=True) from None
-            self._resumed = out.state
+            self._resumed = RunLayerOutput(step=self._step, state=out.state)
             self._set_status("in_progress")
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
         finally:

@@ -57,6 +57,7 @@ class RunLayerOutput(BaseModel):
 class PersistPauseInput(BaseModel):
     job_id: str
     pending: PendingRequest
+    dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
 
 
 class ResumeInput(BaseModel):
@@ -98,6 +99,28 @@ class ApplyDecisionInput(BaseModel):
 class ApplyDecisionOutput(BaseModel):
     state: StateRef
     action_id: str
+
+
+class ResumeRunInput(BaseModel):
+    """One activity for a decision: claim (with the workflow's deterministic ``token``, so a retry
+    finds its own claim), apply, then build the following layers inline while they are instant
+    (no external I/O), up to the next pause or the end."""
+
+    job_id: str
+    token: str
+    request_id: str
+    decision: Decision
+    decided_by: str | None = None
+    now: datetime
+    state: StateRef | None = None
+    step: int = 0
+    inline: bool = True
+
+
+class ResumeRunOutput(BaseModel):
+    claimed: bool
+    action_id: str | None = None
+    out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
 
 
 class RollbackResumeInput(BaseModel):

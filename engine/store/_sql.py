@@ -236,8 +236,9 @@ class Q:
         "UPDATE jobs SET status = 'in_progress', claim_token = ?, updated_at = ? "
         "WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
     )
-    # the same claimant again (a retried activity): it still holds the claim it took
-    claim_held = "SELECT 1 AS held FROM jobs WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+    # the same claimant again (a retried activity): the claim it took is still the job's last
+    # (running on, or ended since: a terminal status keeps the token; a new pause clears it)
+    claim_held = "SELECT 1 AS held FROM jobs WHERE job_id = ? AND status NOT IN ('queued', 'suspended') AND claim_token = ?"
     rollback_resume = (
         "UPDATE jobs SET status = 'suspended', claim_token = NULL, updated_at = ? "
         "WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
@@ -641,7 +642,9 @@ class SQLStore(Store):
             sets.append("error = ?")
             params.append(self._enc_json(error))
         if status.terminal:
-            sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL", "claim_token = NULL"]
+            # the claim token is kept: it records which resume claim led to this end (a retried
+            # claimant learns that its run already ended); rollback needs in_progress anyway
+            sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL"]
             params.append(now)
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
         body = self._enc_json(event[1]) if event is not None else None
@@ -658,9 +661,10 @@ class SQLStore(Store):
             return await tx.execute(Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
-        """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller that
-        already holds the claim under that token (job ``in_progress``, same token) wins again:
-        a retried activity whose first attempt committed the claim is not locked out."""
+        """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller whose
+        claim under that token is still the job's last one (job ``in_progress``, or ended since)
+        wins again: a retried activity whose first attempt committed the claim is not locked
+        out, and finds the job's real status with get_job."""
         fresh = token or uuid.uuid4().hex
         async with self._tx(write=True) as tx:
             won = await tx.execute(Q.claim_resume, (fresh, self._enc_dt(utcnow()), job_id, request_id)) > 0

@@ -178,9 +178,11 @@ class Store(CheckpointStore, HistoryStore):
         for the single winner, None for everyone else (who changed nothing).
 
         ``token``: the caller's own claim token (e.g. derived from a workflow Update id), stored
-        instead of a random one. The same caller asking again with the same token while it still
-        holds the claim (status ``in_progress``, that token) also gets it back, so a retried
-        activity is safe; a different token never wins a claim that is held."""
+        instead of a random one. The same caller asking again with the same token while its claim
+        is still the job's last one (status ``in_progress`` with that token, or a terminal status
+        reached since: terminal statuses keep the token; a new pause clears it) gets it back, so
+        a retried activity is safe and can read the job's real status; a different token never
+        wins a claim that is held."""
 
     @abc.abstractmethod
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:

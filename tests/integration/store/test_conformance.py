@@ -256,10 +256,17 @@ async def test_resume_claim_with_a_token_is_idempotent_for_its_holder(store: Sto
     assert await store.mark_suspended(job_id, pending(f"gate2:{job_id}"))
     assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") is None
     assert (await store.get_job(job_id)).status == JobStatus.suspended
-    # nor after the run ended
+    # once the run ended, the holder learns it (it gets its token back, the job says completed);
+    # nobody else wins anything and the status stays terminal
     assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-3") == "upd-3"
     assert await store.set_status(job_id, JobStatus.completed)
-    assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-3") is None
+    assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-3") == "upd-3"
+    assert await store.claim_suspended_for_resume(job_id, f"gate2:{job_id}", token="upd-4") is None
+    assert not await store.rollback_resume_claim(job_id, "upd-3")
+    assert (await store.get_job(job_id)).status == JobStatus.completed
+    cancelled, cancelled_request = await suspended_job(store)
+    assert await store.claim_suspended_for_cancel(cancelled)
+    assert await store.claim_suspended_for_resume(cancelled, cancelled_request, token="upd-5") is None
     # a token held on one job wins nothing on another
     other, other_request = await suspended_job(store)
     assert await store.claim_suspended_for_resume(other, other_request, token="x") == "x"

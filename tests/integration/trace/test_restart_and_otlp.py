@@ -147,4 +147,4 @@ async def test_paused_and_resumed_across_killed_processes_is_one_trace(cluster, 
         assert gate["attributes"]["signoff.action_id"] == action
         names = {s["name"] for s in got if s["scope"] != "signoff"}
         # Temporal's spans are in the same trace: the workflow, its activities, the resume Update
-        assert {"RunActivity:run_layer", "RunActivity:apply_decision", "StartWorkflowUpdate:resume"} <= names, names
+        assert {"RunActivity:run_layer", "RunActivity:resume_run", "StartWorkflowUpdate:resume"} <= names, names
