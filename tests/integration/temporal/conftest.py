@@ -1,4 +1,5 @@
-"""Per-test world for the Temporal tests: a SQLite store, settings pointing at the session's
+"""Per-test world for the Temporal tests: a store (SQLite by default; a test parametrised with
+``BACKENDS`` on ``database_url`` runs on PostgreSQL too), settings pointing at the session's
 dev server and a task queue of this test, a worker running in this process, the service, a user,
 and a local HTTP server whose requests are counted (a real part: 'no second HTTP call')."""
 
@@ -84,11 +85,24 @@ def http_counter() -> Iterator[CountingHTTP]:
     srv.close()
 
 
+# ``@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)``: the test on both stores
+BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+
+
 @pytest.fixture
-def settings(tmp_path, temporal_server, task_queue) -> Settings:
+def database_url(request, tmp_path) -> str:
+    """A SQLite file of this test, or (param "postgres") the session's PostgreSQL database;
+    tests there keep apart by their own ids (a fresh task queue, flows and jobs)."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        return request.getfixturevalue("pg_url")
+    return f"sqlite:///{tmp_path / 'signoff.db'}"
+
+
+@pytest.fixture
+def settings(tmp_path, temporal_server, task_queue, database_url) -> Settings:
     return Settings(
         home=tmp_path / "home",
-        database_url=f"sqlite:///{tmp_path / 'signoff.db'}",
+        database_url=database_url,
         temporal_address=temporal_server.address,
         task_queue=task_queue,
         max_suspend_seconds=30 * 24 * 3600,
@@ -122,7 +136,7 @@ async def service(settings, store, client) -> SignoffService:
 
 @pytest_asyncio.fixture
 async def user(store) -> User:
-    return await store.create_user("alice")
+    return await store.get_or_create_user("alice")  # the PostgreSQL database is shared by the session
 
 
 @pytest_asyncio.fixture

@@ -7,9 +7,10 @@ import pytest
 from engine.errors import InvalidDecision, NotResumable
 from engine.models import Decision, JobStatus
 
-from .conftest import event_names, wait_status
+from .conftest import BACKENDS, event_names, wait_status
 
 
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 @pytest.mark.parametrize("action, text", [("approve", "Refund sent"), ("reject", "Refund refused")])
 async def test_suspend_then_resume_completes(worker, service, store, user, make_flow, action, text):
     flow = await make_flow()
@@ -45,3 +46,20 @@ async def test_resume_rejections(worker, service, store, user, make_flow):
     with pytest.raises(NotResumable):
         await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
     await wait_status(store, job.job_id, JobStatus.completed)
+
+
+async def test_a_run_uses_the_flow_version_its_job_was_created_with(worker, service, store, user, make_flow):
+    from .conftest import GATE_FLOW
+
+    v1 = await make_flow()
+    edited = {**GATE_FLOW, "nodes": [dict(n) for n in GATE_FLOW["nodes"]]}
+    edited["nodes"][2] = {"id": "ok", "type": "ChatOutput", "params": {"text": "Refund sent (v2)"}}
+    v2 = await store.save_flow(user.id, "Refund approval", edited, flow_id=v1.id)
+    assert (v1.version, v2.version) == (1, 2)
+    job, _ = await service.submit(user, v1, input_value="x", session_id=None, tweaks=None, idempotency_key=None,
+                                  mode="background")
+    job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
+    assert job.flow_version == 1
+    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    assert done.result["output"]["text"] == "Refund sent"

@@ -9,6 +9,7 @@ import json
 import subprocess
 import uuid
 
+import pytest
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from temporalio.service import RPCError
@@ -17,7 +18,7 @@ from engine.models import Decision, JobStatus
 from signoff.devserver import temporal_binary
 from workflows.types import ResumeInput
 
-from .conftest import event_names, eventually, wait_status
+from .conftest import BACKENDS, event_names, eventually, wait_status
 
 
 def temporal_cli(server, *args: str) -> subprocess.CompletedProcess:
@@ -64,6 +65,7 @@ async def test_temporal_cli_update_query_list(worker, service, store, user, make
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
 
 
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_twenty_concurrent_updates_apply_one(worker, service, store, user, make_flow):
     flow = await make_flow()
     job = await submit(service, user, flow)
@@ -84,6 +86,7 @@ async def test_twenty_concurrent_updates_apply_one(worker, service, store, user,
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
 
 
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_signal_racing_update_applies_at_most_one(worker, service, store, user, make_flow):
     flow = await make_flow()
     job = await submit(service, user, flow)

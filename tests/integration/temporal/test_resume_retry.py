@@ -1,0 +1,66 @@
+"""The crash windows of a resume, driven through the real resume_run activity on a real run's
+store: an attempt retried after its first one committed everything, and a worker that died
+right after the claim committed. Neither leaves the job in_progress forever nor writes an event
+twice."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.flow import FlowActivities
+from engine.models import Decision, JobStatus, utcnow
+from workflows.types import ResumeRunInput
+
+from .conftest import BACKENDS, event_names
+from .test_surface import submit
+
+
+async def suspended(service, user, make_flow):
+    job = await submit(service, user, await make_flow())
+    job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
+    assert job.status == JobStatus.suspended
+    return job
+
+
+def resume_input(job, token: str, action: str = "approve") -> ResumeRunInput:
+    return ResumeRunInput(job_id=job.job_id, token=token, request_id=job.pending.request_id,
+                          decision=Decision(action_id=action), decided_by="tester", now=utcnow(), step=2)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_retried_resume_run_applies_once_and_reports_the_end(worker, service, store, user, make_flow, settings):
+    job = await suspended(service, user, make_flow)
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    try:
+        first = await env.run(acts.resume_run, resume_input(job, "wf-1"))
+        assert first.claimed and first.out.done and first.out.status == "completed"
+        # the first attempt's result was lost (worker died before reporting it): the retry
+        retry = await env.run(acts.resume_run, resume_input(job, "wf-1"))
+        assert retry.claimed and retry.out.done and retry.out.status == "completed"
+        assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision", "end"]
+        # another claimant (another Update) wins nothing
+        other = await env.run(acts.resume_run, resume_input(job, "wf-2", "reject"))
+        assert not other.claimed
+        assert (await store.get_job(job.job_id)).result["output"]["text"] == "Refund sent"
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_claim_committed_by_a_dead_attempt_is_taken_over_by_its_retry(worker, service, store, user, make_flow,
+                                                                           settings):
+    job = await suspended(service, user, make_flow)
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    try:
+        # attempt 1 committed the claim, then its worker died: the job says in_progress
+        assert await store.claim_suspended_for_resume(job.job_id, job.pending.request_id, token="wf-1") == "wf-1"
+        assert (await store.get_job(job.job_id)).status == JobStatus.in_progress
+        assert not (await env.run(acts.resume_run, resume_input(job, "wf-other"))).claimed
+        retry = await env.run(acts.resume_run, resume_input(job, "wf-1", "reject"))
+        assert retry.claimed and retry.out.status == "completed"
+        done = await store.get_job(job.job_id)
+        assert done.status == JobStatus.completed and done.result["output"]["text"] == "Refund refused"
+        assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
