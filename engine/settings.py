@@ -43,6 +43,9 @@ class Settings(BaseSettings):
         30 * 24 * 3600, ge=0, description="A suspended run ends as timed_out after this long; 0 = never."
     )
     checkpoint_ttl_seconds: int = Field(90 * 24 * 3600, ge=0)
+    # Worker memory is bounded by its workflow cache, not by the number of suspended runs: a run
+    # evicted from the cache is replayed from its (small) history when a decision arrives.
+    max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
 
     # Limits (bad input gets a 4xx, never a crash)
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)

@@ -51,6 +51,7 @@ def build_worker(
         ),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
+        max_cached_workflows=worker_kwargs.pop("max_cached_workflows", settings.max_cached_workflows),
         **worker_kwargs,
     )
 
