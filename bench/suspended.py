@@ -145,8 +145,12 @@ async def main() -> None:
         sample = random.Random(7).sample(many, min(args.sample, len(many)))
         lat_many = await resume_latencies(service, store, user, sample)
         rss_after = rss_mb(worker.pid)
+        # 10 runs suspended just now, while the other N are still suspended: tells a cost of N
+        # itself (server, store) from a cost of resuming a run that waited (evicted, cold)
+        fresh = await suspend(service, store, user, flow, args.small, args.small)
+        lat_fresh = await resume_latencies(service, store, user, fresh)
 
-        s_small, s_many = summary(lat_small), summary(lat_many)
+        s_small, s_many, s_fresh = summary(lat_small), summary(lat_many), summary(lat_fresh)
         out = {
             "suspended_runs": n,
             "max_cached_workflows": args.cache,
@@ -156,6 +160,7 @@ async def main() -> None:
             "resume_to_completed": {
                 f"{args.small}_suspended": s_small,
                 f"{n}_suspended_sample": s_many,
+                f"{args.small}_new_while_{n}_suspended": s_fresh,
                 "ratio_p50": round(s_many["p50_ms"] / s_small["p50_ms"], 3),
                 "ratio_p95": round(s_many["p95_ms"] / s_small["p95_ms"], 3),
                 "target": 1.5,
