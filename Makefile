@@ -24,3 +24,4 @@ bench: $(STAMP)
 	./scripts/ensure-postgres
 	$(VENV)/bin/python bench/store.py
 	$(VENV)/bin/python bench/overhead.py
+	$(VENV)/bin/python bench/suspended.py

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

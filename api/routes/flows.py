@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from engine.errors import FlowNotFound, Forbidden
 
-from api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, may_execute, runnable_flow, valid_id
+from api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, runnable_flow, valid_id
 from api.errors import SignoffError
 from api.flowspec import parse_body, validate_spec
 from api.models import FlowPublic, FlowSummary, SharePublic, ShareCreate, flow_public, flow_summary

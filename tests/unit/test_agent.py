@@ -14,13 +14,7 @@ from engine.models import Decision
 from engine.runner import InProcessRunner
 from engine.settings import Settings
 from engine.spec import flow_has_gate, parse_and_validate
-from tests.fixtures.fake_openai import (  # noqa: F401 - fixtures
-    call,
-    calls,
-    fake_openai,
-    say,
-    tool_target,
-)
+from tests.fixtures.fake_openai import call, calls, say
 
 from .conftest import flow
 

@@ -12,7 +12,7 @@ import pytest
 from engine.settings import Settings
 from engine.spec import flow_has_gate, load_flow, parse_and_validate
 from signoff.commands.run import run_file
-from tests.fixtures.fake_openai import call, fake_openai, say  # noqa: F401 - fixture
+from tests.fixtures.fake_openai import call, say
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flows" / "agent_refund.json"
 

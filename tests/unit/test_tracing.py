@@ -11,7 +11,7 @@ import pytest
 from engine import tracing as T
 from engine.errors import ComponentError
 from engine.graph import Graph
-from engine.models import AppliedDecision, Decision, Option, PendingRequest, utcnow
+from engine.models import Decision, Option, PendingRequest, utcnow
 from engine.run import apply_decision, apply_layer, build_vertices, context_for, new_run_state, plan_next
 from engine.spec import parse_and_validate
 from engine.store import open_store

@@ -18,7 +18,7 @@ from engine.errors import InvalidDecision, NotResumable
 from engine.models import Decision, JobStatus
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say
-from tests.integration.temporal.conftest import event_names, wait_status
+from tests.helpers import event_names, wait_status
 from workflows.types import ResumeInput
 
 REPO = Path(__file__).resolve().parents[3]
@@ -91,7 +91,7 @@ async def test_two_approvals_each_with_its_own_id_the_stale_one_refused(worker, 
         j = await store.get_job(job.job_id)
         return j if j.status == JobStatus.suspended and j.pending and j.pending.request_id != first else None
 
-    from tests.integration.temporal.conftest import eventually
+    from tests.helpers import eventually
 
     job2 = await eventually(second_pause, timeout=60, what="the second approval")
     second = job2.pending.request_id

@@ -7,7 +7,7 @@ import pytest
 
 from engine.models import JobStatus
 
-from tests.integration.api.conftest import REFUND, Harness, submit, submit_suspended
+from tests.integration.api.conftest import REFUND, Harness, submit_suspended
 
 
 def code(r) -> str:

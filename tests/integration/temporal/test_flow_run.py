@@ -7,7 +7,8 @@ import pytest
 from engine.errors import InvalidDecision, NotResumable
 from engine.models import Decision, JobStatus
 
-from .conftest import BACKENDS, event_names, wait_status
+from tests.fixtures.world import BACKENDS
+from tests.helpers import event_names, wait_status
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
@@ -49,7 +50,7 @@ async def test_resume_rejections(worker, service, store, user, make_flow):
 
 
 async def test_a_run_uses_the_flow_version_its_job_was_created_with(worker, service, store, user, make_flow):
-    from .conftest import GATE_FLOW
+    from tests.helpers import GATE_FLOW
 
     v1 = await make_flow()
     edited = {**GATE_FLOW, "nodes": [dict(n) for n in GATE_FLOW["nodes"]]}

@@ -19,7 +19,7 @@ from signoff.devserver import DevServer, free_port
 from signoff.service import SignoffService, with_converter
 from signoff.worker import build_worker
 
-from .conftest import eventually, wait_status
+from tests.helpers import eventually, wait_status
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -12,7 +12,8 @@ from activities.flow import FlowActivities
 from engine.models import Decision, JobStatus, utcnow
 from workflows.types import ResumeRunInput
 
-from .conftest import BACKENDS, event_names
+from tests.fixtures.world import BACKENDS
+from tests.helpers import event_names
 from .test_surface import submit
 
 

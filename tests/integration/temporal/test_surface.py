@@ -18,7 +18,8 @@ from engine.models import Decision, JobStatus
 from signoff.devserver import temporal_binary
 from workflows.types import ResumeInput
 
-from .conftest import BACKENDS, event_names, eventually, wait_status
+from tests.fixtures.world import BACKENDS
+from tests.helpers import event_names, eventually, wait_status
 
 
 def temporal_cli(server, *args: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from engine.models import Decision, JobStatus
 from signoff.service import SignoffService
 
-from .conftest import event_names, wait_status
+from tests.helpers import event_names, wait_status
 
 LATE_FLOW = {
     "name": "late",

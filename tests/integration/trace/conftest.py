@@ -1,14 +1,11 @@
-"""The trace tests' world: a SQLite store, the session's Temporal dev server, a task queue of
-the test, a worker in this process on a client carrying Temporal's tracing interceptor, the
-service, and a real OTLP/HTTP receiver on 127.0.0.1 (protobuf at /v1/traces)."""
+"""The trace tests' world: the shared per-test world (tests/fixtures/world.py) whose worker runs
+on a client carrying Temporal's tracing interceptor, and a real OTLP/HTTP receiver on 127.0.0.1 (protobuf at /v1/traces)."""
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,12 +13,19 @@ import pytest
 import pytest_asyncio
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from engine.models import FlowRecord, Job, JobStatus, SpanRecord, User
-from engine.settings import Settings
-from engine.store import open_store
-from signoff.service import SignoffService, with_converter
+from engine.models import SpanRecord
+from signoff.service import with_converter
 from signoff.telemetry import with_tracing
-from signoff.worker import build_worker
+from tests.fixtures.world import (  # noqa: F401 - fixtures
+    database_url,
+    make_flow,
+    service,
+    settings,
+    store,
+    user,
+    worker,
+)
+from tests.helpers import eventually, wait_status  # noqa: F401 - used by the tests
 
 
 def gate_flow(decisions: list[str] | None = None) -> dict[str, Any]:
@@ -90,14 +94,14 @@ class OTLPReceiver:
                 req.ParseFromString(body)
                 got = []
                 for rs in req.resource_spans:
-                    service = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), "")
+                    service_name = next((a.value.string_value for a in rs.resource.attributes if a.key == "service.name"), "")
                     for ss in rs.scope_spans:
                         for sp in ss.spans:
                             attrs = {a.key: _any_value(a.value) for a in sp.attributes}
                             got.append({
                                 "trace_id": sp.trace_id.hex(), "span_id": sp.span_id.hex(),
                                 "parent_id": sp.parent_span_id.hex() or None, "name": sp.name,
-                                "scope": ss.scope.name, "service": service, "status": sp.status.code,
+                                "scope": ss.scope.name, "service": service_name, "status": sp.status.code,
                                 "attributes": attrs,
                             })
                 with outer.lock:
@@ -139,72 +143,6 @@ def otlp() -> Iterator[OTLPReceiver]:
     r.close()
 
 
-@pytest.fixture
-def settings(tmp_path, temporal_server, task_queue) -> Settings:
-    return Settings(
-        home=tmp_path / "home",
-        database_url=f"sqlite:///{tmp_path / 'signoff.db'}",
-        temporal_address=temporal_server.address,
-        task_queue=task_queue,
-    )
-
-
-@pytest_asyncio.fixture
-async def store(settings):
-    s = open_store(settings.resolved_database_url)
-    await s.setup()
-    yield s
-    await s.close()
-
-
 @pytest_asyncio.fixture
 async def client(temporal_client):
     return with_tracing(with_converter(temporal_client))
-
-
-@pytest_asyncio.fixture
-async def worker(client, store, settings) -> AsyncIterator[Any]:
-    async with build_worker(client, store, settings) as w:
-        yield w
-
-
-@pytest_asyncio.fixture
-async def service(settings, store, client) -> SignoffService:
-    return SignoffService(settings, store, client)
-
-
-@pytest_asyncio.fixture
-async def user(store) -> User:
-    return await store.create_user("alice")
-
-
-@pytest_asyncio.fixture
-async def make_flow(store, user) -> Callable[..., Any]:
-    async def make(spec: dict[str, Any]) -> FlowRecord:
-        return await store.save_flow(user.id, spec.get("name", "flow"), spec)
-
-    return make
-
-
-async def eventually(fn: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll ``fn`` (sync or async) until it returns a truthy value; returns it."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while True:
-        value = fn()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(delay)
-        delay = min(delay * 1.5, 0.2)
-
-
-async def wait_status(store, job_id: str, *statuses: JobStatus, timeout: float = 60.0) -> Job:
-    async def check():
-        job = await store.get_job(job_id)
-        return job if job and job.status in statuses else None
-
-    return await eventually(check, timeout=timeout, what=f"job {job_id} in {statuses}")

@@ -1,0 +1,98 @@
+"""Helpers shared by the integration and acceptance tests: polling with a deadline (never a
+bare sleep), the canonical gate flow, and a local HTTP server that counts its hits (a real part
+for "no second HTTP call")."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from engine.models import Job, JobStatus
+
+GATE_FLOW: dict[str, Any] = {
+    "name": "Refund approval",
+    "nodes": [
+        {"id": "ask", "type": "ChatInput"},
+        {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+        {"id": "ok", "type": "ChatOutput", "params": {"text": "Refund sent"}},
+        {"id": "no", "type": "ChatOutput", "params": {"text": "Refund refused"}},
+    ],
+    "edges": [
+        {"from": "ask.message", "to": "gate.prompt"},
+        {"from": "gate.branch_approve", "to": "ok.input_value"},
+        {"from": "gate.branch_reject", "to": "no.input_value"},
+    ],
+}
+
+
+class CountingHTTP:
+    """Counts requests per path. ``/block/...`` answers only once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.release = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                if length:
+                    self.rfile.read(length)
+                outer.counts[self.path] += 1
+                if self.path.startswith("/block/"):
+                    outer.release.wait(120)
+                body = f"seen {self.path}".encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _serve
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def eventually(fn: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``fn`` (sync or async) until it returns a truthy value; returns it."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = fn()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+async def wait_status(store, job_id: str, *statuses: JobStatus, timeout: float = 60.0) -> Job:
+    async def check():
+        job = await store.get_job(job_id)
+        return job if job and job.status in statuses else None
+
+    return await eventually(check, timeout=timeout, what=f"job {job_id} in {statuses}")
+
+
+async def event_names(store, job_id: str) -> list[str]:
+    return [e.event for e in await store.read_events(job_id)]
