@@ -108,6 +108,8 @@ class NewJob(BaseModel):
     request: dict[str, Any] = Field(default_factory=dict)  # input_value, tweaks, mode, ...
     idempotency_key: str | None = None
     status: JobStatus = JobStatus.queued
+    # an inline run's lease (docs/inline.md): set at creation so no crash leaves a job unleased
+    lease_until: datetime | None = None
 
 
 class Job(BaseModel):

@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     max_string_chars: int = Field(1_000_000, ge=1)
     sync_timeout_seconds: float = Field(60.0, gt=0)
 
+    # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
+    # lease renewed every heartbeat; a sweep ends a job whose lease ran out (its process died).
+    inline_sync: bool = Field(True, description="Run sync runs of gate-less flows in the API process, not on Temporal.")
+    inline_lease_seconds: float = Field(30.0, gt=0, description="How long an inline run's lease lasts unrenewed.")
+    inline_heartbeat_seconds: float = Field(1.0, gt=0, description="How often an inline run renews its lease and checks for a stop.")
+    inline_sweep_seconds: float = Field(10.0, gt=0, description="How often the API and the worker end inline jobs whose lease expired.")
+
     # Payloads: vertex outputs larger than this travel by reference, not through Temporal history.
     inline_output_bytes: int = Field(8 * 1024, ge=0)
 

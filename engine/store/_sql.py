@@ -173,6 +173,13 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE events ADD COLUMN dedupe_key TEXT",
         "CREATE UNIQUE INDEX events_dedupe ON events (job_id, dedupe_key)",
     ],
+    # 3: inline runs (docs/inline.md): a lease renewed by the process running the job, and a
+    # durable stop request that process checks
+    [
+        "ALTER TABLE jobs ADD COLUMN lease_until {ts}",
+        "ALTER TABLE jobs ADD COLUMN cancel_requested_at {ts}",
+        "CREATE INDEX jobs_lease ON jobs (lease_until)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
@@ -225,6 +232,29 @@ class Q:
         "INSERT INTO jobs (job_id, flow_id, flow_version, user_id, session_id, status, request, run_id, "
         "idempotency_key, created_at, updated_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT DO NOTHING RETURNING *"
+    )
+    insert_leased_job = (
+        "INSERT INTO jobs (job_id, flow_id, flow_version, user_id, session_id, status, request, run_id, "
+        "idempotency_key, created_at, updated_at, finished_at, lease_until) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING *"
+    )
+    # inline runs: the lease, a stop request, the sweep of expired leases
+    renew_lease = (
+        "UPDATE jobs SET lease_until = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL RETURNING cancel_requested_at"
+    )
+    request_cancel = (
+        "UPDATE jobs SET cancel_requested_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL"
+    )
+    expired_leases = (
+        "SELECT job_id FROM jobs WHERE status IN ('queued', 'in_progress') AND lease_until IS NOT NULL "
+        "AND lease_until < ? ORDER BY lease_until LIMIT ?"
+    )
+    fail_expired = (
+        "UPDATE jobs SET status = 'failed', error = ?, updated_at = ?, finished_at = ?, pending = NULL, "
+        "pending_request_id = NULL WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL AND lease_until < ?"
     )
     job_by_id = "SELECT * FROM jobs WHERE job_id = ?"
     job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
@@ -596,8 +626,11 @@ class SQLStore(Store):
             self._enc_dt(now),
             self._enc_dt(now if status.terminal else None),
         )
+        insert = Q.insert_job
+        if job.lease_until is not None:  # an inline run (docs/inline.md): born with its lease
+            insert, params = Q.insert_leased_job, (*params, self._enc_dt(job.lease_until))
         async with self._tx(write=True) as tx:
-            row = await tx.fetchone(Q.insert_job, params)
+            row = await tx.fetchone(insert, params)
             if row is not None:
                 return self._job(row), True
             if job.idempotency_key is not None:
@@ -653,6 +686,40 @@ class SQLStore(Store):
             if changed and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
         return changed
+
+    # ---- inline runs: lease, stop request, sweep (docs/inline.md)
+
+    async def renew_lease(self, job_id: str, until: datetime) -> str:
+        """See Store.renew_lease."""
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.renew_lease, (self._enc_dt(until), job_id))
+        if row is None:
+            return "ended"
+        return "cancel_requested" if row["cancel_requested_at"] is not None else "running"
+
+    async def request_cancel(self, job_id: str) -> bool:
+        """See Store.request_cancel."""
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.request_cancel, (self._enc_dt(utcnow()), job_id)) > 0
+
+    async def fail_expired_leases(
+        self, now: datetime, error: dict[str, Any], *, event: str = "run_failed", limit: int = 100
+    ) -> list[str]:
+        """See Store.fail_expired_leases."""
+        enc_now = self._enc_dt(now)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.expired_leases, (enc_now, limit))
+        ended: list[str] = []
+        body = self._enc_json(error)
+        data = self._enc_json({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+        for row in rows:
+            stamp = self._enc_dt(utcnow())
+            async with self._tx(write=True) as tx:
+                # conditional on the lease still being expired: a renewal that got in first wins
+                if await tx.execute(Q.fail_expired, (body, stamp, stamp, row["job_id"], enc_now)) > 0:
+                    await self._append(tx, row["job_id"], event, data, None)
+                    ended.append(row["job_id"])
+        return ended
 
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped)."""

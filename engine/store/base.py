@@ -168,6 +168,26 @@ class Store(CheckpointStore, HistoryStore):
         (name, data) is appended in the same transaction when the row changed, so a status and
         its event (``end``, ``run_failed``...) are written together or not at all."""
 
+    # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
+    async def renew_lease(self, job_id: str, until: datetime) -> str:
+        """Extend the lease of a leased (inline) job that is still ``queued``/``in_progress``.
+        Returns ``"running"``, ``"cancel_requested"`` (renewed, but a stop asked the runner to
+        cancel) or ``"ended"`` (nothing changed: the job ended, e.g. swept, or holds no lease)."""
+        raise NotImplementedError
+
+    async def request_cancel(self, job_id: str) -> bool:
+        """Ask the process running a leased job to cancel it (durable: seen at its next renewal).
+        Returns whether the job was still running and leased."""
+        raise NotImplementedError
+
+    async def fail_expired_leases(
+        self, now: datetime, error: dict[str, Any], *, event: str = "run_failed", limit: int = 100
+    ) -> list[str]:
+        """``queued|in_progress → failed`` (with ``error``) for leased jobs whose lease ended before
+        ``now``, each with its ``event`` {error, type, vertex_id} in the same transaction; a lease
+        renewed meanwhile wins. Returns the job ids ended."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``in_progress → suspended`` with the pending request."""
