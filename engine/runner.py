@@ -5,8 +5,10 @@ reference the Temporal workflow must match."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 from datetime import datetime
-from typing import Any, Callable, Literal
+from typing import Any, AsyncIterator, Callable, Literal
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -29,6 +31,7 @@ from engine.run import (
 from engine.settings import Settings
 from engine.spec import FlowSpec, parse_and_validate
 from engine.store.base import CheckpointStore, HistoryStore
+from engine.tracing import RunTracing
 
 
 class RunOutcome(BaseModel):
@@ -62,6 +65,7 @@ class InProcessRunner:
         on_vertex_built: VertexHook | None = None,
         wrap_build: BuildWrapper | None = None,
         settings: Settings | None = None,
+        tracing: RunTracing | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.history = history
@@ -71,17 +75,25 @@ class InProcessRunner:
         self.on_vertex_built = on_vertex_built
         self.wrap_build = wrap_build
         self.settings = settings  # the Agent's model defaults (openai_*); None: params only
+        # the one-trace story (root, vertex, gate, model and tool spans; docs/tracing.md); None: no spans
+        self.tracing = tracing
         self._locks: dict[str, asyncio.Lock] = {}
 
-    def context(self, state: RunState) -> RunContext:
+    def context(self, state: RunState, graph: Graph | None = None) -> RunContext:
+        """The context for building a layer from ``state`` (with tracing: that layer's spans)."""
+        wrap_build, on_vertex_built = self.wrap_build, self.on_vertex_built
+        if self.tracing is not None and graph is not None:
+            hooks = self.tracing.hooks(graph, state)
+            wrap_build = _outer_wrap(hooks["wrap_build"], wrap_build)
+            on_vertex_built = _both_hooks(hooks["on_vertex_built"], on_vertex_built)
         return context_for(
             state,
             history=self.history,
             flow_loader=self.flow_loader,
             http_client_factory=self.http_client_factory,
             clock=self.clock,
-            on_vertex_built=self.on_vertex_built,
-            wrap_build=self.wrap_build,
+            on_vertex_built=on_vertex_built,
+            wrap_build=wrap_build,
             settings=self.settings,
         )
 
@@ -108,6 +120,8 @@ class InProcessRunner:
             session_id=session_id,
             input_value=input_value,
         )
+        if self.tracing is not None:
+            await self.tracing.started(state, start=self.clock())
         return await self._drive(graph, state, None)
 
     async def resume(
@@ -127,19 +141,38 @@ class InProcessRunner:
                 raise NotResumable(f"Run '{run_id}' has no checkpoint to resume from")
             state = RunState.model_validate(record.data)
             graph = Graph.from_spec(state.flow)
+            before = state
             state, applied = apply_decision(graph, state, request_id, decision, self.clock(), decided_by)
+            if self.tracing is not None:
+                self.tracing.decided(before, applied)  # "Human In The Loop — {label}"
             if self.history is not None:
                 await self.history.stamp_card(request_id, applied.action_id)
             return await self._drive(graph, state, applied)
 
     async def _drive(self, graph: Graph, state: RunState, applied: AppliedDecision | None) -> RunOutcome:
-        ctx = self.context(state)
+        try:
+            outcome = await self._layers(graph, state, applied)
+        except (asyncio.CancelledError, Exception) as e:  # the trace still says how the run ended
+            if self.tracing is not None:
+                cancelled = isinstance(e, asyncio.CancelledError)
+                await self.tracing.ended(state, status="cancelled" if cancelled else "failed", end=self.clock(),
+                                         error=None if cancelled else error_info(e))
+            raise
+        if self.tracing is not None:
+            if outcome.status == "paused":
+                await self.tracing.paused(outcome.state)
+            else:
+                await self.tracing.ended(outcome.state, status=outcome.status, end=self.clock(), error=outcome.error)
+        return outcome
+
+    async def _layers(self, graph: Graph, state: RunState, applied: AppliedDecision | None) -> RunOutcome:
+        ctx = self.context(state) if self.tracing is None else None
         while True:
             ids = plan_next(graph, state)
             if not ids:
                 break
             try:
-                layer = await build_vertices(graph, state, ids, ctx)
+                layer = await build_vertices(graph, state, ids, ctx or self.context(state, graph))
             except SignoffError as e:
                 return RunOutcome(status="failed", state=state, applied=applied, error=error_info(e))
             state = apply_layer(graph, state, layer)
@@ -150,6 +183,32 @@ class InProcessRunner:
         if state.decisions:  # it paused before: its checkpoints are spent
             await self.checkpoints.delete_checkpoints(state.run_id)
         return RunOutcome(status="completed", state=state, result=final_result(graph, state), applied=applied)
+
+
+def _outer_wrap(outer: BuildWrapper, inner: BuildWrapper | None) -> BuildWrapper:
+    """``outer`` around ``inner`` (the tracing span around a caller's own wrapper)."""
+    if inner is None:
+        return outer
+
+    @contextlib.asynccontextmanager
+    async def both(vertex_id: str, component_type: str) -> AsyncIterator[None]:
+        async with outer(vertex_id, component_type), inner(vertex_id, component_type):
+            yield
+
+    return both
+
+
+def _both_hooks(first: VertexHook, second: VertexHook | None) -> VertexHook:
+    if second is None:
+        return first
+
+    async def both(result: Any) -> None:
+        for hook in (first, second):
+            maybe = hook(result)
+            if inspect.isawaitable(maybe):
+                await maybe
+
+    return both
 
 
 __all__ = ["InProcessRunner", "RunOutcome", "ComponentError", "error_info"]

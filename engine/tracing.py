@@ -75,6 +75,20 @@ _current_vertex: ContextVar[tuple[str, int] | None] = ContextVar("signoff_curren
 _ending: ContextVar[Any] = ContextVar("signoff_ending_span", default=None)
 
 
+@dataclass(frozen=True)
+class _Owner:
+    """The span that a component's own child spans (model calls, tool calls) hang under."""
+
+    run_id: str
+    job_id: str | None
+    flow_id: str | None
+    span_id: int
+    limit: int
+
+
+_owner: ContextVar[_Owner | None] = ContextVar("signoff_span_owner", default=None)
+
+
 # Writes the spans ended so far in this context to their store (set by the SDK side around an
 # activity: signoff.telemetry.collect_spans).
 flusher: ContextVar[Callable[[], Awaitable[None]] | None] = ContextVar("signoff_span_flusher", default=None)
@@ -189,6 +203,10 @@ def bounded(values: dict[str, Any] | None, limit: int = MAX_VALUE_CHARS) -> dict
     return out
 
 
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
 def _json_attr(values: dict[str, Any] | None, limit: int) -> str:
     return json.dumps(bounded(values, limit), ensure_ascii=False)
 
@@ -254,7 +272,8 @@ def close_run(
     job_id: str | None = None,
 ) -> None:
     """Emit the run's root span (same ids as the provisional one): OK when completed, ERROR when
-    failed (with the error and the vertex it died in), else unset with ``signoff.status``."""
+    failed (with the error and the vertex it died in), ERROR described by the status for any
+    other end (``cancelled``, ``timed_out``); ``signoff.status`` is the run's status."""
     attrs: dict[str, Any] = {A_RUN: str(run_id), A_KIND: "flow", "signoff.status": status}
     if job_id:
         attrs[A_JOB] = str(job_id)
@@ -272,6 +291,8 @@ def close_run(
         span.set_status(Status(StatusCode.OK))
     elif status == "failed":
         span.set_status(Status(StatusCode.ERROR, str((error or {}).get("error") or "failed")[:MAX_VALUE_CHARS]))
+    else:  # cancelled, timed_out: the run did not complete (signoff.status says how it ended)
+        span.set_status(Status(StatusCode.ERROR, status))
     span.end(end_time=max(_ns(end), _ns(start)))
 
 
@@ -370,6 +391,7 @@ class RunTracer:
         with _ids(None, span_id):
             span = tracer().start_span(name, context=parent_ctx, attributes=attrs)
         token = _current_vertex.set((vertex_id, span_id))
+        owner_token = _owner.set(_Owner(self.run_id, state.job_id, state.flow_id, span_id, self.limit))
         ctx_token = otel_context.attach(trace.set_span_in_context(span, parent_ctx))
         try:
             yield
@@ -385,6 +407,7 @@ class RunTracer:
             raise
         finally:
             otel_context.detach(ctx_token)
+            _owner.reset(owner_token)
             _current_vertex.reset(token)
         _ending.set(span)
 
@@ -405,10 +428,216 @@ class RunTracer:
         span.end()
 
 
+# ---- a component's own child spans: model calls and tool calls --------------------------
+
+
+class ChildSpan:
+    """A model or tool call span being recorded (a no-op outside a traced vertex build)."""
+
+    def __init__(self, span: Any = None, limit: int = MAX_VALUE_CHARS) -> None:
+        self.span = span
+        self.limit = limit
+
+    @property
+    def recording(self) -> bool:
+        return self.span is not None
+
+    def set(self, key: str, value: Any) -> None:
+        if self.span is not None and value is not None:
+            self.span.set_attribute(key, value)
+
+    def outputs(self, values: dict[str, Any]) -> None:
+        self.set(A_OUTPUTS, _json_attr(values, self.limit))
+
+    def model_result(self, result: Any) -> None:
+        """What a model answered (an ``engine.llm.ChatResult``): text, tool calls, token usage
+        when the endpoint returned it (``gen_ai.usage.*``), finish reason, attempts."""
+        if self.span is None:
+            return
+        calls = [{"name": c.name, "args": _cut(c.raw_arguments or "", max(self.limit // 4, 1))}
+                 for c in getattr(result, "tool_calls", None) or []]
+        self.outputs({"content": getattr(result, "content", ""), "tool_calls": calls})
+        self.set("gen_ai.response.finish_reasons", [result.finish_reason] if result.finish_reason else None)
+        self.set("signoff.llm.attempts", getattr(result, "attempts", None))
+        self.set("signoff.llm.tool_calls", [c["name"] for c in calls] or None)
+        usage = result.usage if isinstance(getattr(result, "usage", None), dict) else {}
+        for key, attr in (("prompt_tokens", "gen_ai.usage.input_tokens"),
+                          ("completion_tokens", "gen_ai.usage.output_tokens"),
+                          ("total_tokens", "signoff.llm.total_tokens")):
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                self.set(attr, value)
+
+    def fail(self, message: str) -> None:
+        """Error status without an exception passing through (e.g. a tool error the model sees)."""
+        if self.span is not None:
+            self.span.set_status(Status(StatusCode.ERROR, message[: self.limit]))
+            self._failed = True
+
+    _failed = False
+
+
+@contextlib.contextmanager
+def _child_span(kind: str, name: str, key: str, attributes: dict[str, Any], inputs: dict[str, Any],
+                *, owns_builds: bool = False) -> Iterator[ChildSpan]:
+    owner = _owner.get()
+    if owner is None:  # not inside a traced vertex build: nothing to hang the span on
+        yield ChildSpan()
+        return
+    span_id = span_id_for(hex_span(owner.span_id), kind, key)
+    attrs = _base_attributes(owner.run_id, owner.job_id, owner.flow_id, kind, owner.span_id)
+    attrs.update({k: v for k, v in attributes.items() if v is not None})
+    attrs[A_INPUTS] = _json_attr(inputs, owner.limit)
+    parent_ctx = otel_context.get_current()
+    with _ids(None, span_id):
+        span = tracer().start_span(name, context=parent_ctx, attributes=attrs)
+    handle = ChildSpan(span, owner.limit)
+    ctx_token = otel_context.attach(trace.set_span_in_context(span, parent_ctx))
+    owner_token = _owner.set(_Owner(owner.run_id, owner.job_id, owner.flow_id, span_id, owner.limit))
+    # a tool that is itself a flow (RunFlow) hangs its vertices under the tool span
+    vertex_token = _current_vertex.set((name, span_id)) if owns_builds else None
+    try:
+        yield handle
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{exc.__class__.__name__}: {exc}"[: owner.limit]))
+            span.set_attribute("signoff.error.type", exc.__class__.__name__)
+        else:
+            span.set_attribute("signoff.cancelled", True)
+        span.end()
+        raise
+    finally:
+        if vertex_token is not None:
+            _current_vertex.reset(vertex_token)
+        _owner.reset(owner_token)
+        otel_context.detach(ctx_token)
+    if not handle._failed:
+        span.set_status(Status(StatusCode.OK))
+    span.end()
+
+
+def model_call(*, model: str, number: int, endpoint: str | None = None, messages: list[dict[str, Any]] | None = None,
+               tools: list[str] | None = None) -> contextlib.AbstractContextManager[ChildSpan]:
+    """A span (type ``llm``) for one model request of a component, under the component's vertex
+    span: ``with model_call(model=..., number=n) as s: result = await ...; s.model_result(result)``.
+    ``number`` numbers the component's model calls (the span id derives from it, so a retried
+    build rewrites the same span). An exception through the block gives it error status."""
+    last = (messages or [])[-1:] or [{}]
+    return _child_span("llm", model, f"llm:{number}", {
+        "gen_ai.system": "openai",
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "signoff.llm.model": model,
+        "signoff.llm.endpoint": endpoint,
+        "signoff.llm.call": number,
+        "signoff.llm.messages": len(messages or []),
+        "signoff.llm.tools": list(tools) if tools else None,
+    }, {"last_message": last[0], "messages": len(messages or [])})
+
+
+def tool_call(*, name: str, args: dict[str, Any] | None, number: int, component_type: str | None = None,
+              call_id: str | None = None, outcome: str | None = None) -> contextlib.AbstractContextManager[ChildSpan]:
+    """A span (type ``tool``) for one tool run of a component (an Agent's tool call), under the
+    component's vertex span; its arguments are truncated like any value. ``outcome``: how the
+    call came to run (``ran``, ``approved``, ``edited``)."""
+    owner = _owner.get()
+    limit = owner.limit if owner is not None else MAX_VALUE_CHARS
+    return _child_span("tool", name, f"tool:{number}", {
+        "signoff.tool.name": name,
+        "signoff.tool.args": _json_attr({"args": args or {}}, limit),
+        "signoff.tool.call_id": call_id,
+        "signoff.tool.outcome": outcome,
+        A_COMPONENT: component_type,
+    }, dict(args or {}), owns_builds=True)
+
+
+# ---- a run driven in one process --------------------------------------------------------------
+
+
+class RunTracing:
+    """The one-trace story for a run driven in one process (``engine.runner.InProcessRunner``,
+    a synchronous in-process path): the same root, vertex and gate spans as a run on Temporal.
+
+    The runner calls :meth:`started` once, :meth:`hooks` for each layer, :meth:`decided` when a
+    decision is applied, :meth:`paused` at a pause and :meth:`ended` when the run ends
+    (completed, failed or cancelled). Spans go wherever the process's SDK sends them (the span
+    sink of ``signoff.telemetry.collect_spans``, an OTLP exporter); :meth:`paused` and
+    :meth:`ended` call :func:`flush`.
+
+    ``store``: when given, :meth:`started` writes the provisional root (:func:`open_run`) so the
+    trace lists as running. ``started_at(state)``: the run's start time when known outside the
+    runner (a job's ``created_at``); else the time :meth:`started` saw, else (a resume in a new
+    process) the ``paused_at`` of the pause it resumes from. ``name``: the root's name (default: the flow's)."""
+
+    def __init__(
+        self,
+        store: "Store | None" = None,
+        *,
+        started_at: Callable[["RunState"], datetime | None] | None = None,
+        name: str | None = None,
+        limit: int = MAX_VALUE_CHARS,
+    ) -> None:
+        self.store = store
+        self.started_at = started_at
+        self.name = name
+        self.limit = limit
+        self._starts: dict[str, datetime] = {}
+
+    def root_name(self, state: "RunState") -> str:
+        return self.name or str((state.flow or {}).get("name") or state.flow_id or "flow")
+
+    def start_of(self, state: "RunState") -> datetime:
+        known = self.started_at(state) if self.started_at is not None else None
+        if known is None:
+            known = self._starts.get(state.run_id)
+        if known is None:
+            times = [_aware(d.decided_at) for d in state.decisions]
+            if state.pending is not None:
+                times.append(_aware(state.pending.paused_at))
+            known = min(times) if times else None
+        return _aware(known) if known is not None else datetime.now(timezone.utc)
+
+    async def started(self, state: "RunState", *, start: datetime) -> None:
+        self._starts.setdefault(state.run_id, _aware(start))
+        if self.store is not None:
+            await open_run(self.store, run_id=state.run_id, job_id=state.job_id, flow_id=state.flow_id,
+                           name=self.root_name(state), start=self.start_of(state))
+
+    def hooks(self, graph: "Graph", state: "RunState") -> dict[str, Any]:
+        """``wrap_build`` and ``on_vertex_built`` for one layer built from ``state``."""
+        return RunTracer(graph, state, limit=self.limit).hooks()
+
+    def decided(self, state: "RunState", applied: AppliedDecision) -> None:
+        """The gate span of a decision applied to ``state`` (the state before the decision)."""
+        if state.pending is None:
+            return
+        # a resume in a new process: the run started before this pause at the latest
+        self._starts.setdefault(state.run_id, _aware(state.pending.paused_at))
+        record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
+                    job_id=state.job_id, flow_id=state.flow_id, limit=self.limit)
+
+    async def paused(self, state: "RunState") -> None:
+        await flush()
+
+    async def ended(self, state: "RunState", *, status: str, end: datetime,
+                    error: dict[str, Any] | None = None) -> None:
+        close_run(run_id=state.run_id, job_id=state.job_id, flow_id=state.flow_id, name=self.root_name(state),
+                  start=self.start_of(state), end=_aware(end), status=status, error=error)
+        self._starts.pop(state.run_id, None)
+        await flush()
+
+
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+
+
 __all__ = [
+    "ChildSpan",
     "GATE_PREFIX",
     "MAX_VALUE_CHARS",
     "RunTracer",
+    "RunTracing",
     "TRACER_NAME",
     "bounded",
     "close_run",
@@ -417,6 +646,7 @@ __all__ = [
     "gate_span_name",
     "hex_span",
     "hex_trace",
+    "model_call",
     "open_run",
     "record_gate",
     "requested_ids",
@@ -424,5 +654,6 @@ __all__ = [
     "root_span_id",
     "run_context",
     "span_id_for",
+    "tool_call",
     "trace_id_for",
 ]

@@ -23,6 +23,7 @@ import json
 import re
 from typing import Any
 
+from engine import tracing
 from engine.components import get_component, register
 from engine.components.base import (
     TOOL_APPROVAL_ACTIONS,
@@ -219,7 +220,11 @@ class Agent(Component):
                     vertex_id=ctx.vertex_id,
                 )
             client = client or self._client(ctx)
-            result = await client.chat(st["messages"], [t["schema"] for t in tools.values()] or None)
+            # a child span of this vertex's span (type llm): model, token usage, error status
+            with tracing.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.url,
+                                    messages=st["messages"], tools=list(tools)) as span:
+                result = await client.chat(st["messages"], [t["schema"] for t in tools.values()] or None)
+                span.model_result(result)
             st["model_calls"] += 1
             st["messages"].append(result.message)
             if not result.tool_calls:
@@ -305,7 +310,11 @@ class Agent(Component):
             wanted_outputs={first},
         )
         try:
-            outputs = await component.build(tctx)
+            # a child span of this vertex's span (type tool): name, arguments (truncated), result
+            with tracing.tool_call(name=call["name"], args=args, number=st["tool_runs"], component_type=cls.type_name,
+                                   call_id=call["id"], outcome=how) as span:
+                outputs = await component.build(tctx)
+                span.outputs({first: (outputs or {}).get(first)})
         except PauseRequested:
             raise ComponentError(
                 f"Agent '{ctx.vertex_id}': tool '{call['name']}' tried to pause; only the agent asks for approval",

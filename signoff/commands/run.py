@@ -57,8 +57,21 @@ async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] =
     from engine.runner import InProcessRunner
 
     from engine.settings import Settings
+    from engine.tracing import RunTracing
+    from signoff import telemetry
 
-    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory(), settings=Settings())
+    settings = Settings()
+    # the same one-trace story as a run on Temporal (docs/tracing.md): to OTLP when configured
+    tel = telemetry.install(settings, service_name="signoff-run")
+    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory(), settings=settings, tracing=RunTracing())
+    try:
+        return await _run(runner, path, input_value, read, out)
+    finally:
+        if tel.exports_otlp:
+            await asyncio.to_thread(tel.flush_otlp)
+
+
+async def _run(runner, path: Path, input_value: str, read: Callable[[str], str], out) -> int:
     run_id = str(uuid.uuid4())
     outcome = await runner.start(path.read_text(encoding="utf-8"), run_id=run_id, input_value=input_value,
                                  session_id=run_id)

@@ -3,19 +3,29 @@ activities drive them, spans collected into a real SQLite store."""
 
 from __future__ import annotations
 
+import asyncio
+import io
+import json
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from engine import tracing as T
+from engine.components import register
+from engine.components.base import BuildContext, Component, OutputDef
 from engine.errors import ComponentError
 from engine.graph import Graph
 from engine.models import Decision, Option, PendingRequest, utcnow
+from engine.memory import InMemoryCheckpointStore, InMemoryHistory
 from engine.run import apply_decision, apply_layer, build_vertices, context_for, new_run_state, plan_next
+from engine.runner import InProcessRunner
 from engine.spec import parse_and_validate
 from engine.store import open_store
+from engine.tracing import RunTracing
 from signoff import telemetry
+from tests.fixtures.fake_openai import call, fail, say
 
 GATE = {
     "name": "gate",
@@ -142,3 +152,197 @@ async def test_a_retried_layer_rewrites_the_same_spans(store):
             tracer = T.RunTracer(graph, state)
             await build_vertices(graph, state, plan_next(graph, state), context_for(state, **tracer.hooks()))
     assert [s.name for s in await store.get_trace(run_id)] == ["Chat Input"]
+
+
+# ---- in-process runs (InProcessRunner(tracing=RunTracing(...))) ------------------------------
+
+
+@register
+class TestBlock(Component):
+    """Waits until cancelled (a long build: a run cancelled in the middle of a layer)."""
+
+    __test__ = False
+    type_name = "TestBlock"
+    outputs = [OutputDef("out")]
+    started: asyncio.Event | None = None
+
+    async def build(self, ctx: BuildContext) -> dict[str, Any]:
+        if TestBlock.started is not None:
+            TestBlock.started.set()
+        await asyncio.Event().wait()
+        return {"out": "never"}
+
+
+def runner_for(store, **kw) -> InProcessRunner:
+    return InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory(), tracing=RunTracing(store), **kw)
+
+
+def tree(spans):
+    """(root, {parent span id: [children in start order]})"""
+    (root,) = [s for s in spans if s.parent_id is None]
+    kids: dict[str, list] = {}
+    for s in sorted(spans, key=lambda s: (s.start_time, s.span_id)):
+        if s.parent_id is not None:
+            kids.setdefault(s.parent_id, []).append(s)
+    return root, kids
+
+
+async def test_an_in_process_run_paused_and_resumed_in_a_new_runner_is_one_trace(store):
+    run_id = str(uuid.uuid4())
+    checkpoints = InMemoryCheckpointStore()
+    async with telemetry.collect_spans(store):  # what a process does around its run (signoff/inline.py)
+        out = await InProcessRunner(checkpoints, tracing=RunTracing(store)).start(
+            GATE, run_id=run_id, input_value="my order", flow_id="f-in")
+    assert out.status == "paused"
+    listed = await store.list_traces(flow_id="f-in")
+    assert listed[0]["trace_id"] == run_id and listed[0]["end_time"] is None  # provisional root: running
+    async with telemetry.collect_spans(store):  # another runner (process): nothing in memory
+        out = await InProcessRunner(checkpoints, tracing=RunTracing(store)).resume(
+            run_id, out.pending.request_id, {"action_id": "request_changes"}, decided_by="carol")
+    assert out.status == "completed"
+    spans = await store.get_trace(run_id)
+    root, kids = tree(spans)
+    assert root.name == "gate" and root.status == "ok" and root.end_time is not None
+    assert root.span_id == T.hex_span(T.root_span_id(run_id))
+    assert [s.name for s in kids[root.span_id]] == [
+        "Chat Input", "Prompt", "Human In The Loop — Request Changes", "Chat Output"]
+    assert len(kids[root.span_id]) == len(spans) - 1
+    gate = kids[root.span_id][2]
+    assert gate.type == "gate" and gate.attributes["signoff.decided_by"] == "carol"
+    assert root.start_time <= gate.start_time
+    assert {s.attributes["otel.trace_id"] for s in spans} == {run_id.replace("-", "")}
+
+
+async def test_an_in_process_run_without_tracing_writes_no_span(store):
+    run_id = str(uuid.uuid4())
+    async with telemetry.collect_spans(store) as sink:
+        out = await InProcessRunner(InMemoryCheckpointStore()).start(GATE, run_id=run_id, input_value="x")
+    assert out.status == "paused" and sink == [] and await store.get_trace(run_id) == []
+
+
+async def test_an_in_process_failure_shows_where_the_run_died(store):
+    run_id = str(uuid.uuid4())
+    spec = {"name": "fails", "nodes": [{"id": "ask", "type": "ChatInput"},
+                                        {"id": "calc", "type": "Calculator", "params": {"expression": "1/0"}},
+                                        {"id": "out", "type": "TextOutput"}],
+            "edges": [{"from": "calc.result", "to": "out.input_value"}]}
+    async with telemetry.collect_spans(store):
+        out = await runner_for(store).start(spec, run_id=run_id)
+    assert out.status == "failed"
+    root, kids = tree(await store.get_trace(run_id))
+    assert root.status == "error" and root.attributes["signoff.error.vertex_id"] == "calc"
+    calc = next(s for s in kids[root.span_id] if s.attributes["signoff.vertex_id"] == "calc")
+    assert calc.status == "error"
+    assert "out" not in {s.attributes["signoff.vertex_id"] for s in kids[root.span_id]}
+
+
+async def test_an_in_process_run_cancelled_mid_layer_has_a_cancelled_root(store):
+    run_id = str(uuid.uuid4())
+    TestBlock.started = asyncio.Event()
+    spec = {"name": "blocks", "nodes": [{"id": "ask", "type": "ChatInput"}, {"id": "b", "type": "TestBlock"},
+                                         {"id": "out", "type": "TextOutput"}],
+            "edges": [{"from": "b.out", "to": "out.input_value"}]}
+
+    async def run():
+        async with telemetry.collect_spans(store):
+            await runner_for(store).start(spec, run_id=run_id)
+
+    task = asyncio.create_task(run())
+    await asyncio.wait_for(TestBlock.started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    root, kids = tree(await store.get_trace(run_id))
+    assert root.status == "error" and root.attributes["signoff.status"] == "cancelled" and root.end_time
+    block = next(s for s in kids[root.span_id] if s.attributes["signoff.vertex_id"] == "b")
+    assert block.attributes["signoff.cancelled"] is True and block.end_time is not None
+
+
+# ---- an Agent's model and tool calls: child spans of its vertex span ---------------------------
+
+
+def agent_flow(llm, actions=("approve",)) -> dict[str, Any]:
+    return {
+        "name": "calc agent",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "agent", "type": "Agent", "params": {"model": "fake-model", "base_url": llm.base_url,
+                                                        "retry_backoff": 0.01, "max_retries": 0}},
+            {"id": "calc", "type": "Calculator", "params": {"tool_name": "calc", "approval_actions": list(actions)}},
+            {"id": "out", "type": "ChatOutput"},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "agent.input_value"},
+            {"from": "calc.tool", "to": "agent.tools"},
+            {"from": "agent.response", "to": "out.input_value"},
+        ],
+    }
+
+
+async def test_agent_model_and_tool_calls_are_child_spans_of_its_vertex(store, fake_openai):
+    fake_openai.add(call("calc", {"expression": "2+3" + " " * 3000}), say("It is 5."))
+    run_id = str(uuid.uuid4())
+    runner = runner_for(store)
+    async with telemetry.collect_spans(store):
+        out = await runner.start(agent_flow(fake_openai), run_id=run_id, input_value="2+3?")
+    assert out.status == "paused" and out.pending.kind == "tool_approval"
+    async with telemetry.collect_spans(store):
+        out = await runner.resume(run_id, out.pending.request_id, {"action_id": "approve"}, decided_by="dan")
+    assert out.status == "completed", out.error
+    spans = await store.get_trace(run_id)
+    root, kids = tree(spans)
+    names = [s.name for s in kids[root.span_id]]
+    assert sorted(names[:2]) == ["Calculator", "Chat Input"]  # the first layer: the tool's own vertex too
+    assert names[2:] == ["Agent", "Human In The Loop — Approve", "Agent", "Chat Output"]
+    first, gate, second = kids[root.span_id][2:5]
+    assert first.attributes["signoff.paused"] is True
+    (llm1,) = kids[first.span_id]
+    assert llm1.type == "llm" and llm1.name == "fake-model" and llm1.status == "ok"
+    assert llm1.attributes["gen_ai.request.model"] == "fake-model"
+    assert llm1.attributes["gen_ai.usage.input_tokens"] == 1 and llm1.attributes["gen_ai.usage.output_tokens"] == 1
+    assert llm1.outputs["tool_calls"][0]["name"] == "calc"
+    assert gate.attributes["signoff.request_kind"] == "tool_approval" and gate.attributes["signoff.decided_by"] == "dan"
+    tool, llm2 = kids[second.span_id]
+    assert tool.type == "tool" and tool.name == "calc" and tool.status == "ok"
+    assert tool.attributes["signoff.tool.name"] == "calc" and tool.attributes["signoff.tool.outcome"] == "approved"
+    assert tool.attributes["signoff.component_type"] == "Calculator"
+    assert len(tool.attributes["signoff.tool.args"]) <= T.MAX_VALUE_CHARS + 20  # the arguments, truncated
+    assert tool.inputs["expression"].endswith("…") and tool.outputs == {"result": 5}
+    assert gate.end_time <= tool.start_time
+    assert llm2.type == "llm" and llm2.outputs["content"] == "It is 5." and llm2.status == "ok"
+    assert len({s.span_id for s in spans}) == len(spans)
+    assert fake_openai.count == 2
+
+
+async def test_a_failing_model_call_and_tool_have_error_status(store, fake_openai):
+    fake_openai.add(call("calc", {"expression": "1/0"}), fail(400, "bad request: context too long"))
+    run_id = str(uuid.uuid4())
+    async with telemetry.collect_spans(store):
+        out = await runner_for(store).start(agent_flow(fake_openai, actions=()), run_id=run_id, input_value="1/0?")
+    assert out.status == "failed" and out.error["vertex_id"] == "agent"
+    root, kids = tree(await store.get_trace(run_id))
+    assert root.status == "error"
+    agent = next(s for s in kids[root.span_id] if s.name == "Agent")
+    assert agent.status == "error"
+    llm1, tool, llm2 = kids[agent.span_id]
+    assert (llm1.type, llm1.status) == ("llm", "ok")
+    assert (tool.type, tool.status) == ("tool", "error") and tool.attributes["signoff.tool.outcome"] == "ran"
+    assert (llm2.type, llm2.status) == ("llm", "error")
+    assert "context too long" in llm2.attributes["signoff.error"]
+
+
+async def test_signoff_run_tells_the_same_story(store, tmp_path):
+    from signoff.commands.run import run_file
+
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps(GATE), encoding="utf-8")
+    out = io.StringIO()
+    async with telemetry.collect_spans(store):  # the CLI's spans, caught where they end
+        code = await run_file(path, "my order", read=lambda _prompt: "request_changes", out=out)
+    assert code == 0 and out.getvalue().strip() == "changes"
+    (listed,) = await store.list_traces()
+    root, kids = tree(await store.get_trace(listed["trace_id"]))
+    assert root.status == "ok" and root.name == "gate"
+    assert [s.name for s in kids[root.span_id]] == [
+        "Chat Input", "Prompt", "Human In The Loop — Request Changes", "Chat Output"]
+    assert kids[root.span_id][2].attributes["signoff.decided_by"] == "terminal"
