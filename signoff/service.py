@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
 
 import temporalio.client
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
@@ -154,15 +153,19 @@ class SignoffService:
         for old in await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session):
             if old.job_id == job.job_id:
                 continue
-            if not await self.store.claim_suspended_for_cancel(old.job_id):
+            event = ("run_cancelled", {"reason": "superseded", "superseded_by": job.job_id})
+            if not await self.store.claim_suspended_for_cancel(old.job_id, event=event):
                 continue  # a resume (or another cancel) won: leave it alone
-            await self._cleanup_cancelled(old.job_id, {"reason": "superseded", "superseded_by": job.job_id})
+            await self._cleanup_cancelled(old.job_id)
             cancelled.append(old.job_id)
         return cancelled
 
-    async def _cleanup_cancelled(self, job_id: str, data: dict[str, Any]) -> None:
-        await self.store.append_event(job_id, "run_cancelled", data)
-        await self.store.clear_pending(job_id)
+    async def _cleanup_cancelled(self, job_id: str) -> None:
+        """After a won cancel claim (which cleared the pending request and wrote ``run_cancelled``
+        in its own transaction): delete the checkpoint, stamp the cards, cancel the workflow. Each
+        step is idempotent. A crash before the workflow is cancelled leaves the job cancelled with
+        its event; the workflow ends at its maximum-suspension timer (its finish sees the job
+        already ended, writes nothing and deletes the checkpoint)."""
         job = await self.store.get_job(job_id)
         await self.store.delete_checkpoints(job.run_id if job else job_id)
         await self.store.supersede_cards(job_id)
@@ -231,8 +234,8 @@ class SignoffService:
         if job.status.terminal:
             return job
         if job.status == JobStatus.suspended:
-            if await self.store.claim_suspended_for_cancel(job_id):
-                await self._cleanup_cancelled(job_id, {"reason": "stopped"})
+            if await self.store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"})):
+                await self._cleanup_cancelled(job_id)
                 return await self._job(job_id)
             job = await self._job(job_id)  # a resume won the race: it is running now
             if job.status.terminal:

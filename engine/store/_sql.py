@@ -743,10 +743,16 @@ class SQLStore(Store):
         async with self._tx(write=True) as tx:
             return await tx.execute(Q.rollback_resume, (self._enc_dt(utcnow()), job_id, claim_token)) > 0
 
-    async def claim_suspended_for_cancel(self, job_id: str) -> bool:
+    async def claim_suspended_for_cancel(self, job_id: str, *, event: tuple[str, dict[str, Any]] | None = None) -> bool:
+        """See Store.claim_suspended_for_cancel: ``event`` is appended in the claim's transaction,
+        only by the winner."""
         now = self._enc_dt(utcnow())
+        body = self._enc_json(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
+            won = await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
+            if won and event is not None:
+                await self._append(tx, job_id, event[0], body, None)
+        return won
 
     async def clear_pending(self, job_id: str) -> None:
         async with self._tx(write=True) as tx:

@@ -209,8 +209,11 @@ class Store(CheckpointStore, HistoryStore):
         """``in_progress → suspended`` only for the claim that was taken (pending kept)."""
 
     @abc.abstractmethod
-    async def claim_suspended_for_cancel(self, job_id: str) -> bool:
-        """``suspended → cancelled`` for exactly one caller; clears the pending request."""
+    async def claim_suspended_for_cancel(self, job_id: str, *, event: tuple[str, dict[str, Any]] | None = None) -> bool:
+        """``suspended → cancelled`` for exactly one caller; clears the pending request. ``event``
+        (name, data), e.g. ``("run_cancelled", {"reason": "stopped"})``, is appended in the same
+        transaction by the winner only: the status and its event are written together or not at
+        all (a crash in between cannot lose the event), and a loser writes nothing."""
 
     @abc.abstractmethod
     async def clear_pending(self, job_id: str) -> None: ...

@@ -283,6 +283,52 @@ async def test_cancel_claim_clears_pending(store: Store) -> None:
     assert not await store.mark_suspended(job_id, pending(request_id))  # a cancelled job stays cancelled
 
 
+async def test_cancel_claim_writes_its_event_in_the_same_transaction(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    await store.append_event(job_id, "human_input_required", {"request_id": request_id})
+    event = ("run_cancelled", {"reason": "superseded", "superseded_by": "job-2"})
+    assert await store.claim_suspended_for_cancel(job_id, event=event)
+    # the loser (a second stop, a late supersede) writes nothing at all
+    assert not await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None
+    assert [(e.seq, e.event, e.data) for e in await store.read_events(job_id)] == [
+        (1, "human_input_required", {"request_id": request_id}),
+        (2, "run_cancelled", {"reason": "superseded", "superseded_by": "job-2"}),
+    ]
+
+    # a resume that won first: the cancel claim with its event changes nothing
+    resumed, resumed_request = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(resumed, resumed_request)
+    assert not await store.claim_suspended_for_cancel(resumed, event=("run_cancelled", {"reason": "stopped"}))
+    assert await store.read_events(resumed) == []
+    assert (await store.get_job(resumed)).status == JobStatus.in_progress
+
+
+async def test_cancel_claim_and_its_event_commit_together_or_not_at_all(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    # the event insert fails inside the claim's transaction (event is NOT NULL): the status
+    # change is rolled back with it, so the job is never cancelled without its event
+    with pytest.raises(Exception):
+        await store.claim_suspended_for_cancel(job_id, event=(None, {"reason": "stopped"}))  # type: ignore[arg-type]
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.pending.request_id == request_id
+    assert await store.read_events(job_id) == []
+    assert await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+    assert [(e.seq, e.event) for e in await store.read_events(job_id)] == [(1, "run_cancelled")]
+
+
+async def test_concurrent_cancel_claims_write_one_event(store: Store) -> None:
+    import asyncio
+
+    job_id, _ = await suspended_job(store)
+    won = await asyncio.gather(*(store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"n": i}))
+                                 for i in range(20)))
+    assert won.count(True) == 1
+    events = await store.read_events(job_id)
+    assert [(e.seq, e.event, e.data) for e in events] == [(1, "run_cancelled", {"n": won.index(True)})]
+
+
 async def test_find_suspended_by_effective_session(store: Store) -> None:
     alice, bob = await new_user(store), await new_user(store)
     flow_id, other_flow = uid("flow-"), uid("flow-")
