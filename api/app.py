@@ -48,6 +48,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
                 the_service = SignoffService(settings, the_store, client)
             app.state.service = the_service
             app.state.temporal_client = getattr(the_service, "client", None)
+            from signoff.inline import sweeping
+
+            # inline sync runs (docs/inline.md): end the jobs of a dead API process, now and periodically
+            await stack.enter_async_context(sweeping(the_store, settings))
             yield
 
     app = FastAPI(

@@ -24,6 +24,7 @@ from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User
 from engine.settings import Settings
 from engine.store.base import Store
 from engine.tracing import run_context
+from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, inline_spec, is_inline, sweep
 from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
 SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
@@ -79,6 +80,7 @@ class SignoffService:
         self.store = store
         self.client = with_converter(client)
         self.local_activities = local_activities
+        self.inline = InlineRuns(store, settings)  # sync runs of gate-less flows (docs/inline.md)
 
     # ---- submit ----------------------------------------------------------------------------
 
@@ -92,10 +94,16 @@ class SignoffService:
         tweaks: dict | None,
         idempotency_key: str | None,
         mode: str,
+        sync_timeout: float | None = None,
     ) -> tuple[Job, bool]:
         """Create the job and start its FlowRun workflow. A repeated idempotency key returns
         (the first job, False) and starts nothing. Supersedes this user's suspended runs of this
-        flow in the same effective session first."""
+        flow in the same effective session first.
+
+        A ``sync`` run of a flow with no gate runs in this process instead (docs/inline.md): the
+        job is created with a lease and ``request.runner = "inline"``, and the call returns once
+        the run ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed."""
+        spec = inline_spec(flow, tweaks) if mode == "sync" and self.settings.inline_sync else None
         job_id = str(uuid.uuid4())
         new = NewJob(
             job_id=job_id,
@@ -103,15 +111,21 @@ class SignoffService:
             flow_version=flow.version,
             user_id=user.id,
             session_id=session_id,
-            request={"input_value": input_value, "tweaks": tweaks or {}, "mode": mode, "session_id": session_id},
+            request={"input_value": input_value, "tweaks": tweaks or {}, "mode": mode, "session_id": session_id,
+                     "runner": RUNNER_INLINE if spec is not None else RUNNER_TEMPORAL},
             idempotency_key=idempotency_key,
+            lease_until=self.inline.lease_until() if spec is not None else None,
         )
         job, created = await self.store.create_job(new)
         if not created:
             return job, False
         await self.supersede(job)
-        await self.start_workflow(job, flow)
-        return job, True
+        if spec is None:
+            await self.start_workflow(job, flow)
+            return job, True
+        self.inline.start(job, flow, spec)
+        await self.inline.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
+        return await self._job(job.job_id), True
 
     async def start_workflow(self, job: Job, flow: FlowRecord) -> None:
         session = job.effective_session
@@ -233,6 +247,13 @@ class SignoffService:
         job = await self._owned_job(user, job_id)
         if job.status.terminal:
             return job
+        if is_inline(job):  # no workflow: cancel the task here, or ask its process durably
+            await self.inline.stop(job_id)
+            job = await self.wait_for_terminal(job_id, timeout=10.0)
+            if not job.status.terminal:
+                await sweep(self.store)  # its process may be dead: an expired lease ends it now
+                job = await self._job(job_id)
+            return job
         if job.status == JobStatus.suspended:
             if await self.store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"})):
                 await self._cleanup_cancelled(job_id)
@@ -251,6 +272,9 @@ class SignoffService:
     async def wait_for_pause_or_end(self, job_id: str, timeout: float) -> Job:
         """Poll the job table until the job is suspended or terminal, or ``timeout`` passes
         (then returns the job as it is)."""
+        if self.inline.running(job_id) is not None:  # an inline run of this process: no polling
+            await self.inline.wait(job_id, timeout)
+            return await self._job(job_id)
         return await self._wait(job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal)
 
     async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:

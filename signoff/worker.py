@@ -78,8 +78,10 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     worker = build_worker(client, store, settings)
+    from signoff.inline import sweeping
+
     try:
-        async with worker:
+        async with worker, sweeping(store, settings):  # ends inline jobs whose API process died
             log.info("worker running on task queue %s at %s", settings.task_queue, settings.effective_temporal_address)
             print(f"signoff worker: task queue {settings.task_queue!r} on {settings.effective_temporal_address}", flush=True)
             await stop.wait()

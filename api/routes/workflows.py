@@ -62,6 +62,7 @@ async def submit(
         tweaks=body.tweaks,
         idempotency_key=body.idempotency_key,
         mode=body.mode,
+        sync_timeout=body.timeout,  # a gate-less sync run runs in this process (docs/inline.md)
     )
     if body.mode == "background":
         return job_public(job)

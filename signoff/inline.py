@@ -1,0 +1,260 @@
+"""Inline runs: a sync run of a flow with no gate, run in the calling (API) process by the
+engine's in-process runner instead of a Temporal workflow (DESIGN §8; docs/inline.md).
+
+Such a run never pauses, so it needs none of what Temporal gives a run that waits for a person.
+It keeps everything a job promises: the job row (``queued → in_progress →
+completed|failed|cancelled``), the events (``end``, ``run_failed``, ``run_cancelled``, each
+written with its status in one transaction), the chat history, one trace per run, stop, and no
+job left ``in_progress`` forever:
+
+- the job is created with a **lease** (``lease_until``); while the run goes, a heartbeat renews it
+  every ``inline_heartbeat_seconds`` and reads the job's **stop request**;
+- a stop in this process cancels the run's task; a stop on another replica writes a durable stop
+  request (``Store.request_cancel``) that the owner's next heartbeat turns into the same cancel;
+- a process that dies mid-run stops renewing: :func:`sweep` (at API and worker start, then every
+  ``inline_sweep_seconds``) ends jobs whose lease ran out as ``failed`` with ``run_failed``
+  {error: "the process running it stopped"}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine import tracing
+from engine.errors import SignoffError
+from engine.models import FlowRecord, Job, JobStatus, utcnow
+from engine.runner import InProcessRunner, RunOutcome
+from engine.settings import Settings
+from engine.spec import FlowSpec, flow_has_gate, load_flow
+from engine.store.base import Store
+
+log = logging.getLogger("signoff.inline")
+
+PROCESS_STOPPED = "the process running it stopped"
+LEASE_ERROR: dict[str, Any] = {"error": PROCESS_STOPPED, "type": "ProcessStopped", "vertex_id": None}
+
+RUNNER_INLINE = "inline"
+RUNNER_TEMPORAL = "temporal"
+
+
+def is_inline(job: Job) -> bool:
+    return job.request.get("runner") == RUNNER_INLINE
+
+
+def inline_spec(flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
+    """The flow (tweaks applied) when it can run inline: valid and without a gate. None sends the
+    run to Temporal, which also reports a bad tweak or an invalid flow exactly as before."""
+    from activities.flow import apply_tweaks
+
+    try:
+        spec = load_flow(apply_tweaks(flow.spec, tweaks))
+    except Exception:  # noqa: BLE001 - the workflow path reports it (run_failed)
+        return None
+    return None if flow_has_gate(spec) else spec
+
+
+def _error(err: BaseException) -> dict[str, Any]:
+    """The job's error and the ``run_failed`` data, shaped as a failed workflow writes them."""
+    return {
+        "error": err.message if isinstance(err, SignoffError) else f"{err.__class__.__name__}: {err}",
+        "type": err.__class__.__name__,
+        "vertex_id": getattr(err, "vertex_id", None),
+    }
+
+
+class InlineRuns:
+    """The inline runs of this process: start, wait, stop."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[str] = set()  # stop asked: a cancel of these tasks is a stop
+
+    def lease_until(self) -> datetime:
+        return utcnow() + timedelta(seconds=self.settings.inline_lease_seconds)
+
+    def start(self, job: Job, flow: FlowRecord, spec: FlowSpec) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._run(job, flow, spec), name=f"signoff-inline-{job.job_id}")
+        self._tasks[job.job_id] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.pop(job.job_id, None)
+            self._stopping.discard(job.job_id)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("inline run %s: %r", job.job_id, t.exception())
+
+        task.add_done_callback(done)
+        return task
+
+    def running(self, job_id: str) -> asyncio.Task[None] | None:
+        return self._tasks.get(job_id)
+
+    async def wait(self, job_id: str, timeout: float) -> bool:
+        """Wait (at most ``timeout``) for this process's run of the job to end; whether it did.
+        The run is never cancelled by the wait (a caller that goes away leaves it running)."""
+        task = self._tasks.get(job_id)
+        if task is None:
+            return True
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        return bool(done)
+
+    async def stop(self, job_id: str, timeout: float = 10.0) -> None:
+        """Ask for the stop durably (the owner, in any process, sees it at its next heartbeat), and
+        cancel the run at once when it runs here."""
+        await self.store.request_cancel(job_id)
+        task = self._tasks.get(job_id)
+        if task is not None:
+            self._stopping.add(job_id)
+            task.cancel()
+            await asyncio.wait({task}, timeout=timeout)
+
+    async def _heartbeat(self, job_id: str, run: asyncio.Task[Any]) -> None:
+        every = self.settings.inline_heartbeat_seconds
+        while True:
+            await asyncio.sleep(every)
+            try:
+                state = await self.store.renew_lease(job_id, self.lease_until())
+            except Exception as err:  # noqa: BLE001 - a database blip: the lease has slack, try again
+                log.warning("inline run %s: lease renewal failed: %r", job_id, err)
+                continue
+            if state == "cancel_requested":
+                self._stopping.add(job_id)
+            if state != "running":  # stopped, or ended by someone else (e.g. swept): stop building
+                run.cancel()
+                return
+
+    async def _run(self, job: Job, flow: FlowRecord, spec: FlowSpec) -> None:
+        from signoff.telemetry import collect_spans, install
+
+        install(self.settings)  # idempotent: the spans need the SDK in this process
+        store = self.store
+        async with collect_spans(store):  # the run's spans go to the store (flushed at its end)
+            beat = asyncio.create_task(self._heartbeat(job.job_id, asyncio.current_task()))  # type: ignore[arg-type]
+            try:
+                await store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued])
+                runner = InProcessRunner(
+                    store, store, self._flow_loader, settings=self.settings,
+                    tracing=tracing.RunTracing(store, started_at=lambda _s: job.created_at, name=flow.name),
+                )
+                outcome = await runner.start(
+                    spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
+                    session_id=job.session_id, input_value=job.request.get("input_value"),
+                )
+            except asyncio.CancelledError:
+                beat.cancel()
+                await self._cancelled(job, flow)
+                raise
+            except Exception as err:  # noqa: BLE001 - e.g. the database: the run fails, said so
+                beat.cancel()
+                await self._failed(job, flow, _error(err), close_trace=True)
+                return
+            finally:
+                beat.cancel()
+            await self._ended(job, flow, outcome)
+
+    async def _flow_loader(self, flow_id: str) -> dict[str, Any] | None:
+        flow = await self.store.get_flow(flow_id)
+        return flow.spec if flow else None
+
+    async def _ended(self, job: Job, flow: FlowRecord, outcome: RunOutcome) -> None:
+        # the runner emitted and flushed the root span before returning: the trace is whole
+        # before the status says the run ended (docs/tracing.md)
+        if outcome.status == "completed":
+            await self.store.set_status(job.job_id, JobStatus.completed, expect=[JobStatus.in_progress],
+                                        result=outcome.result, event=("end", {"status": "completed"}))
+        elif outcome.status == "failed":
+            err = outcome.error or {}
+            await self._failed(job, flow, {"error": err.get("error"), "type": err.get("type"),
+                                           "vertex_id": err.get("vertex_id")})
+        else:  # paused: flow_has_gate said it could not; never leave it hanging
+            await self._failed(job, flow, {"error": "the run paused, but it was run without Temporal",
+                                           "type": "InlinePause", "vertex_id": outcome.state.pending_vertex},
+                               close_trace=True)
+
+    async def _failed(self, job: Job, flow: FlowRecord, error: dict[str, Any], *, close_trace: bool = False) -> None:
+        if close_trace:
+            await _close_trace(job, flow.name, "failed", error)
+        await self.store.set_status(job.job_id, JobStatus.failed, expect=[JobStatus.queued, JobStatus.in_progress],
+                                    error=error, event=("run_failed", error))
+
+    async def _cancelled(self, job: Job, flow: FlowRecord) -> None:
+        """A stop (here or from another replica) ends the job ``cancelled``; any other cancel of
+        the task (the process shutting down) ends it ``failed``, as the sweep would."""
+        if job.job_id in self._stopping:
+            await _close_trace(job, flow.name, "cancelled", None)
+            await self.store.set_status(job.job_id, JobStatus.cancelled,
+                                        expect=[JobStatus.queued, JobStatus.in_progress],
+                                        event=("run_cancelled", {"reason": "stopped"}))
+        else:
+            await self._failed(job, flow, dict(LEASE_ERROR), close_trace=True)
+
+
+async def _close_trace(job: Job, name: str, status: str, error: dict[str, Any] | None) -> None:
+    """The root span with how the run really ended (same ids: replaces any earlier one)."""
+    tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=name, start=job.created_at,
+                      end=utcnow(), status=status, error=error)
+    await tracing.flush()
+
+
+# ---- the sweep ---------------------------------------------------------------------------------
+
+
+async def sweep(store: Store) -> list[str]:
+    """End the inline jobs whose lease ran out (their process died) as ``failed`` with
+    ``run_failed`` {error: "the process running it stopped"}; close their traces. Returns the
+    job ids ended."""
+    from signoff.telemetry import collect_spans
+
+    ended = await store.fail_expired_leases(utcnow(), dict(LEASE_ERROR))
+    if ended:
+        async with collect_spans(store):
+            for job_id in ended:
+                job = await store.get_job(job_id)
+                if job is None:
+                    continue
+                flow = await store.get_flow(job.flow_id, version=job.flow_version)
+                tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id,
+                                  name=flow.name if flow else job.flow_id, start=job.created_at,
+                                  end=job.finished_at or utcnow(), status="failed", error=dict(LEASE_ERROR))
+        log.warning("ended %d inline job(s) whose process stopped: %s", len(ended), ", ".join(ended))
+    return ended
+
+
+async def sweep_forever(store: Store, settings: Settings) -> None:
+    while True:
+        try:
+            await sweep(store)
+        except Exception as err:  # noqa: BLE001 - a database blip: next round
+            log.warning("inline sweep failed: %r", err)
+        await asyncio.sleep(settings.inline_sweep_seconds)
+
+
+@contextlib.asynccontextmanager
+async def sweeping(store: Store, settings: Settings) -> AsyncIterator[None]:
+    """Sweep now, then every ``inline_sweep_seconds`` while the block runs (API and worker)."""
+    task = asyncio.create_task(sweep_forever(store, settings), name="signoff-inline-sweep")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+__all__ = [
+    "InlineRuns",
+    "LEASE_ERROR",
+    "PROCESS_STOPPED",
+    "RUNNER_INLINE",
+    "RUNNER_TEMPORAL",
+    "inline_spec",
+    "is_inline",
+    "sweep",
+    "sweeping",
+]
