@@ -44,8 +44,13 @@ class Proc:
 
 
 @pytest_asyncio.fixture
-async def cluster(settings, tmp_path, otlp: OTLPReceiver):
-    """Start worker and API processes (as many generations as asked) sharing store and queue."""
+async def cluster(settings, tmp_path, otlp: OTLPReceiver, temporal_client):
+    """Start worker and API processes (as many generations as asked) sharing store and queue.
+
+    ``temporal_client`` is here for its wait: the session's dev server fixture only starts the
+    process, and it is ``temporal_client`` that waits until the frontend answers (and the
+    search attributes exist). Without it, a test run alone (``-k``) starts the worker before
+    the server listens, and the worker dies with "connection refused"."""
     port = free_port()
     env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
            "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_TASK_QUEUE": settings.task_queue,
