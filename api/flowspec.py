@@ -11,6 +11,7 @@ from engine.errors import FlowInvalid
 from engine.settings import Settings
 
 from api.errors import FlowTooLarge, InvalidRequest
+from api.limits import ID_MAX_CHARS, string_problems
 
 
 def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
@@ -56,8 +57,13 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
             " (SIGNOFF_MAX_FLOW_NODES)"
         )
     name = spec.get("name")
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise FlowInvalid([{"where": "name", "message": "name must be a non-empty string of at most 200 characters"}])
+    if not isinstance(name, str) or not name.strip() or len(name) > ID_MAX_CHARS:
+        raise FlowInvalid([{"where": "name", "message": f"name must be a non-empty string of at most {ID_MAX_CHARS} characters"}])
+    # every string: no NUL (PostgreSQL text cannot hold it), at most SIGNOFF_MAX_STRING_CHARS
+    strings = string_problems(spec, settings.max_string_chars, ())
+    if strings:
+        raise FlowInvalid([{"where": p["loc"] or "flow", "message": f"{p['loc'] or 'flow'}: {p['message']}"}
+                           for p in strings])
     from engine.spec import parse_and_validate
 
     try:

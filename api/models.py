@@ -14,8 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
 
-ID = Field(min_length=1, max_length=200)
-SHORT = 200
+from api.limits import ID_MAX_CHARS, REQUEST_ID_MAX_CHARS
+
+ID = Field(min_length=1, max_length=ID_MAX_CHARS)
+SHORT = ID_MAX_CHARS
 
 
 class _Request(BaseModel):
@@ -62,16 +64,17 @@ def flow_public(f: FlowRecord) -> FlowPublic:
 
 class WorkflowCreate(_Request):
     flow_id: str = ID
-    input_value: str = Field("", max_length=1_000_000)
+    input_value: str = Field("", description="at most SIGNOFF_MAX_STRING_CHARS characters (default 1,000,000)")
     session_id: str | None = Field(None, min_length=1, max_length=SHORT)
     mode: Literal["background", "sync", "stream"] = "background"
-    tweaks: dict[str, dict[str, Any]] | None = None
+    tweaks: dict[str, dict[str, Any]] | None = Field(
+        None, description="{node_id: {param: value}}; strings at most SIGNOFF_MAX_STRING_CHARS characters")
     idempotency_key: str | None = Field(None, min_length=1, max_length=SHORT)
     timeout: float | None = Field(None, gt=0, le=3600, description="sync mode: seconds to wait (default 60)")
 
 
 class ResumeRequest(_Request):
-    request_id: str = Field(min_length=1, max_length=1000)
+    request_id: str = Field(min_length=1, max_length=REQUEST_ID_MAX_CHARS)
     decision: Decision
 
 

@@ -9,6 +9,7 @@ from engine.errors import FlowNotFound, Forbidden
 from api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, runnable_flow, valid_id
 from api.errors import SignoffError
 from api.flowspec import parse_body, validate_spec
+from api.limits import ID_MAX_CHARS, NUL, check_strings
 from api.models import FlowPublic, FlowSummary, SharePublic, ShareCreate, flow_public, flow_summary
 
 router = APIRouter(prefix="/api/v1/flows", tags=["flows"])
@@ -73,6 +74,8 @@ async def _owned(store, user, flow_id: str, public_owner):
 
 
 async def _target_user(store, ref: str):
+    if NUL in ref or len(ref) > ID_MAX_CHARS:  # no user has such a name (PostgreSQL text cannot hold NUL)
+        raise UserNotFound(f"No user named {ref[:100]!r}")
     target = await store.get_user_by_name(ref)
     if target is None and valid_id(ref):
         target = await store.get_user(ref)
@@ -83,9 +86,11 @@ async def _target_user(store, ref: str):
 
 @router.post("/{flow_id}/shares", status_code=status.HTTP_201_CREATED, response_model=SharePublic)
 async def grant_share(
-    flow_id: str, body: ShareCreate, store: StoreDep, user: CurrentUser, public_owner: PublicOwner
+    flow_id: str, body: ShareCreate, store: StoreDep, settings: SettingsDep, user: CurrentUser,
+    public_owner: PublicOwner,
 ) -> SharePublic:
     """Grant another user `execute` on a flow you own."""
+    check_strings(body.model_dump(mode="json"), settings.max_string_chars)
     flow = await _owned(store, user, flow_id, public_owner)
     target = await _target_user(store, body.user)
     await store.grant_share(flow.id, target.id, body.actions)

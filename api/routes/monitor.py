@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from engine.errors import JobNotFound
 from engine.models import SpanRecord
 
+from api.limits import ID_MAX_CHARS, NoNul
 from api.deps import CurrentUser, StoreDep, valid_id, visible_job
 from api.models import MessagePublic, SpanNode, TracePublic, TraceSummary
 
@@ -19,8 +20,8 @@ router = APIRouter(prefix="/api/v1/monitor", tags=["monitor"])
 async def messages(
     store: StoreDep,
     user: CurrentUser,
-    session_id: Annotated[str, Query(min_length=1, max_length=200)],
-    flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None,
+    session_id: Annotated[str, Query(min_length=1, max_length=ID_MAX_CHARS), NoNul],
+    flow_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_CHARS), NoNul] = None,
 ) -> list[MessagePublic]:
     """A session's chat history; gate cards carry `submitted_action` or `superseded`."""
     owners: dict[str, bool] = {}

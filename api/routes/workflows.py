@@ -10,6 +10,7 @@ from fastapi.responses import StreamingResponse
 from engine.errors import JobNotFound, NoPendingRequest
 
 from api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
+from api.limits import check_strings
 from api.models import (
     JobPublic,
     PendingItem,
@@ -49,6 +50,7 @@ async def submit(
 ):
     """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
     `stream` returns the run's events as SSE until the end or a pause."""
+    check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("input_value", "tweaks"))
     flow = await runnable_flow(store, user, body.flow_id, public_owner)
     if flow.owner_id == public_owner and flow.owner_id != user.id:
         # Flows from SIGNOFF_FLOWS_DIR are open to every user: the first run records the
@@ -82,8 +84,10 @@ async def status_by_query(
 
 
 @router.post("/stop", response_model=StopResponse)
-async def stop(body: StopRequest, store: StoreDep, service: ServiceDep, user: CurrentUser) -> StopResponse:
+async def stop(body: StopRequest, store: StoreDep, service: ServiceDep, settings: SettingsDep,
+               user: CurrentUser) -> StopResponse:
     """Stop a job. `status` is what the job really is afterwards."""
+    check_strings(body.model_dump(mode="json"), settings.max_string_chars)
     await visible_job(store, user, body.job_id)
     job = await service.stop(user, body.job_id)
     if job.status == JobStatus.cancelled:
@@ -120,11 +124,13 @@ async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanR
 
 
 @router.post("/{job_id}/resume", response_model=ResumeResponse)
-async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, user: CurrentUser) -> ResumeResponse:
+async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings: SettingsDep,
+                 user: CurrentUser) -> ResumeResponse:
     """Answer the pending request: 404, 403 (no execute permission), 422 INVALID_DECISION,
     409 NOT_RESUMABLE, in that order."""
     if not valid_id(job_id):
         raise JobNotFound(f"Job {job_id[:100]!r} not found")
+    check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("decision",))
     job = await service.resume(user, job_id, body.request_id, body.decision)
     return ResumeResponse(job_id=job.job_id)
 

@@ -4,6 +4,7 @@ order 404 → 403 → 422 → 409, and malformed input getting a 4xx with a code
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from engine.models import JobStatus
 
@@ -143,8 +144,6 @@ async def test_invalid_flow_lists_every_problem(api: Harness) -> None:
 
 
 async def test_yaml_upload_get_delete(api: Harness) -> None:
-    import yaml
-
     async with api.client("alice") as c:
         r = await c.post("/api/v1/flows", content=yaml.safe_dump(REFUND), headers={"content-type": "application/yaml"})
         assert r.status_code == 201, r.text
@@ -155,3 +154,88 @@ async def test_yaml_upload_get_delete(api: Harness) -> None:
     async with api.client("alice") as c:
         assert (await c.delete(f"/api/v1/flows/{fid}")).status_code == 204
         assert (await c.get(f"/api/v1/flows/{fid}")).status_code == 404
+
+
+NUL = "\u0000"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input_value": f"refund{NUL}42"},
+        {"session_id": f"s{NUL}1"},
+        {"idempotency_key": f"k{NUL}"},
+        {"tweaks": {"ask": {"input_value": f"x{NUL}y"}}},
+        {"tweaks": {"ask": {f"k{NUL}": "v"}}},
+    ],
+    ids=["input_value", "session_id", "idempotency_key", "tweak_value", "tweak_key"],
+)
+async def test_nul_in_a_submitted_string_is_422_not_500(api: Harness, body) -> None:
+    """PostgreSQL text cannot hold NUL: every backend refuses it up front, with a code."""
+    async with api.client("alice") as c:
+        r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "mode": "sync", **body})
+        assert r.status_code == 422 and code(r) == "INVALID_REQUEST", r.text
+        assert r.json()["detail"]["problems"][0]["type"] == "string_nul"
+    assert await api.store.list_pending(api.users["alice"][0]) is not None  # the store still answers
+
+
+async def test_nul_in_flows_shares_history_and_decisions_is_4xx(api: Harness) -> None:
+    job_id = (await submit_suspended(api, session_id="nul"))["job_id"]
+    async with api.client("alice") as c:
+        bad_flows = [
+            {**REFUND, "name": f"Refund{NUL}"},
+            {**REFUND, "nodes": [{**n, "params": {"text": f"sent{NUL}"}} if n["id"] == "ok" else n for n in REFUND["nodes"]]},
+            {**REFUND, "nodes": [{**n, "id": f"{n['id']}{NUL}"} if n["id"] == "no" else n for n in REFUND["nodes"]]},
+        ]
+        for spec in bad_flows:
+            r = await c.post("/api/v1/flows", json=spec)
+            assert r.status_code == 422 and code(r) == "FLOW_INVALID", r.text
+            assert any("NUL" in p["message"] for p in r.json()["detail"]["problems"]), r.text
+        yaml_nul = 'name: "Refund\\0"\n' + yaml.safe_dump({k: v for k, v in REFUND.items() if k != "name"})
+        r = await c.post("/api/v1/flows", content=yaml_nul, headers={"content-type": "application/yaml"})
+        assert r.status_code == 422 and code(r) == "FLOW_INVALID", r.text
+        assert any("NUL" in p["message"] for p in r.json()["detail"]["problems"]), r.text
+        flow = api.flows["refund"]
+        r = await c.post(f"/api/v1/flows/{flow}/shares", json={"user": f"bob{NUL}"})
+        assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
+        r = await c.delete(f"/api/v1/flows/{flow}/shares/bob%00")
+        assert r.status_code == 404 and code(r) == "USER_NOT_FOUND"
+        for params in ({"session_id": f"nul{NUL}"}, {"session_id": "nul", "flow_id": f"f{NUL}"}):
+            r = await c.get("/api/v1/monitor/messages", params=params)
+            assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
+        r = await c.post("/api/v2/workflows/stop", json={"job_id": f"{job_id}{NUL}"})
+        assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
+        for body in ({"request_id": f"gate:{job_id}{NUL}", "decision": {"action_id": "approve"}},
+                     {"request_id": f"gate:{job_id}", "decision": {"action_id": f"approve{NUL}"}},
+                     {"request_id": f"gate:{job_id}", "decision": {"action_id": "approve", "values": {"note": NUL}}}):
+            r = await c.post(f"/api/v2/workflows/{job_id}/resume", json=body)
+            assert r.status_code == 422 and code(r) == "INVALID_REQUEST", r.text
+    job = await api.store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.pending.request_id == f"gate:{job_id}"
+
+
+async def test_text_is_bounded_by_max_string_chars(api: Harness) -> None:
+    """SIGNOFF_MAX_STRING_CHARS is the one limit for text (input, tweak and decision values,
+    flow spec strings); identifiers have a fixed 200."""
+    limit = api.settings.max_string_chars
+    async with api.client("alice") as c:
+        r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "input_value": "x" * (limit + 1)})
+        assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
+        assert r.json()["detail"]["problems"] == [{"loc": "body.input_value", "type": "string_too_long",
+                                                   "message": f"is {limit + 1} characters long; the limit is {limit}"
+                                                              " (SIGNOFF_MAX_STRING_CHARS)"}]
+        api.settings.max_string_chars = 30  # the running app reads the setting itself
+        try:
+            r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "input_value": "x" * 31})
+            assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
+            r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "input_value": "ok",
+                                                        "tweaks": {"ask": {"sender_name": "y" * 31}}})
+            assert r.status_code == 422 and r.json()["detail"]["problems"][0]["loc"] == "body.tweaks.ask.sender_name"
+            r = await c.post("/api/v1/flows", json={**REFUND, "nodes": [
+                {**n, "params": {"text": "z" * 31}} if n["id"] == "ok" else n for n in REFUND["nodes"]]})
+            assert r.status_code == 422 and code(r) == "FLOW_INVALID"
+            assert [p["where"] for p in r.json()["detail"]["problems"]] == ["nodes.2.params.text"], r.text
+        finally:
+            api.settings.max_string_chars = limit
+        r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "session_id": "s" * 201})
+        assert r.status_code == 422 and code(r) == "INVALID_REQUEST"
