@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -38,6 +39,7 @@ log = logging.getLogger("signoff.inline")
 PROCESS_STOPPED = "the process running it stopped"
 LEASE_ERROR: dict[str, Any] = {"error": PROCESS_STOPPED, "type": "ProcessStopped", "vertex_id": None}
 
+_SPEC_CACHE_SIZE = 256
 RUNNER_INLINE = "inline"
 RUNNER_TEMPORAL = "temporal"
 
@@ -75,6 +77,21 @@ class InlineRuns:
         self.settings = settings
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()  # stop asked: a cancel of these tasks is a stop
+        self._specs: OrderedDict[tuple[str, int], FlowSpec | None] = OrderedDict()
+
+    def spec_for(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
+        """:func:`inline_spec`, remembered per flow version when there are no tweaks (a flow
+        version never changes)."""
+        if tweaks:
+            return inline_spec(flow, tweaks)
+        key = (flow.id, flow.version)
+        if key in self._specs:
+            self._specs.move_to_end(key)
+            return self._specs[key]
+        spec = self._specs[key] = inline_spec(flow, None)
+        while len(self._specs) > _SPEC_CACHE_SIZE:
+            self._specs.popitem(last=False)
+        return spec
 
     def lease_until(self) -> datetime:
         return utcnow() + timedelta(seconds=self.settings.inline_lease_seconds)
@@ -137,7 +154,7 @@ class InlineRuns:
         async with collect_spans(store):  # the run's spans go to the store (flushed at its end)
             beat = asyncio.create_task(self._heartbeat(job.job_id, asyncio.current_task()))  # type: ignore[arg-type]
             try:
-                await store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued])
+                # the job was created in_progress (SignoffService.submit): no status write here
                 runner = InProcessRunner(
                     store, store, self._flow_loader, settings=self.settings,
                     tracing=tracing.RunTracing(store, started_at=lambda _s: job.created_at, name=flow.name),

@@ -24,7 +24,7 @@ from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User
 from engine.settings import Settings
 from engine.store.base import Store
 from engine.tracing import run_context
-from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, inline_spec, is_inline, sweep
+from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, is_inline, sweep
 from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
 SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
@@ -103,7 +103,7 @@ class SignoffService:
         A ``sync`` run of a flow with no gate runs in this process instead (docs/inline.md): the
         job is created with a lease and ``request.runner = "inline"``, and the call returns once
         the run ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed."""
-        spec = inline_spec(flow, tweaks) if mode == "sync" and self.settings.inline_sync else None
+        spec = self.inline.spec_for(flow, tweaks) if mode == "sync" and self.settings.inline_sync else None
         job_id = str(uuid.uuid4())
         new = NewJob(
             job_id=job_id,
@@ -115,6 +115,8 @@ class SignoffService:
                      "runner": RUNNER_INLINE if spec is not None else RUNNER_TEMPORAL},
             idempotency_key=idempotency_key,
             lease_until=self.inline.lease_until() if spec is not None else None,
+            # an inline run starts at once: born in_progress (one write less than queued → in_progress)
+            status=JobStatus.in_progress if spec is not None else JobStatus.queued,
         )
         job, created = await self.store.create_job(new)
         if not created:
