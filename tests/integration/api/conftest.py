@@ -18,6 +18,7 @@ import httpx
 import psycopg
 import pytest
 import pytest_asyncio
+import uvicorn
 
 from api.app import create_app
 from engine.models import Job, JobStatus
@@ -140,3 +141,100 @@ def sse_frames(text: str) -> list[dict[str, Any]]:
             assert data["seq"] == fid
             frames.append(data)
     return frames
+
+
+class _InLoopServer(uvicorn.Server):
+    """uvicorn in the test's event loop (the harness's store, service and worker live there);
+    pytest keeps its own signal handlers."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[override]
+        yield
+
+
+@pytest_asyncio.fixture(scope="module")
+async def live(api: Harness) -> AsyncIterator[str]:
+    """The harness's app behind a real uvicorn server on 127.0.0.1 (a free port): real HTTP, so
+    a streamed response reaches the client frame by frame (the ASGI test client buffers it)."""
+    import asyncio
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(api.app, lifespan="off", log_level="warning", access_log=False, ws="none", http="h11")
+    server = _InLoopServer(config)
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert not task.done(), task.exception()
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        await _tick()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+class BlockingHTTP:
+    """A local HTTP server whose ``/block/{name}`` answers only once ``release(name)`` is called,
+    so a flow's HTTPRequest vertex holds its run in_progress for as long as a test needs."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.gates: dict[str, threading.Event] = {}
+        self.seen: list[str] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                name = self.path.rsplit("/", 1)[-1]
+                outer.seen.append(name)
+                outer.gate(name).wait(120)
+                body = f"answer from {name}".encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def gate(self, name: str):
+        import threading
+
+        return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name: str) -> None:
+        self.gate(name).set()
+
+    def close(self) -> None:
+        for g in list(self.gates.values()):
+            g.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def read_frame(lines) -> dict[str, Any] | None:
+    """The next SSE frame from ``response.aiter_lines()`` (comments skipped); None at the end."""
+    fid, data = None, None
+    async for line in lines:
+        if line.startswith("id: "):
+            fid = int(line[4:])
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+        elif line == "" and data is not None:
+            assert data["seq"] == fid
+            return data
+    return None

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
+
 from engine.models import JobStatus
 
-from tests.integration.api.conftest import Harness, sse_frames, submit_suspended
+from tests.helpers import eventually
+from tests.integration.api.conftest import BlockingHTTP, Harness, read_frame, sse_frames, submit_suspended
 
 
 async def test_new_run_supersedes_the_same_session_only(api: Harness) -> None:
@@ -96,3 +99,76 @@ async def test_stream_mode_ends_at_the_pause(api: Harness) -> None:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         frames = sse_frames(r.text)
         assert frames[-1]["event"] == "human_input_required"
+
+
+def _slow_flow(server_url: str) -> dict:
+    """ask → fetch (HTTP, blocks on /block/first) → gate → ship (HTTP, blocks on /block/second) → ok."""
+    http = {"method": "POST", "timeout": 120}
+    return {
+        "name": "Slow refund",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "fetch", "type": "HTTPRequest", "params": {**http, "url": f"{server_url}/block/first"}},
+            {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+            {"id": "ship", "type": "HTTPRequest", "params": {**http, "url": f"{server_url}/block/second"}},
+            {"id": "ok", "type": "ChatOutput"},
+            {"id": "no", "type": "ChatOutput", "params": {"text": "refused"}},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "fetch.body"},
+            {"from": "fetch.response", "to": "gate.prompt"},
+            {"from": "gate.branch_approve", "to": "ship.body"},
+            {"from": "ship.response", "to": "ok.input_value"},
+            {"from": "gate.branch_reject", "to": "no.input_value"},
+        ],
+    }
+
+
+async def test_sse_tails_a_running_job_over_real_http(api: Harness, live: str) -> None:
+    """Against a real uvicorn server: a stream opened while the job is in progress receives the
+    pause as it happens and closes there; a client reconnecting after the resume (Last-Event-ID)
+    gets only the new frames, live, while the run is still going, then `end`."""
+    blocking = BlockingHTTP()
+    headers = {"x-api-key": api.users["alice"][1]}
+    try:
+        async with httpx.AsyncClient(base_url=live, headers=headers, timeout=httpx.Timeout(120)) as c:
+            r = await c.post("/api/v1/flows", json=_slow_flow(blocking.url))
+            assert r.status_code == 201, r.text
+            r = await c.post("/api/v2/workflows", json={"flow_id": r.json()["id"], "input_value": "refund 7",
+                                                        "session_id": "live", "mode": "background"})
+            job_id = r.json()["job_id"]
+            await eventually(lambda: "first" in blocking.seen, what="the run to call /block/first")
+            assert (await api.store.get_job(job_id)).status == JobStatus.in_progress
+            assert await api.store.read_events(job_id) == []  # nothing to replay: what comes is tailed
+
+            async with c.stream("GET", f"/api/v2/workflows/{job_id}/events") as stream:
+                assert stream.status_code == 200
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                lines = stream.aiter_lines()
+                blocking.release("first")  # only now can the run reach its pause
+                paused = await read_frame(lines)
+                assert paused["event"] == "human_input_required"
+                assert paused["data"]["prompt"] == "answer from first"
+                assert await read_frame(lines) is None  # the stream closes at the pause
+            last = paused["seq"]
+
+            r = await c.post(f"/api/v2/workflows/{job_id}/resume",
+                             json={"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}})
+            assert r.status_code == 200, r.text
+            await eventually(lambda: "second" in blocking.seen, what="the run to call /block/second")
+
+            async with c.stream("GET", f"/api/v2/workflows/{job_id}/events",
+                                headers={"Last-Event-ID": str(last)}) as stream:
+                lines = stream.aiter_lines()
+                decision = await read_frame(lines)
+                assert decision["seq"] == last + 1 and decision["event"] == "human_input_decision"
+                # that frame came while the run is still held by /block/second: the stream is tailing
+                assert (await api.store.get_job(job_id)).status == JobStatus.in_progress
+                blocking.release("second")
+                end = await read_frame(lines)
+                assert end["seq"] == last + 2 and end["event"] == "end"
+                assert await read_frame(lines) is None
+        job = await api.store.get_job(job_id)
+        assert job.status == JobStatus.completed
+    finally:
+        blocking.close()
