@@ -2,7 +2,7 @@
 README walkthrough over HTTP and from the wheel's `temporal` CLI, Ctrl-C, and a SIGKILL of the
 whole process tree followed by a second start on the same state folder.
 
-One `signoff dev` start serves several checks; the whole module takes about 30 s."""
+One `signoff dev` start serves several checks, a second the restart; about 10-20 s."""
 
 from __future__ import annotations
 
