@@ -160,6 +160,11 @@ class FlowActivities:
         if inp.state is None:
             state = await self._new_state(inp.job_id)
             if state is None:
+                # the job ended before its first layer (e.g. cancelled): its trace is still the
+                # root span, with the status it ended with (same ids: a retry rewrites it)
+                ended = await self.store.get_job(inp.job_id)
+                if ended is not None:
+                    await self._close_trace(ended)
                 return RunLayerOutput(step=inp.step, state=inp.state or _empty(), cancelled=True)
             await self._open_trace(inp.job_id, state, inp.now)
         else:
