@@ -43,7 +43,8 @@ async def ensure_dev_user(store, settings: Settings) -> str:
 
 
 def _say(text: str = "") -> None:
-    print(text, flush=True)
+    with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP): stop all the same
+        print(text, flush=True)
 
 
 async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
