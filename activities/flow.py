@@ -162,10 +162,13 @@ class FlowActivities:
             if state is None:
                 # the job ended before its first layer (e.g. cancelled): its trace is still the
                 # root span, with the status it ended with (same ids: a retry rewrites it)
+                # (or a retry of a first layer that already ran the whole run: report what the
+                # job really is, never 'cancelled' for a completed job)
                 ended = await self.store.get_job(inp.job_id)
                 if ended is not None:
                     await self._close_trace(ended)
-                return RunLayerOutput(step=inp.step, state=inp.state or _empty(), cancelled=True)
+                return RunLayerOutput(step=inp.step, state=inp.state or _empty(), cancelled=True,
+                                      status=ended.status.value if ended is not None else None)
             await self._open_trace(inp.job_id, state, inp.now)
         else:
             state = await self.codec.load(inp.state)

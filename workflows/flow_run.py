@@ -117,9 +117,10 @@ class FlowRun:
                     if isinstance(err.cause, CancelledError):
                         raise asyncio.CancelledError() from err
                     return await self._fail(inp, err)
-            if out.cancelled:
-                self._set_status("cancelled")
-                return "cancelled"
+            if out.cancelled:  # the job had already ended: keep what it really is
+                ended = out.status or "cancelled"
+                self._set_status(ended)
+                return ended
             self._step, self._state = out.step, out.state
             if out.done:  # the last layer already recorded the completion (one activity less)
                 status = out.status or (await self._finish(

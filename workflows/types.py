@@ -50,8 +50,8 @@ class RunLayerOutput(BaseModel):
     done: bool = False
     pending: PendingRequest | None = None
     built: list[str] = Field(default_factory=list)
-    cancelled: bool = False  # the job was already ended (e.g. superseded before it started)
-    status: str | None = None  # when done: what the job really is after recording completion
+    cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
+    status: str | None = None  # when done or cancelled: what the job really is
 
 
 class PersistPauseInput(BaseModel):

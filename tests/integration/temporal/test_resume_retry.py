@@ -10,7 +10,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.flow import FlowActivities
 from engine.models import Decision, JobStatus, utcnow
-from workflows.types import ResumeRunInput
+from workflows.types import ResumeRunInput, RunLayerInput
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
@@ -65,3 +65,19 @@ async def test_claim_committed_by_a_dead_attempt_is_taken_over_by_its_retry(work
         assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
     finally:
         await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
+
+
+async def test_retried_first_layer_of_a_finished_run_reports_completed_not_cancelled(worker, service, store, user,
+                                                                                   make_flow, settings):
+    """A one-layer run: its first run_layer completed the job, then the result was lost and the
+    activity retried. The retry must report the job's real status, not 'cancelled'."""
+    flow = await make_flow({"name": "one layer", "nodes": [{"id": "t", "type": "TextInput", "params": {"value": "x"}}],
+                            "edges": []})
+    job = await submit(service, user, flow)
+    assert (await service.wait_for_terminal(job.job_id, timeout=30)).status == JobStatus.completed
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    retry = await env.run(acts.run_layer, RunLayerInput(job_id=job.job_id, step=0, state=None, now=utcnow()))
+    assert retry.cancelled and retry.status == "completed"
+    assert (await store.get_job(job.job_id)).status == JobStatus.completed
+    handle = service.client.get_workflow_handle(job.job_id)
+    assert (await handle.result())["status"] == "completed"
