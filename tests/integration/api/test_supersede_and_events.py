@@ -42,12 +42,24 @@ async def test_new_run_supersedes_the_same_session_only(api: Harness) -> None:
         assert r.status_code == 409
 
 
+RACE_CHAINS, RACE_ROUNDS = 4, 50  # 200 races; independent sessions race side by side
+
+
 async def test_resume_racing_supersede_exactly_one_wins(api: Harness) -> None:
-    session = "race"
+    """200 times: a resume and a new run of the same session (which supersedes) race on one
+    suspended job; exactly one wins and the loser leaves no trace. The 200 races run as four
+    chains in four sessions at once (supersede never crosses sessions), so the wall time is not
+    four times the orchestration latency of one chain."""
+    outcomes = await asyncio.gather(*(_race_chain(api, f"race-{k}", RACE_ROUNDS) for k in range(RACE_CHAINS)))
+    assert sum(len(o) for o in outcomes) == RACE_CHAINS * RACE_ROUNDS
+
+
+async def _race_chain(api: Harness, session: str, rounds: int) -> list[str]:
     flow = api.flows["refund"]
+    winners = []
     async with api.client("alice") as c:
         job_id = (await submit_suspended(api, session_id=session))["job_id"]
-        for _ in range(200):
+        for i in range(rounds):
             resume = c.post(f"/api/v2/workflows/{job_id}/resume",
                             json={"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}})
             supersede = c.post("/api/v2/workflows", json={"flow_id": flow, "input_value": "again",
@@ -55,21 +67,27 @@ async def test_resume_racing_supersede_exactly_one_wins(api: Harness) -> None:
             r_resume, r_new = await asyncio.gather(resume, supersede)
             assert r_new.status_code == 200, r_new.text
             new_id = r_new.json()["job_id"]
-            job = await api.store.get_job(job_id)
-            events = [e.event for e in await api.store.read_events(job_id)]
             if r_resume.status_code == 200:
-                # resume won: the run goes on, supersede left it completely alone
+                # resume won: the run goes on to its end, supersede left it completely alone
                 job = await api.wait_status(job_id, JobStatus.completed)
-                events = [e.event for e in await api.store.read_events(job_id)]
-                assert "run_cancelled" not in events and events[-1] == "end"
+                expected, stamp = ["human_input_required", "human_input_decision", "end"], ("submitted_action", "approve")
             else:
-                assert r_resume.status_code == 409, r_resume.text
-                assert r_resume.json()["detail"]["code"] == "NOT_RESUMABLE"
-                assert job.status == JobStatus.cancelled
-                assert "human_input_decision" not in events and events.count("run_cancelled") == 1
-                assert job.pending is None
+                assert r_resume.status_code == 409 and r_resume.json()["detail"]["code"] == "NOT_RESUMABLE", r_resume.text
+                job = await api.store.get_job(job_id)
+                assert job.status == JobStatus.cancelled and job.pending is None, (session, i, job)
+                expected, stamp = ["human_input_required", "run_cancelled"], ("superseded", True)
+            events = await api.store.read_events(job_id)
+            where = f"{session} round {i} job {job_id}: {[(e.seq, e.event, e.data) for e in events]}"
+            assert [e.event for e in events] == expected, where
+            if expected[-1] == "run_cancelled":
+                assert events[-1].data == {"reason": "superseded", "superseded_by": new_id}, where
+            cards = [m.card for m in await api.store.list_messages(session) if m.job_id == job_id and m.kind == "card"]
+            assert len(cards) == 1 and cards[0].get(stamp[0]) == stamp[1], (where, cards)
+            assert ({"submitted_action", "superseded"} - {stamp[0]}).isdisjoint(k for k, v in cards[0].items() if v), (where, cards)
+            winners.append("resume" if r_resume.status_code == 200 else "supersede")
             job_id = new_id
             await api.wait_status(job_id, JobStatus.suspended)
+    return winners
 
 
 async def test_sse_replay_and_reconnect_with_last_event_id(api: Harness) -> None:
