@@ -52,8 +52,32 @@ class Harness:
             job = await self.store.get_job(job_id)
             if job is not None and job.status in statuses:
                 return job
-            assert time.monotonic() < deadline, f"job {job_id} is {job and job.status}, not {statuses}"
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"job {job_id} is {job and job.status.value}, not {[s.value for s in statuses]}\n"
+                                     + await self.diagnose(job_id))
             await _tick()
+
+    async def diagnose(self, job_id: str) -> str:
+        """What a stuck run is doing, for a failure message: its events, the workflow's status,
+        pending activities (attempt, last failure) and pending updates, and its stack trace."""
+        from datetime import timedelta
+
+        lines = [f"events: {[(e.seq, e.event, e.data) for e in await self.store.read_events(job_id)]}"]
+        handle = self.service.client.get_workflow_handle(job_id)
+        try:
+            desc = await handle.describe(rpc_timeout=timedelta(seconds=5))
+            raw = desc.raw_description
+            lines.append(f"workflow: {desc.status and desc.status.name}, history length {desc.history_length}")
+            for act in raw.pending_activities:
+                lines.append(f"pending activity {act.activity_type.name}: state {act.state}, attempt {act.attempt}, "
+                             f"last failure {act.last_failure.message!r}")
+            if raw.HasField("pending_workflow_task"):
+                wft = raw.pending_workflow_task
+                lines.append(f"pending workflow task: state {wft.state}, attempt {wft.attempt}")
+            lines.append(f"stack: {await handle.query('__stack_trace', rpc_timeout=timedelta(seconds=5))}")
+        except Exception as err:  # noqa: BLE001 - a diagnosis must not hide the failure
+            lines.append(f"(workflow not described: {err!r})")
+        return "\n".join(lines)
 
 
 async def _tick() -> None:
