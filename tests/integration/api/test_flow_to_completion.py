@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from temporalio.client import WorkflowExecutionStatus
+
 from engine.models import JobStatus
 
+from tests.helpers import eventually
 from tests.integration.api.conftest import Harness, sse_frames, submit, submit_suspended
 
 
@@ -55,6 +58,15 @@ async def test_background_and_idempotency(api: Harness) -> None:
         assert stopped["status"] == "cancelled"
         again = (await c.post("/api/v2/workflows/stop", json={"job_id": first["job_id"]})).json()
         assert again["status"] == "cancelled"
+    # the cancel claim wrote run_cancelled with the status; the workflow, once cancelled, adds nothing
+    handle = api.service.client.get_workflow_handle(first["job_id"])
+
+    async def workflow_closed():
+        return (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+
+    await eventually(workflow_closed, what="the workflow to end as cancelled")
+    events = await api.store.read_events(first["job_id"])
+    assert [(e.event, e.data) for e in events][1:] == [("run_cancelled", {"reason": "stopped"})]
 
 
 async def test_trace_routes_build_the_span_tree(api: Harness) -> None:
