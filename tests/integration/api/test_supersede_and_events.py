@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 
-from engine.models import JobStatus
+from engine.models import JobStatus, NewJob
 
 from tests.helpers import eventually
 from tests.integration.api.conftest import BlockingHTTP, Harness, read_frame, sse_frames, submit_suspended
@@ -190,3 +191,25 @@ async def test_sse_tails_a_running_job_over_real_http(api: Harness, live: str) -
         assert job.status == JobStatus.completed
     finally:
         blocking.close()
+
+
+async def test_sse_tails_a_queued_job_over_real_http(api: Harness, live: str) -> None:
+    """A job still `queued` (no worker has taken it: here a job row with no workflow) is tailed
+    too: frames appended by another writer arrive as they are written, and the stream ends with
+    the terminal event."""
+    user_id, key = api.users["alice"]
+    job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"], flow_version=1,
+                                               user_id=user_id, request={"input_value": "q"}))
+    async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
+        async with c.stream("GET", f"/api/v2/workflows/{job.job_id}/events") as stream:
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            await api.store.append_event(job.job_id, "progress", {"n": 1})
+            assert (await read_frame(lines)) == {"event": "progress", "data": {"n": 1}, "seq": 1}
+            assert (await api.store.get_job(job.job_id)).status == JobStatus.queued  # still tailing
+            await api.store.append_event(job.job_id, "progress", {"n": 2})
+            assert (await read_frame(lines))["seq"] == 2
+            assert await api.store.set_status(job.job_id, JobStatus.cancelled,
+                                              event=("run_cancelled", {"reason": "stopped"}))
+            assert (await read_frame(lines))["event"] == "run_cancelled"
+            assert await read_frame(lines) is None
