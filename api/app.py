@@ -48,10 +48,9 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
                 the_service = SignoffService(settings, the_store, client)
             app.state.service = the_service
             app.state.temporal_client = getattr(the_service, "client", None)
-            from signoff.inline import sweeping
-
-            # inline sync runs (docs/inline.md): end the jobs of a dead API process, now and periodically
-            await stack.enter_async_context(sweeping(the_store, settings))
+            # now and periodically: inline runs of a dead API process end as failed (docs/inline.md),
+            # runs left queued without their workflow get it
+            await stack.enter_async_context(the_service.sweeping())
             yield
 
     app = FastAPI(

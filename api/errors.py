@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import SignoffError
+from engine.errors import SignoffError, Unavailable  # noqa: F401 - re-exported for the routes
 
 log = logging.getLogger("signoff.api")
 
@@ -36,11 +36,6 @@ class FlowTooLarge(SignoffError):
 
     code = "FLOW_TOO_LARGE"
 
-
-class Unavailable(SignoffError):
-    """A service signoff depends on is not reachable."""
-
-    code = "UNAVAILABLE"
 
 
 STATUS_BY_CODE: dict[str, int] = {

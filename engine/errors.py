@@ -63,6 +63,12 @@ class NotResumable(SignoffError):
     code = "NOT_RESUMABLE"
 
 
+class Unavailable(SignoffError):
+    """A service signoff depends on is not reachable."""
+
+    code = "UNAVAILABLE"
+
+
 class NestedGateError(SignoffError):
     """A flow with an approval gate cannot run as a nested flow: move the approval to the parent flow."""
 

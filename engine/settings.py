@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     checkpoint_ttl_seconds: int = Field(90 * 24 * 3600, ge=0)
     # Worker memory is bounded by its workflow cache, not by the number of suspended runs: a run
     # evicted from the cache is replayed from its (small) history when a decision arrives.
+    resume_timeout_seconds: float = Field(
+        30.0, gt=0, description="How long a resume waits for a worker to take the decision before answering 503."
+    )
+    start_grace_seconds: float = Field(
+        30.0, gt=0, description="A run still queued without its workflow after this long gets it started by the API's sweep."
+    )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
 
     # Limits (bad input gets a 4xx, never a crash)

@@ -9,18 +9,23 @@ decisions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import temporalio.client
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable, SignoffError
-from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User
+from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable, SignoffError, Unavailable
+from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
 from engine.settings import Settings
 from engine.store.base import Store
 from engine.tracing import run_context
@@ -31,6 +36,8 @@ SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
 SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")
 SA_USER = SearchAttributeKey.for_keyword("SignoffUserId")
 SA_STATUS = SearchAttributeKey.for_keyword("SignoffStatus")
+
+log = logging.getLogger("signoff.service")
 
 _ERRORS: dict[str, type[SignoffError]] = {
     "NOT_RESUMABLE": NotResumable,
@@ -120,6 +127,10 @@ class SignoffService:
         )
         job, created = await self.store.create_job(new)
         if not created:
+            if job.status == JobStatus.queued and not is_inline(job):
+                # the first submit may have died between the insert and the start: the retry
+                # with its idempotency key finishes the job (starting is idempotent)
+                await self._ensure_workflow(job, flow)
             return job, False
         await self.supersede(job)
         if spec is None:
@@ -128,6 +139,54 @@ class SignoffService:
         self.inline.start(job, flow, spec)
         await self.inline.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
         return await self._job(job.job_id), True
+
+    async def _ensure_workflow(self, job: Job, flow: FlowRecord) -> None:
+        """Start the job's workflow unless it exists (running or already closed)."""
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self.start_workflow(job, flow)
+
+    async def start_unstarted(self, *, older_than: float | None = None) -> list[str]:
+        """Start the workflow of runs still ``queued`` ``older_than`` seconds (default
+        ``start_grace_seconds``) after their submit: the process that submitted them died
+        between the insert and the start. Returns the job ids handled."""
+        grace = self.settings.start_grace_seconds if older_than is None else older_than
+        handled = []
+        for job in await self.store.list_unstarted(utcnow() - timedelta(seconds=grace)):
+            flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+            if flow is None:  # deleted meanwhile: the first layer reports it as the run's failure
+                flow = FlowRecord(id=job.flow_id, owner_id=job.user_id, name=job.flow_id, spec={}, version=0,
+                                  created_at=job.created_at, updated_at=job.created_at)
+            await self._ensure_workflow(job, flow)
+            handled.append(job.job_id)
+        if handled:
+            log.warning("started the workflow of %d run(s) left queued: %s", len(handled), ", ".join(handled))
+        return handled
+
+    async def recover(self) -> None:
+        """One round of the API's sweep: inline runs whose process died end as ``failed``
+        (docs/inline.md), runs left without their workflow get it."""
+        await sweep(self.store)
+        await self.start_unstarted()
+
+    @contextlib.asynccontextmanager
+    async def sweeping(self) -> AsyncIterator[None]:
+        """``recover()`` now and every ``inline_sweep_seconds`` while the block runs."""
+
+        async def forever() -> None:
+            while True:
+                try:
+                    await self.recover()
+                except Exception as err:  # noqa: BLE001 - a database or Temporal blip: next round
+                    log.warning("sweep failed: %r", err)
+                await asyncio.sleep(self.settings.inline_sweep_seconds)
+
+        task = asyncio.create_task(forever(), name="signoff-sweep")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def start_workflow(self, job: Job, flow: FlowRecord) -> None:
         session = job.effective_session
@@ -210,25 +269,43 @@ class SignoffService:
         if job.status != JobStatus.suspended or pending is None or pending.request_id != request_id:
             raise NotResumable(job_id=job_id)
         handle = self.client.get_workflow_handle(job_id)
+        update_id = f"resume-{uuid.uuid4()}"
         try:
             with run_context(job.run_id):  # the Update's spans join the run's trace
                 await handle.execute_update(
                     RESUME,
                     ResumeInput(request_id=request_id, decision=decision, decided_by=user.id),
-                    id=f"resume-{uuid.uuid4()}",
+                    id=update_id,
+                    rpc_timeout=timedelta(seconds=self.settings.resume_timeout_seconds),
                 )
         except WorkflowUpdateFailedError as err:
             raise self._update_error(err, job_id) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
-            # e.g. another decision ended the run before this Update was admitted
-            if (await self._job(job_id)).status == JobStatus.suspended:
-                raise
-            raise NotResumable("Another decision was applied first", job_id=job_id) from None
+            return await self._settle_update(handle, update_id, job_id)
         except RPCError:
             # the workflow is gone or closed: that is NOT_RESUMABLE unless the job still waits
             if (await self._job(job_id)).status == JobStatus.suspended:
                 raise
             raise NotResumable("The run is over", job_id=job_id) from None
+        return await self._job(job_id)
+
+    async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Job:
+        """The Update did not answer in time: find out what became of it, by its own id."""
+        try:
+            await handle.get_update_handle(update_id).result(rpc_timeout=timedelta(seconds=2))
+        except WorkflowUpdateFailedError as err:
+            raise self._update_error(err, job_id) from None
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
+            if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+                # never admitted: the run ended (another decision won) or it is not running
+                if (await self._job(job_id)).status != JobStatus.suspended:
+                    raise NotResumable("Another decision was applied first", job_id=job_id) from None
+            raise Unavailable(
+                f"No worker took the decision within {self.settings.resume_timeout_seconds:g} s (is a worker "
+                "running?). It has not been applied yet and may still be, once a worker runs: check the job's "
+                "status before sending it again.",
+                job_id=job_id,
+            ) from None
         return await self._job(job_id)
 
     @staticmethod

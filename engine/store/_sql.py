@@ -180,6 +180,10 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE jobs ADD COLUMN cancel_requested_at {ts}",
         "CREATE INDEX jobs_lease ON jobs (lease_until)",
     ],
+    # 4: finding runs whose workflow was never started (list_unstarted)
+    [
+        "CREATE INDEX jobs_status_created ON jobs (status, created_at)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
@@ -255,6 +259,10 @@ class Q:
         "UPDATE jobs SET status = 'failed', error = ?, updated_at = ?, finished_at = ?, pending = NULL, "
         "pending_request_id = NULL WHERE job_id = ? AND status IN ('queued', 'in_progress') "
         "AND lease_until IS NOT NULL AND lease_until < ?"
+    )
+    unstarted_jobs = (
+        "SELECT * FROM jobs WHERE status = 'queued' AND lease_until IS NULL AND created_at < ? "
+        "ORDER BY created_at LIMIT ?"
     )
     job_by_id = "SELECT * FROM jobs WHERE job_id = ?"
     job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
@@ -720,6 +728,12 @@ class SQLStore(Store):
                     await self._append(tx, row["job_id"], event, data, None)
                     ended.append(row["job_id"])
         return ended
+
+    async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
+        """See Store.list_unstarted."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.unstarted_jobs, (self._enc_dt(before), limit))
+        return [self._job(r) for r in rows]
 
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped)."""

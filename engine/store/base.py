@@ -188,6 +188,12 @@ class Store(CheckpointStore, HistoryStore):
         renewed meanwhile wins. Returns the job ids ended."""
         raise NotImplementedError
 
+    async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
+        """Jobs still ``queued`` without a lease (runs for Temporal) created before ``before``:
+        the candidates for a workflow that was never started (the submitting process died
+        between the insert and the start)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
         """``in_progress → suspended`` with the pending request."""

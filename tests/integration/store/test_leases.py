@@ -82,3 +82,15 @@ async def test_concurrent_sweeps_end_a_job_once(store: Store, db_url: str) -> No
             await s.close()
     assert sum(job_id in r for r in results) == 1
     assert [e.event for e in await store.read_events(job_id)] == ["run_failed"]
+
+
+async def test_list_unstarted_finds_old_queued_runs_for_temporal_only(store: Store) -> None:
+    temporal = await _job(store, lease=False)  # queued, no lease: waits for its workflow
+    inline = await _job(store, lease=True)  # leased: an inline run, never a workflow's
+    started = await _job(store, lease=False)
+    assert await store.set_status(started, JobStatus.in_progress)
+    later = utcnow() + timedelta(seconds=1)
+    found = {j.job_id for j in await store.list_unstarted(later, limit=100_000)}
+    assert temporal in found and inline not in found and started not in found
+    # created after the cut-off: not (yet) a candidate
+    assert temporal not in {j.job_id for j in await store.list_unstarted(utcnow() - timedelta(hours=1), limit=100_000)}

@@ -1,0 +1,64 @@
+"""Runs that lost their way between two processes: a submit that died between the job insert
+and the workflow start (the idempotent retry and the API's sweep both finish it), and a resume
+sent while no worker runs (503 UNAVAILABLE after the bound, and the decision is then applied
+once a worker runs, exactly once)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from engine.errors import NotResumable, Unavailable
+from engine.models import Decision, JobStatus, NewJob
+from signoff.service import SignoffService
+from signoff.worker import build_worker
+from tests.helpers import event_names, wait_status
+
+
+async def queued_without_workflow(store, user, flow, **fields) -> str:
+    """What a submit that died right after the insert leaves behind."""
+    job, created = await store.create_job(NewJob(
+        job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id,
+        request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "runner": "temporal"}, **fields))
+    assert created and job.status == JobStatus.queued
+    return job.job_id
+
+
+async def test_a_retried_submit_starts_the_workflow_the_first_one_never_started(worker, service, store, user, make_flow):
+    flow = await make_flow()
+    job_id = await queued_without_workflow(store, user, flow, idempotency_key="k-1")
+    job, created = await service.submit(user, flow, input_value="refund 42", session_id=None, tweaks=None,
+                                        idempotency_key="k-1", mode="background")
+    assert not created and job.job_id == job_id
+    assert (await wait_status(store, job_id, JobStatus.suspended)).pending is not None
+
+
+async def test_the_sweep_starts_runs_left_queued_and_only_once(worker, service, store, user, make_flow):
+    flow = await make_flow()
+    job_id = await queued_without_workflow(store, user, flow)
+    assert job_id in await service.start_unstarted(older_than=0)
+    await wait_status(store, job_id, JobStatus.suspended)
+    assert job_id not in await service.start_unstarted(older_than=0)  # no longer queued
+    await service.resume(user, job_id, f"gate:{job_id}", Decision(action_id="approve"))
+    await wait_status(store, job_id, JobStatus.completed)
+    assert (await event_names(store, job_id)).count("human_input_required") == 1
+
+
+async def test_a_resume_while_no_worker_runs_is_503_then_applied_once(client, store, settings, user, make_flow):
+    service = SignoffService(settings.model_copy(update={"resume_timeout_seconds": 1.0}), store, client)
+    async with build_worker(client, store, settings):
+        job, _ = await service.submit(user, await make_flow(), input_value="refund 42", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await wait_status(store, job.job_id, JobStatus.suspended)
+    # every worker is gone
+    with pytest.raises(Unavailable) as err:
+        await service.resume(user, job.job_id, f"gate:{job.job_id}", Decision(action_id="approve"))
+    assert "worker" in err.value.message
+    assert (await store.get_job(job.job_id)).status == JobStatus.suspended  # nothing applied yet
+    async with build_worker(client, store, settings):
+        done = await wait_status(store, job.job_id, JobStatus.completed)
+        assert done.result["output"]["text"] == "Refund sent"
+        with pytest.raises(NotResumable):
+            await service.resume(user, job.job_id, f"gate:{job.job_id}", Decision(action_id="reject"))
+    assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
