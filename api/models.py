@@ -79,7 +79,9 @@ class ResumeRequest(_Request):
 
 
 class StopRequest(_Request):
-    job_id: str = Field(min_length=1, max_length=SHORT)
+    # no length bounds: a malformed job id is a 404 like in every other job route (DESIGN §6);
+    # the body limit bounds it and the id check rejects it before any lookup
+    job_id: str = Field(description="a malformed or unknown id is a 404 JOB_NOT_FOUND")
 
 
 class OptionPublic(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -26,14 +27,15 @@ from api.models import (
     pending_item,
     workflow_response,
 )
-from api.sse import SSE_HEADERS, SSE_RESPONSES, job_events
+from api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events
 from engine.models import Job, JobStatus
 
 router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
 
 _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "background: the job; sync: the response; stream: Server-Sent Events",
+        "description": "background: the job; sync: the response (the job when still running after `timeout`); "
+                       "stream: Server-Sent Events",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
@@ -56,6 +58,8 @@ async def submit(
         # Flows from SIGNOFF_FLOWS_DIR are open to every user: the first run records the
         # execute share that resume checks again later.
         await store.grant_share(flow.id, user.id, ["execute"])
+    timeout = body.timeout or settings.sync_timeout_seconds
+    deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
     job, _created = await service.submit(
         user,
         flow,
@@ -64,20 +68,24 @@ async def submit(
         tweaks=body.tweaks,
         idempotency_key=body.idempotency_key,
         mode=body.mode,
-        sync_timeout=body.timeout,  # a gate-less sync run runs in this process (docs/inline.md)
+        sync_timeout=timeout,  # a gate-less sync run runs in this process (docs/inline.md)
     )
     if body.mode == "background":
         return job_public(job)
     if body.mode == "sync":
-        if job.status in (JobStatus.queued, JobStatus.in_progress):
-            job = await service.wait_for_pause_or_end(job.job_id, body.timeout or settings.sync_timeout_seconds)
-        return workflow_response(job)
+        if job.status in ACTIVE:
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                job = await service.wait_for_pause_or_end(job.job_id, remaining)
+        # still running after `timeout`: the job (with its links to follow it), as in background
+        return job_public(job) if job.status in ACTIVE else workflow_response(job)
     return StreamingResponse(job_events(store, job.job_id), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.get("", response_model=JobPublic | WorkflowResponse)
 async def status_by_query(
-    store: StoreDep, user: CurrentUser, job_id: Annotated[str, Query(min_length=1, max_length=200)]
+    store: StoreDep, user: CurrentUser,
+    job_id: Annotated[str, Query(description="a malformed or unknown id is a 404, as in the path form")],
 ):
     """The response when completed, else the job with its status, errors and human_request."""
     return _status_body(await visible_job(store, user, job_id))
