@@ -29,6 +29,7 @@ from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, ut
 from engine.settings import Settings
 from engine.store.base import Store
 from engine.tracing import run_context
+from activities.state import blob_prefix
 from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, is_inline, sweep
 from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
@@ -253,6 +254,17 @@ class SignoffService:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
 
+    async def _workflow_running(self, job_id: str) -> bool:
+        """Whether the job's workflow exists and is still running (a cancel of a closed one is
+        accepted by the server and does nothing)."""
+        try:
+            desc = await self.client.get_workflow_handle(job_id).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return False
+        return desc.status == temporalio.client.WorkflowExecutionStatus.RUNNING
+
     # ---- resume ----------------------------------------------------------------------------
 
     async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Job:
@@ -340,6 +352,19 @@ class SignoffService:
             job = await self._job(job_id)  # a resume won the race: it is running now
             if job.status.terminal:
                 return job
+        if not await self._workflow_running(job_id):
+            # No running workflow will ever end this job: its submit died before starting it
+            # (queued; the sweep would start it later), or it was ended from Temporal's side
+            # (terminated, timed out). End it here, as a stop; a workflow that starts after this
+            # finds the job ended at its first layer.
+            if await self.store.set_status(job_id, JobStatus.cancelled,
+                                           expect=[JobStatus.queued, JobStatus.in_progress, JobStatus.suspended],
+                                           event=("run_cancelled", {"reason": "stopped"})):
+                job = await self._job(job_id)
+                await self.store.delete_checkpoints(job.run_id)
+                await self.store.delete_blobs(blob_prefix(job_id))
+                await self.store.supersede_cards(job_id)
+            return await self._job(job_id)
         await self._cancel_workflow(job_id)
         return await self.wait_for_terminal(job_id, timeout=10.0)
 

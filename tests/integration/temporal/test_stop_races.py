@@ -1,0 +1,60 @@
+"""Stop of a run that has no running workflow to cancel: the submit died before starting it
+(the job is still ``queued``), or the workflow was ended from Temporal's side (terminated in the
+Web UI or the CLI) while the job was ``in_progress``. Nothing else would ever end such a job:
+the stop ends it, says so, and a later sweep does not start it again."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from engine.models import JobStatus, NewJob
+from tests.helpers import event_names, eventually, wait_status
+
+from tests.fixtures.world import BACKENDS
+
+
+async def queued_without_workflow(store, user, flow) -> str:
+    job, created = await store.create_job(NewJob(
+        job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id,
+        request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "runner": "temporal"}))
+    assert created
+    return job.job_id
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_stop_of_a_queued_run_without_workflow_cancels_it_for_good(worker, service, store, user, make_flow):
+    job_id = await queued_without_workflow(store, user, await make_flow())
+    stopped = await service.stop(user, job_id)
+    assert stopped.status == JobStatus.cancelled
+    events = await store.read_events(job_id)
+    assert [(e.event, e.data) for e in events] == [("run_cancelled", {"reason": "stopped"})]
+    # the API's sweep finds nothing left to start: the stopped run never runs
+    assert job_id not in await service.start_unstarted(older_than=0)
+    assert (await store.get_job(job_id)).status == JobStatus.cancelled
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_stop_of_a_running_job_whose_workflow_was_terminated_ends_it(worker, service, store, user, make_flow,
+                                                                           http_counter):
+    flow = await make_flow({
+        "name": "held",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "call", "type": "HTTPRequest", "params": {"url": f"{http_counter.url}/block/t", "method": "GET"}},
+            {"id": "out", "type": "ChatOutput"},
+        ],
+        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}],
+    })
+    job, _ = await service.submit(user, flow, input_value="x", session_id=None, tweaks=None, idempotency_key=None,
+                                  mode="background")
+    await eventually(lambda: http_counter.counts["/block/t"] == 1, what="the held call")
+    await service.client.get_workflow_handle(job.job_id).terminate("an operator ended it in the Web UI")
+    assert (await store.get_job(job.job_id)).status == JobStatus.in_progress  # nothing will end it now
+    stopped = await service.stop(user, job.job_id)
+    assert stopped.status == JobStatus.cancelled
+    assert (await event_names(store, job.job_id))[-1] == "run_cancelled"
+    http_counter.release.set()
+    assert (await wait_status(store, job.job_id, JobStatus.cancelled)).status == JobStatus.cancelled
+
