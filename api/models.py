@@ -240,21 +240,14 @@ class PendingItem(BaseModel):
 
 
 def pending_item(job: Job) -> PendingItem:
-    p = job.pending
-    assert p is not None
+    request = human_request(job.pending)
+    assert request is not None
     return PendingItem(
         job_id=job.job_id,
         flow_id=job.flow_id,
         session_id=job.session_id,
         created_at=job.created_at,
-        request_id=p.request_id,
-        kind=p.kind,
-        prompt=p.prompt,
-        options=[OptionPublic(action_id=o.action_id, label=o.label) for o in p.options],
-        allowed_decisions=list(p.allowed_decisions),
-        timeout_seconds=p.timeout_seconds,
-        fallback_action=p.fallback_action,
-        paused_at=p.paused_at,
+        **request.model_dump(exclude={"tool"}),
     )
 
 
