@@ -210,6 +210,17 @@ class FlowActivities:
         status = None
         if done:
             status = await self._complete(job_id, final_result(graph, state))
+        else:
+            # A layer that outlived its run (stopped, superseded, timed out meanwhile: a layer's
+            # activity may go on after its workflow was cancelled and closed) must not leave the
+            # checkpoint and blobs it just wrote: the run's cleanup may already be over. If the
+            # job ends after this read, that cleanup runs after these writes and deletes them.
+            # The workflow (if it still runs) then ends with the job's real status.
+            job = await self.store.get_job(job_id)
+            if job is not None and job.status.terminal:
+                await self.store.delete_checkpoints(job.run_id)
+                await self.store.delete_blobs(blob_prefix(job_id))
+                return RunLayerOutput(step=step, state=ref, built=built, cancelled=True, status=job.status.value)
         return RunLayerOutput(step=step, state=ref, done=done, pending=state.pending, built=built, status=status)
 
     @activity.defn(name="persist_pause")

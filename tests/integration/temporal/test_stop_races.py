@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from engine.models import JobStatus, NewJob
+from signoff.worker import build_worker
 from tests.helpers import event_names, eventually, wait_status
 
 from tests.fixtures.world import BACKENDS
@@ -58,3 +59,39 @@ async def test_stop_of_a_running_job_whose_workflow_was_terminated_ends_it(worke
     http_counter.release.set()
     assert (await wait_status(store, job.job_id, JobStatus.cancelled)).status == JobStatus.cancelled
 
+
+def gate_beside_held_call(url: str) -> dict:
+    """Layer 2 holds an HTTP call and a gate side by side: the layer pauses once the call answers."""
+    return {
+        "name": "gate beside a held call",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "call", "type": "HTTPRequest", "params": {"url": url, "method": "GET"}},
+            {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+            {"id": "out", "type": "ChatOutput"},
+            {"id": "ok", "type": "ChatOutput", "params": {"text": "ok"}},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "call.body"},
+            {"from": "ask.message", "to": "gate.prompt"},
+            {"from": "call.response", "to": "out.input_value"},
+            {"from": "gate.branch_approve", "to": "ok.input_value"},
+        ],
+    }
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_layer_that_ends_after_its_run_was_stopped_leaves_no_checkpoint(client, service, store, settings,
+                                                                                 user, make_flow, http_counter):
+    flow = await make_flow(gate_beside_held_call(f"{http_counter.url}/block/cp"))
+    async with build_worker(client, store, settings):
+        job, _ = await service.submit(user, flow, input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await eventually(lambda: http_counter.counts["/block/cp"] == 1, what="the held call")
+        assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
+        http_counter.release.set()  # the layer (if it still runs) now ends with its pause
+    # the worker has shut down: every activity it ran has returned
+    job = await store.get_job(job.job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None
+    assert await store.load_latest_checkpoint(job.run_id) is None
+    assert (await event_names(store, job.job_id)).count("human_input_required") == 0
