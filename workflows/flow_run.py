@@ -71,6 +71,8 @@ STORE_RETRY = RetryPolicy(
     non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
 
+_ENDED = frozenset({"completed", "failed", "cancelled", "timed_out"})
+
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class FlowRun:
@@ -269,7 +271,7 @@ class FlowRun:
                 raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
                                        type="NOT_RESUMABLE", non_retryable=True)
             self._resumed = res.out
-            self._set_status("in_progress")
+            self._decision_applied()
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
         finally:
             self._in_flight -= 1
@@ -304,10 +306,18 @@ class FlowRun:
                 raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
                                        non_retryable=True) from None
             self._resumed = RunLayerOutput(step=self._step, state=out.state)
-            self._set_status("in_progress")
+            self._decision_applied()
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
         finally:
             self._in_flight -= 1
+
+    def _decision_applied(self) -> None:
+        """The run goes on: ``in_progress``, unless it ended while the decision was being applied
+        (stopped meanwhile: the workflow's cancellation recorded the end first), whose status
+        stays. Histories recorded before the patch keep their (then written) ``in_progress``."""
+        if self._status in _ENDED and workflow.patched("keep-ended-status"):
+            return
+        self._set_status("in_progress")
 
     @workflow.query(name=PENDING_QUERY)
     def pending(self) -> PendingRequest | None:

@@ -5,12 +5,21 @@ the stop ends it, says so, and a later sweep does not start it again."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
 
-from engine.models import JobStatus, NewJob
+from activities.flow import FlowActivities
+from engine.models import Decision, JobStatus, NewJob
 from signoff.worker import build_worker
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from workflows.flow_run import SA_STATUS, FlowRun
+from workflows.types import ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
 
 from tests.fixtures.world import BACKENDS
@@ -95,3 +104,63 @@ async def test_a_layer_that_ends_after_its_run_was_stopped_leaves_no_checkpoint(
     assert job.status == JobStatus.cancelled and job.pending is None
     assert await store.load_latest_checkpoint(job.run_id) is None
     assert (await event_names(store, job.job_id)).count("human_input_required") == 0
+
+
+class HeldResume:
+    """The real ``resume_run``, whose result is held back until ``release`` (a slow worker)."""
+
+    def __init__(self, real: FlowActivities) -> None:
+        self.real = real
+        self.applied = asyncio.Event()
+        self.release = asyncio.Event()
+
+    @activity.defn(name="resume_run")
+    async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        out = await self.real.resume_run(inp)
+        self.applied.set()
+        await self.release.wait()
+        return out
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_decision_answered_after_the_run_was_stopped_leaves_the_status_cancelled(
+        client, service, store, settings, user, make_flow, http_counter):
+    flow = await make_flow({
+        "name": "gate then call",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+            {"id": "call", "type": "HTTPRequest", "params": {"url": f"{http_counter.url}/after", "method": "POST"}},
+            {"id": "out", "type": "ChatOutput"},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "gate.prompt"},
+            {"from": "gate.branch_approve", "to": "call.body"},
+            {"from": "call.response", "to": "out.input_value"},
+        ],
+    })
+    real = FlowActivities(store, settings)
+    held = HeldResume(real)
+    acts = [held.resume_run if a.__name__ == "resume_run" else a for a in real.all()]
+    async with build_worker(client, store, settings, activities=acts):
+        job, _ = await service.submit(user, flow, input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await wait_status(store, job.job_id, JobStatus.suspended)
+        resume = asyncio.create_task(service.resume(user, job.job_id, f"gate:{job.job_id}",
+                                                    Decision(action_id="approve")))
+        await asyncio.wait_for(held.applied.wait(), 60)  # claimed and applied; its answer not yet back
+        assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
+        held.release.set()
+        assert (await resume).status == JobStatus.cancelled
+        handle = service.client.get_workflow_handle(job.job_id)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        desc = await handle.describe()
+        history = await handle.fetch_history()
+    assert desc.typed_search_attributes.get(SA_STATUS) == "cancelled"  # the Web UI lists it as what it is
+    assert http_counter.counts["/after"] == 0  # nothing ran after the stop
+    assert (await event_names(store, job.job_id))[-1] == "run_cancelled"
+    # its history (with the patch marker) replays
+    replayer = Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")))
+    await replayer.replay_workflow(history)
