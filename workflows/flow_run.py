@@ -83,6 +83,7 @@ class FlowRun:
         self._resumed: RunLayerOutput | None = None  # where the run is after the applied decision
         self._step = 0
         self._in_flight = 0  # resume handlers between claim and outcome
+        self._settled = 0  # resume handlers done (applied, refused or rolled back)
         self._status = "queued"
 
     # ---- the run -----------------------------------------------------------------------
@@ -153,17 +154,25 @@ class FlowRun:
             try:
                 await workflow.wait_condition(lambda: self._resumed is not None, timeout=timeout)
             except asyncio.TimeoutError:
-                # The maximum suspension is over. Ends the run unless a resume claim won first.
-                await workflow.wait_condition(lambda: not self._resuming)
-                if self._resumed is not None:
+                while True:
+                    # The maximum suspension is over. Ends the run unless a resume claim won first.
+                    await workflow.wait_condition(lambda: not self._resuming)
+                    if self._resumed is not None:
+                        break
+                    settled = self._settled
+                    fin = await self._finish(FinishInput(job_id=inp.job_id, status="timed_out", state=self._state))
+                    if fin.status in _ENDED:
+                        self._pending = None
+                        self._set_status(fin.status)
+                        workflow.set_current_details(f"Ended: {fin.status}")
+                        return fin.status
+                    # A claim got in before finish wrote. Its decision goes on (the run continues)
+                    # or fails and is rolled back: the job is suspended again, and its maximum
+                    # suspension is still over, so finish again once that handler is done.
+                    if (self._resuming or self._settled != settled) and workflow.patched("timeout-after-rollback"):
+                        continue
+                    timeout = None  # (histories before the patch) wait for the claim being applied
                     break
-                fin = await self._finish(FinishInput(job_id=inp.job_id, status="timed_out", state=self._state))
-                if fin.status in ("timed_out", "cancelled", "completed", "failed"):
-                    self._pending = None
-                    self._set_status(fin.status)
-                    workflow.set_current_details(f"Ended: {fin.status}")
-                    return fin.status
-                timeout = None  # a claim is being applied: wait for it
         self._pending = None
         workflow.set_current_details("Running")
         return None
@@ -275,6 +284,7 @@ class FlowRun:
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
         finally:
             self._in_flight -= 1
+            self._settled += 1
 
     async def _apply_v1(self, inp: ResumeInput) -> ResumeResult:
         """Runs whose resume began before ``resume_run`` existed (replay): claim, then apply."""
@@ -310,6 +320,7 @@ class FlowRun:
             return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
         finally:
             self._in_flight -= 1
+            self._settled += 1
 
     def _decision_applied(self) -> None:
         """The run goes on: ``in_progress``, unless it ended while the decision was being applied

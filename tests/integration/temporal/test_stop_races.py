@@ -11,18 +11,26 @@ import uuid
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from activities.flow import FlowActivities
+from engine.errors import SignoffError
 from engine.models import Decision, JobStatus, NewJob
+from signoff.service import SignoffService
 from signoff.worker import build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from workflows.flow_run import SA_STATUS, FlowRun
-from workflows.types import ResumeRunInput, ResumeRunOutput
+from workflows.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
 
 from tests.fixtures.world import BACKENDS
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")))
 
 
 async def queued_without_workflow(store, user, flow) -> str:
@@ -161,6 +169,58 @@ async def test_a_decision_answered_after_the_run_was_stopped_leaves_the_status_c
     assert http_counter.counts["/after"] == 0  # nothing ran after the stop
     assert (await event_names(store, job.job_id))[-1] == "run_cancelled"
     # its history (with the patch marker) replays
-    replayer = Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")))
-    await replayer.replay_workflow(history)
+    await replayer().replay_workflow(history)
+
+
+class TimeoutRace:
+    """The maximum suspension fires; while its ``finish(timed_out)`` runs, a decision's claim gets
+    in first (the job is ``in_progress`` when finish writes), and applying that decision then
+    fails (its claim is rolled back: the job is ``suspended`` again)."""
+
+    def __init__(self, real: FlowActivities, store) -> None:
+        self.real, self.store = real, store
+        self.finishing = asyncio.Event()
+        self.claimed = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    @activity.defn(name="finish")
+    async def finish(self, inp: FinishInput) -> FinishOutput:
+        if inp.status == "timed_out" and not self.finished.is_set():
+            self.finishing.set()
+            await self.claimed.wait()
+            out = await self.real.finish(inp)
+            self.finished.set()
+            return out
+        return await self.real.finish(inp)
+
+    @activity.defn(name="resume_run")
+    async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        assert await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
+        self.claimed.set()
+        await self.finished.wait()
+        raise ApplicationError("applying the decision failed", type="DECISION_FAILED", non_retryable=True)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_failed_decision_racing_the_maximum_suspension_still_ends_the_run(
+        client, store, settings, user, make_flow):
+    settings = settings.model_copy(update={"max_suspend_seconds": 1})
+    service = SignoffService(settings, store, client)
+    real = FlowActivities(store, settings)
+    race = TimeoutRace(real, store)
+    swap = {"finish": race.finish, "resume_run": race.resume_run}
+    acts = [swap.get(a.__name__, a) for a in real.all()]
+    async with build_worker(client, store, settings, activities=acts):
+        job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await asyncio.wait_for(race.finishing.wait(), 60)  # the timer fired; finish not yet written
+        with pytest.raises(SignoffError):
+            await service.resume(user, job.job_id, f"gate:{job.job_id}", Decision(action_id="approve"))
+        # the claim was rolled back: the run is past its maximum suspension and must still end
+        ended = await wait_status(store, job.job_id, JobStatus.timed_out, timeout=30)
+        handle = service.client.get_workflow_handle(job.job_id)
+        assert (await handle.result())["status"] == "timed_out"
+        history = await handle.fetch_history()
+    assert ended.pending is None
+    assert (await event_names(store, job.job_id))[-1] == "run_timed_out"
+    await replayer().replay_workflow(history)  # with its patch marker
