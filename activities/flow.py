@@ -232,9 +232,12 @@ class FlowActivities:
             return
         if job.status == JobStatus.suspended and job.pending and job.pending.request_id == inp.pending.request_id:
             return  # a retry of an attempt that already persisted this pause
-        await self.store.append_event(inp.job_id, "human_input_required", inp.pending.model_dump(mode="json"),
-                                      dedupe_key=inp.dedupe_key)
-        await self.store.mark_suspended(inp.job_id, inp.pending)
+        # the event and the status in one conditional write: a stop that ended the job since the
+        # read above (the workflow's finish(cancelled) runs alongside this activity) gets no
+        # ``human_input_required`` after its ``run_cancelled``
+        await self.store.mark_suspended(inp.job_id, inp.pending,
+                                        event=("human_input_required", inp.pending.model_dump(mode="json")),
+                                        dedupe_key=inp.dedupe_key)
 
     @activity.defn(name="claim_resume")
     async def claim_resume(self, inp: ClaimResumeInput) -> ClaimResumeOutput:

@@ -71,6 +71,11 @@ STORE_RETRY = RetryPolicy(
     non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
 
+# A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
+# times per pending request; the rest are counted in the workflow and logged, so a client
+# spamming bad Signals cannot grow the workflow's history without bound (docs/temporal.md).
+MAX_RECORDED_REJECTIONS = 20
+
 _ENDED = frozenset({"completed", "failed", "cancelled", "timed_out"})
 
 
@@ -95,12 +100,23 @@ class FlowRun:
             status = await self._drive(inp)
         except (asyncio.CancelledError, CancelledError):
             # Stop (or supersede) of this run: record it, then end the workflow as cancelled.
-            fin = await self._finish(FinishInput(job_id=inp.job_id, status="cancelled", state=self._state))
-            self._set_status(fin.status)
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            await self._cancelled(inp)
+            raise
+        except ActivityError as err:
+            # The stop came while a bookkeeping activity ran (persist_pause, finish): its
+            # cancellation surfaces as an ActivityError. Record it as a stop too, or the job stays
+            # in_progress with no workflow left (histories before the patch ended unrecorded).
+            if not (isinstance(err.cause, CancelledError) and workflow.patched("cancel-during-bookkeeping")):
+                raise
+            await self._cancelled(inp)
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
         return {"job_id": inp.job_id, "status": status}
+
+    async def _cancelled(self, inp: FlowRunInput) -> None:
+        fin = await self._finish(FinishInput(job_id=inp.job_id, status="cancelled", state=self._state))
+        self._set_status(fin.status)
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _drive(self, inp: FlowRunInput) -> str:
         self._set_status("in_progress")

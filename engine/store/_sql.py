@@ -735,11 +735,32 @@ class SQLStore(Store):
             rows = await tx.fetchall(Q.unstarted_jobs, (self._enc_dt(before), limit))
         return [self._job(r) for r in rows]
 
-    async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
-        """``queued|in_progress → suspended`` with the pending request (any stale claim dropped)."""
+    async def mark_suspended(
+        self,
+        job_id: str,
+        pending: PendingRequest,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+        dedupe_key: str | None = None,
+    ) -> bool:
+        """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
+        ``event`` appended in the same transaction only when the row changed (see
+        Store.mark_suspended). The UPDATE comes first: it locks the job row, so a concurrent
+        terminal write (stop) either committed before (nothing changes here, no event) or waits
+        for this transaction (its terminal event comes after this one)."""
         body = self._enc_json(pending.model_dump(mode="json"))
-        async with self._tx(write=True) as tx:
-            return await tx.execute(Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+        data = self._enc_json(event[1]) if event is not None else None
+        try:
+            async with self._tx(write=True) as tx:
+                changed = await tx.execute(
+                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+                if changed and event is not None:
+                    await self._append(tx, job_id, event[0], data, dedupe_key)
+                return changed
+        except _Duplicate:  # the event is there (an earlier attempt): the status change alone
+            async with self._tx(write=True) as tx:
+                return await tx.execute(
+                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
         """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller whose

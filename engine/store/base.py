@@ -195,8 +195,20 @@ class Store(CheckpointStore, HistoryStore):
         raise NotImplementedError
 
     @abc.abstractmethod
-    async def mark_suspended(self, job_id: str, pending: PendingRequest) -> bool:
-        """``in_progress → suspended`` with the pending request."""
+    async def mark_suspended(
+        self,
+        job_id: str,
+        pending: PendingRequest,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+        dedupe_key: str | None = None,
+    ) -> bool:
+        """``in_progress → suspended`` with the pending request. ``event`` (name, data), e.g.
+        ``("human_input_required", ...)``, is appended in the same transaction, only when the row
+        changes: a job that ended meanwhile (stopped) gets neither, so no event is ever written
+        after its terminal one. With a ``dedupe_key`` already used for the job's events (an
+        earlier attempt wrote the event), the event is not written again; the status still
+        changes as without an event."""
 
     @abc.abstractmethod
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
