@@ -28,6 +28,7 @@ from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable,
 from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
 from engine.settings import Settings
 from engine.store.base import Store
+from engine import tracing
 from engine.tracing import run_context
 from activities.state import blob_prefix
 from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, is_inline, sweep
@@ -265,6 +266,19 @@ class SignoffService:
             return False
         return desc.status == temporalio.client.WorkflowExecutionStatus.RUNNING
 
+    async def _close_trace(self, job: Job) -> None:
+        """The root span of a run ended here (no workflow did it), with how it ended (same ids:
+        replaces the provisional one its first layer wrote), as the activities close it."""
+        from signoff.telemetry import collect_spans, install
+
+        install(self.settings)  # idempotent: the span needs the SDK in this process
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        async with collect_spans(self.store):
+            tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id,
+                              name=flow.name if flow else job.flow_id, start=job.created_at,
+                              end=job.finished_at or utcnow(), status=job.status.value, error=job.error)
+            await tracing.flush()
+
     # ---- resume ----------------------------------------------------------------------------
 
     async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Job:
@@ -361,6 +375,7 @@ class SignoffService:
                                            expect=[JobStatus.queued, JobStatus.in_progress, JobStatus.suspended],
                                            event=("run_cancelled", {"reason": "stopped"})):
                 job = await self._job(job_id)
+                await self._close_trace(job)
                 await self.store.delete_checkpoints(job.run_id)
                 await self.store.delete_blobs(blob_prefix(job_id))
                 await self.store.supersede_cards(job_id)
