@@ -7,6 +7,7 @@ same run on the same dev server. Prints JSON.
   workflow shaped like a gate flow (two activities, wait for an Update, one activity).
 
 Usage: python bench/overhead.py [--runs 50] [--layers 50] [--reps 3]
+       [--database-url postgresql://...]   (default: a SQLite file in a temp folder)
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--layers", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--database-url", default=None)
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-"))
@@ -92,14 +94,15 @@ async def main() -> None:
     try:
         client = with_converter(await server.wait_healthy())
         queue = f"bench-{uuid.uuid4()}"
-        settings = Settings(home=tmp, database_url=f"sqlite:///{tmp / 'bench.db'}", temporal_address=server.address,
-                            task_queue=queue)
+        settings = Settings(home=tmp, database_url=args.database_url or f"sqlite:///{tmp / 'bench.db'}",
+                            temporal_address=server.address, task_queue=queue)
         store = open_store(settings.resolved_database_url)
         await store.setup()
         user = await store.create_user("bench")
         chain = await store.save_flow(user.id, "chain", chain_flow(args.layers))
         gate = await store.save_flow(user.id, "gate", GATE_FLOW)
-        out: dict = {"layers": args.layers, "runs": args.runs, "reps": args.reps, "per_layer_ms": {}, "gate": {}}
+        out: dict = {"database": settings.resolved_database_url.split(":", 1)[0], "layers": args.layers,
+                     "runs": args.runs, "reps": args.reps, "per_layer_ms": {}, "gate": {}}
 
         bare_worker = Worker(client, task_queue=queue + "-bare", workflows=[BareLayers, BareGate],
                              activities=[noop, mark_waiting])
