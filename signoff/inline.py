@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -165,15 +165,15 @@ class InlineRuns:
                 )
             except asyncio.CancelledError:
                 beat.cancel()
-                await self._cancelled(job, flow)
+                await _to_the_end(self._cancelled(job, flow))
                 raise
             except Exception as err:  # noqa: BLE001 - e.g. the database: the run fails, said so
                 beat.cancel()
-                await self._failed(job, flow, _error(err), close_trace=True)
+                await _to_the_end(self._failed(job, flow, _error(err), close_trace=True))
                 return
             finally:
                 beat.cancel()
-            await self._ended(job, flow, outcome)
+            await _to_the_end(self._ended(job, flow, outcome))
 
     async def _flow_loader(self, flow_id: str) -> dict[str, Any] | None:
         flow = await self.store.get_flow(flow_id)
@@ -210,6 +210,23 @@ class InlineRuns:
                                         event=("run_cancelled", {"reason": "stopped"}))
         else:
             await self._failed(job, flow, dict(LEASE_ERROR), close_trace=True)
+
+
+async def _to_the_end(write: Coroutine[Any, Any, None]) -> None:
+    """Run the write of how the run ended to its end, even when a stop cancels the task meanwhile:
+    a cancel in the middle would roll it back and leave the job ``in_progress`` until the sweep
+    marks it ``failed``, although it completed. The cancel is honoured (raised) once it is written."""
+    task = asyncio.ensure_future(write)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        task.result()  # the write's own error first, if it failed
+        raise asyncio.CancelledError
+    task.result()
 
 
 async def _close_trace(job: Job, name: str, status: str, error: dict[str, Any] | None) -> None:
