@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from engine.models import PendingRequest
     from workflows.types import (
         PENDING_QUERY,
+        REJECTED_QUERY,
         RESUME,
         WORKFLOW_TYPE,
         ApplyDecisionInput,
@@ -90,6 +91,7 @@ class FlowRun:
         self._in_flight = 0  # resume handlers between claim and outcome
         self._settled = 0  # resume handlers done (applied, refused or rolled back)
         self._status = "queued"
+        self._rejections: dict[str | None, int] = {}  # rejected resume Signals per pending request id
 
     # ---- the run -----------------------------------------------------------------------
 
@@ -249,6 +251,13 @@ class FlowRun:
             except ApplicationError as err:
                 problem = (err.type or "NOT_RESUMABLE", err.message)
         assert self._inp is not None
+        key = self._pending.request_id if self._pending is not None else None
+        seen = self._rejections[key] = self._rejections.get(key, 0) + 1
+        if seen > MAX_RECORDED_REJECTIONS and workflow.patched("bounded-rejections"):
+            # recorded often enough for this request: count it, log it, add nothing to the history
+            workflow.logger.warning("resume Signal rejected (%s, %d for pending request %s): %s",
+                                    problem[0], seen, key, problem[1])
+            return
         await self._activity(
             "record_event",
             RecordEventInput(
@@ -345,6 +354,12 @@ class FlowRun:
         if self._status in _ENDED and workflow.patched("keep-ended-status"):
             return
         self._set_status("in_progress")
+
+    @workflow.query(name=REJECTED_QUERY)
+    def rejected(self) -> dict[str, int]:
+        """Rejected resume Signals per pending request id ("" when none was pending), including
+        those beyond MAX_RECORDED_REJECTIONS that were not recorded as events."""
+        return {k or "": v for k, v in self._rejections.items()}
 
     @workflow.query(name=PENDING_QUERY)
     def pending(self) -> PendingRequest | None:

@@ -14,6 +14,7 @@ from engine.models import Decision, PendingRequest
 WORKFLOW_TYPE = "FlowRun"
 RESUME = "resume"
 PENDING_QUERY = "pending"
+REJECTED_QUERY = "rejected_signals"  # rejected resume Signals per pending request id (FlowRun)
 
 
 class StateRef(BaseModel):

@@ -1,0 +1,46 @@
+"""Rejected ``resume`` Signals are recorded (``resume_rejected``, one activity each) at most
+MAX_RECORDED_REJECTIONS times per pending request; the rest are counted in the workflow (Query
+``rejected_signals``) and logged, so spamming bad Signals does not grow the history without
+bound. SQLite and PostgreSQL, real Temporal, with a replay of the history."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from engine.models import Decision, JobStatus
+from tests.fixtures.world import BACKENDS
+from tests.helpers import event_names, eventually, wait_status
+from tests.integration.temporal.test_stop_races import replayer
+from workflows.flow_run import MAX_RECORDED_REJECTIONS
+from workflows.types import REJECTED_QUERY, RESUME, ResumeInput
+
+# ---- 5. rejected Signals are bounded ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_rejected_signals_are_recorded_a_bounded_number_of_times(worker, service, store, user, make_flow):
+    job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    await wait_status(store, job.job_id, JobStatus.suspended)
+    handle = service.client.get_workflow_handle(job.job_id)
+    spam = MAX_RECORDED_REJECTIONS + 15
+    for i in range(spam):
+        await handle.signal(RESUME, ResumeInput(request_id=f"gate:stale-{i}", decision=Decision(action_id="approve")))
+    # every Signal was handled (counted) before this Query, which runs after them
+    counts = await eventually(lambda: _rejected(handle, spam), what="every Signal handled")
+    assert counts == {f"gate:{job.job_id}": spam}
+    await handle.signal(RESUME, ResumeInput(request_id=f"gate:{job.job_id}", decision=Decision(action_id="approve")))
+    await wait_status(store, job.job_id, JobStatus.completed)
+    assert (await event_names(store, job.job_id)).count("resume_rejected") == MAX_RECORDED_REJECTIONS
+    history = await handle.fetch_history()
+    scheduled = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name == "record_event"]
+    assert len(scheduled) == MAX_RECORDED_REJECTIONS  # the history does not grow with the spam
+    await replayer().replay_workflow(history)
+
+
+
+async def _rejected(handle, n: int) -> dict[str, int] | None:
+    counts = await handle.query(REJECTED_QUERY, result_type=dict[str, int])
+    return counts if sum(counts.values()) >= n else None
