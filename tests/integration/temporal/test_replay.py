@@ -1,7 +1,8 @@
 """Replay safety of FlowRun: the histories of real runs of the main paths (approve, reject, a
-decision by Signal, a rejected Signal, a stop while suspended, a stop while a layer runs, a
-supersede, the maximum suspension, a failing layer after a decision) are replayed with
-``temporalio.worker.Replayer`` against the current workflow code. A change to the workflow
+decision by Signal, a rejected Signal, more rejected Signals than are recorded, a stop while
+suspended, a stop while a layer runs, a supersede, the maximum suspension, a failing layer after
+a decision; a stop while the pause is persisted is replayed in test_pause_stop_race.py) are
+replayed with ``temporalio.worker.Replayer`` against the current workflow code. A change to the workflow
 that is not replay-safe (a new command, a reordered activity, an unguarded ``patched``) fails
 here instead of in the workers of a deployment with runs in flight."""
 
@@ -17,7 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from engine.models import Decision, JobStatus
 from signoff.service import SignoffService
-from workflows.flow_run import FlowRun
+from workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
 from workflows.types import RESUME, ResumeInput
 
 from tests.helpers import GATE_FLOW, event_names, eventually, wait_status
@@ -100,6 +101,16 @@ async def test_histories_of_the_main_paths_replay(worker, service, client, setti
     await wait_status(store, job_id, JobStatus.completed)
     histories["signal"] = job_id
 
+    # more rejected Signals than are recorded (the bound: patched 'bounded-rejections')
+    job_id = await submit(service, user, gate, session_id="s-spam")
+    await wait_status(store, job_id, JobStatus.suspended)
+    handle = service.client.get_workflow_handle(job_id)
+    for i in range(MAX_RECORDED_REJECTIONS + 2):
+        await handle.signal(RESUME, ResumeInput(request_id=f"gate:stale-{i}", decision=Decision(action_id="approve")))
+    await handle.signal(RESUME, ResumeInput(request_id=f"gate:{job_id}", decision=Decision(action_id="approve")))
+    await wait_status(store, job_id, JobStatus.completed)
+    histories["signal spam"] = job_id
+
     # stop of a suspended run (cancel claim, then the workflow is cancelled)
     job_id = await submit(service, user, gate, session_id="s-stop")
     await wait_status(store, job_id, JobStatus.suspended)
@@ -154,7 +165,7 @@ async def test_histories_of_the_main_paths_replay(worker, service, client, setti
     assert result.replay_failure is not None
     # every path really ran to the end it names
     ends = {path: (await store.get_job(job_id)).status.value for path, job_id in histories.items()}
-    assert ends == {"approve": "completed", "reject": "completed", "signal": "completed",
+    assert ends == {"approve": "completed", "reject": "completed", "signal": "completed", "signal spam": "completed",
                     "stop suspended": "cancelled", "superseded": "cancelled", "stop running": "cancelled",
                     "failed": "failed", "timed out": "timed_out"}
 
