@@ -38,10 +38,6 @@ from engine.store.base import Store
 from engine import tracing
 from activities.state import StateCodec, blob_prefix
 from workflows.types import (
-    ApplyDecisionInput,
-    ApplyDecisionOutput,
-    ClaimResumeInput,
-    ClaimResumeOutput,
     FinishInput,
     FinishOutput,
     PersistPauseInput,
@@ -103,9 +99,7 @@ class FlowActivities:
 
     def all(self) -> list[Any]:
         return [self.run_layer, self.persist_pause, self.resume_run, self.rollback_resume, self.finish,
-                self.record_event,
-                # the activities of the pre-resume_run handler, kept for runs mid-resume at deploy
-                self.claim_resume, self.apply_decision]
+                self.record_event]
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -238,21 +232,6 @@ class FlowActivities:
         await self.store.mark_suspended(inp.job_id, inp.pending,
                                         event=("human_input_required", inp.pending.model_dump(mode="json")),
                                         dedupe_key=inp.dedupe_key)
-
-    @activity.defn(name="claim_resume")
-    async def claim_resume(self, inp: ClaimResumeInput) -> ClaimResumeOutput:
-        return ClaimResumeOutput(token=await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id))
-
-    @activity.defn(name="apply_decision")
-    async def apply_decision(self, inp: ApplyDecisionInput) -> ApplyDecisionOutput:
-        """(Runs resumed by an earlier workflow version.) Restore the checkpoint, apply the
-        decision (timeout reroute), record ``human_input_expired`` (when rerouted) then
-        ``human_input_decision``; dedupe keys from the claim token (a retry appends once)."""
-        job = await self.store.get_job(inp.job_id)
-        new, _, applied = await self._apply(job, inp.job_id, inp.request_id, inp.decision, inp.now, inp.decided_by,
-                                            inp.state, dedupe=inp.claim_token)
-        ref, _ = await self.codec.dump(new, len(new.decisions) * 100000 + new.layers)
-        return ApplyDecisionOutput(state=ref, action_id=applied.action_id)
 
     @activity.defn(name="resume_run")
     async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:

@@ -25,10 +25,6 @@ with workflow.unsafe.imports_passed_through():
         REJECTED_QUERY,
         RESUME,
         WORKFLOW_TYPE,
-        ApplyDecisionInput,
-        ApplyDecisionOutput,
-        ClaimResumeInput,
-        ClaimResumeOutput,
         FinishInput,
         FinishOutput,
         FlowRunInput,
@@ -107,8 +103,8 @@ class FlowRun:
         except ActivityError as err:
             # The stop came while a bookkeeping activity ran (persist_pause, finish): its
             # cancellation surfaces as an ActivityError. Record it as a stop too, or the job stays
-            # in_progress with no workflow left (histories before the patch ended unrecorded).
-            if not (isinstance(err.cause, CancelledError) and workflow.patched("cancel-during-bookkeeping")):
+            # in_progress with no workflow left.
+            if not isinstance(err.cause, CancelledError):
                 raise
             await self._cancelled(inp)
             raise
@@ -187,9 +183,9 @@ class FlowRun:
                     # A claim got in before finish wrote. Its decision goes on (the run continues)
                     # or fails and is rolled back: the job is suspended again, and its maximum
                     # suspension is still over, so finish again once that handler is done.
-                    if (self._resuming or self._settled != settled) and workflow.patched("timeout-after-rollback"):
+                    if self._resuming or self._settled != settled:
                         continue
-                    timeout = None  # (histories before the patch) wait for the claim being applied
+                    timeout = None  # a claim is being applied: its outcome resumes the run
                     break
         self._pending = None
         workflow.set_current_details("Running")
@@ -253,7 +249,7 @@ class FlowRun:
         assert self._inp is not None
         key = self._pending.request_id if self._pending is not None else None
         seen = self._rejections[key] = self._rejections.get(key, 0) + 1
-        if seen > MAX_RECORDED_REJECTIONS and workflow.patched("bounded-rejections"):
+        if seen > MAX_RECORDED_REJECTIONS:
             # recorded often enough for this request: count it, log it, add nothing to the history
             workflow.logger.warning("resume Signal rejected (%s, %d for pending request %s): %s",
                                     problem[0], seen, key, problem[1])
@@ -271,11 +267,6 @@ class FlowRun:
         )
 
     async def _apply(self, inp: ResumeInput) -> ResumeResult:
-        if workflow.patched("resume-run"):
-            return await self._apply_one(inp)
-        return await self._apply_v1(inp)
-
-    async def _apply_one(self, inp: ResumeInput) -> ResumeResult:
         """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
         deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
         and the dedupe keys of its events; concurrent handlers have different tokens, and the
@@ -311,47 +302,11 @@ class FlowRun:
             self._in_flight -= 1
             self._settled += 1
 
-    async def _apply_v1(self, inp: ResumeInput) -> ResumeResult:
-        """Runs whose resume began before ``resume_run`` existed (replay): claim, then apply."""
-        assert self._inp is not None
-        job_id = self._inp.job_id
-        self._in_flight += 1
-        try:
-            claim: ClaimResumeOutput = await self._activity(
-                "claim_resume", ClaimResumeInput(job_id=job_id, request_id=inp.request_id), ClaimResumeOutput,
-                retry=STORE_RETRY,
-            )
-            if not claim.token:
-                raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
-                                       type="NOT_RESUMABLE", non_retryable=True)
-            try:
-                out: ApplyDecisionOutput = await self._activity(
-                    "apply_decision",
-                    ApplyDecisionInput(job_id=job_id, claim_token=claim.token, request_id=inp.request_id,
-                                       decision=inp.decision, decided_by=inp.decided_by, now=workflow.now(),
-                                       state=self._state),
-                    ApplyDecisionOutput,
-                    retry=LAYER_RETRY,
-                )
-            except ActivityError as err:
-                await self._activity("rollback_resume", RollbackResumeInput(job_id=job_id, claim_token=claim.token),
-                                     None, retry=STORE_RETRY)
-                cause = err.cause
-                code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
-                raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
-                                       non_retryable=True) from None
-            self._resumed = RunLayerOutput(step=self._step, state=out.state)
-            self._decision_applied()
-            return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=out.action_id)
-        finally:
-            self._in_flight -= 1
-            self._settled += 1
-
     def _decision_applied(self) -> None:
         """The run goes on: ``in_progress``, unless it ended while the decision was being applied
         (stopped meanwhile: the workflow's cancellation recorded the end first), whose status
-        stays. Histories recorded before the patch keep their (then written) ``in_progress``."""
-        if self._status in _ENDED and workflow.patched("keep-ended-status"):
+        stays."""
+        if self._status in _ENDED:
             return
         self._set_status("in_progress")
 

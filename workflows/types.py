@@ -78,30 +78,6 @@ class ResumeResult(BaseModel):
     action_id: str
 
 
-class ClaimResumeInput(BaseModel):
-    job_id: str
-    request_id: str
-
-
-class ClaimResumeOutput(BaseModel):
-    token: str | None = None
-
-
-class ApplyDecisionInput(BaseModel):
-    job_id: str
-    claim_token: str
-    request_id: str
-    decision: Decision
-    decided_by: str | None = None
-    now: datetime
-    state: StateRef | None = None
-
-
-class ApplyDecisionOutput(BaseModel):
-    state: StateRef
-    action_id: str
-
-
 class ResumeRunInput(BaseModel):
     """One activity for a decision: claim (with the workflow's deterministic ``token``, so a retry
     finds its own claim), apply, then build the following layers inline while they are instant

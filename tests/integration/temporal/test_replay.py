@@ -101,7 +101,7 @@ async def test_histories_of_the_main_paths_replay(worker, service, client, setti
     await wait_status(store, job_id, JobStatus.completed)
     histories["signal"] = job_id
 
-    # more rejected Signals than are recorded (the bound: patched 'bounded-rejections')
+    # more rejected Signals than are recorded (the bound: MAX_RECORDED_REJECTIONS)
     job_id = await submit(service, user, gate, session_id="s-spam")
     await wait_status(store, job_id, JobStatus.suspended)
     handle = service.client.get_workflow_handle(job_id)
