@@ -15,6 +15,25 @@ def message_id(run_id: str, vertex_id: str, kind: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"signoff:{run_id}/{vertex_id}/{kind}"))
 
 
+async def store_message(ctx: BuildContext, sender: str, sender_name: str, text: str) -> dict[str, Any]:
+    """Store the vertex's chat message in the session history (when the run keeps one) and
+    return it as the vertex's ``message`` output. The id is deterministic (message_id)."""
+    run = ctx.run
+    msg = Message(
+        id=message_id(run.run_id, ctx.vertex_id, "user" if sender == "User" else "machine"),
+        session_id=run.effective_session,
+        flow_id=run.flow_id,
+        job_id=run.job_id,
+        sender=sender,
+        sender_name=sender_name,
+        text=text,
+        created_at=run.now(),
+    )
+    if run.history is not None:
+        await run.history.add_message(msg)
+    return {"message": message_value(msg)}
+
+
 def message_value(msg: Message) -> dict[str, Any]:
     return {
         "text": msg.text,
@@ -37,23 +56,10 @@ class ChatInput(Component):
     ]
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
-        run = ctx.run
         text = self.params.get("input_value")
         if text is None:
-            text = as_text(run.input_value)
-        msg = Message(
-            id=message_id(run.run_id, ctx.vertex_id, "user"),
-            session_id=run.effective_session,
-            flow_id=run.flow_id,
-            job_id=run.job_id,
-            sender="User",
-            sender_name=self.params.get("sender_name") or "User",
-            text=text,
-            created_at=run.now(),
-        )
-        if run.history is not None:
-            await run.history.add_message(msg)
-        return {"message": message_value(msg)}
+            text = as_text(ctx.run.input_value)
+        return await store_message(ctx, "User", self.params.get("sender_name") or "User", text)
 
 
 @register
@@ -89,20 +95,7 @@ class ChatOutput(_Output):
     params = _Output.params + [ParamDef("sender_name", "str", default="AI"), ParamDef("input_value", "any")]
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
-        run = ctx.run
-        msg = Message(
-            id=message_id(run.run_id, ctx.vertex_id, "machine"),
-            session_id=run.effective_session,
-            flow_id=run.flow_id,
-            job_id=run.job_id,
-            sender="Machine",
-            sender_name=self.params.get("sender_name") or "AI",
-            text=self.text_of(ctx),
-            created_at=run.now(),
-        )
-        if run.history is not None:
-            await run.history.add_message(msg)
-        return {"message": message_value(msg)}
+        return await store_message(ctx, "Machine", self.params.get("sender_name") or "AI", self.text_of(ctx))
 
 
 @register
