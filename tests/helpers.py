@@ -30,7 +30,22 @@ GATE_FLOW: dict[str, Any] = {
 }
 
 
-class CountingHTTP:
+class LocalHTTPServer:
+    """A real HTTP server on 127.0.0.1 (a free port), serving ``handler`` from a daemon thread.
+    Subclasses build their handler class, then call ``super().__init__(Handler)``."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        super().close()
+
+
+class CountingHTTP(LocalHTTPServer):
     """Counts requests per path. ``/block/...`` answers only once ``release`` is set."""
 
     def __init__(self) -> None:
@@ -58,16 +73,11 @@ class CountingHTTP:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def close(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 async def eventually(fn: Callable[[], Any], *, timeout: float = 60.0, what: str = "condition") -> Any:

@@ -27,6 +27,7 @@ from engine.store import open_store
 from engine.store.base import Store
 from signoff.service import SignoffService
 from signoff.worker import build_worker
+from tests.helpers import LocalHTTPServer
 
 ROOT = Path(__file__).resolve().parents[3]
 REFUND = json.loads((ROOT / "examples/flows/refund.json").read_text())
@@ -201,13 +202,13 @@ async def live(api: Harness) -> AsyncIterator[str]:
         sock.close()
 
 
-class BlockingHTTP:
+class BlockingHTTP(LocalHTTPServer):
     """A local HTTP server whose ``/block/{name}`` answers only once ``release(name)`` is called,
     so a flow's HTTPRequest vertex holds its run in_progress for as long as a test needs."""
 
     def __init__(self) -> None:
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         self.gates: dict[str, threading.Event] = {}
         self.seen: list[str] = []
@@ -229,11 +230,7 @@ class BlockingHTTP:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def gate(self, name: str):
         import threading
@@ -246,8 +243,7 @@ class BlockingHTTP:
     def close(self) -> None:
         for g in list(self.gates.values()):
             g.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 async def read_frame(lines) -> dict[str, Any] | None:

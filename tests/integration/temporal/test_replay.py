@@ -21,7 +21,7 @@ from signoff.service import SignoffService
 from workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
 from workflows.types import RESUME, ResumeInput
 
-from tests.helpers import GATE_FLOW, event_names, eventually, wait_status
+from tests.helpers import event_names, eventually, wait_status
 
 FAIL_AFTER_GATE = {
     "name": "fails after the gate",

@@ -9,21 +9,21 @@ from __future__ import annotations
 import select
 import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from engine.models import JobStatus
 from tests.fixtures.world import BACKENDS
-from tests.helpers import eventually
+from tests.helpers import LocalHTTPServer, eventually
 from tests.integration.temporal.test_replay import held_http_flow
 from tests.integration.temporal.test_stop_races import replayer
 
 # ---- 4. a stop cancels the layer in flight ----------------------------------------------------
 
 
-class AbortProbe:
+class AbortProbe(LocalHTTPServer):
     """A local HTTP server whose ``/hold/...`` answers only when ``release`` is set, and records
     whether the client went away (closed the connection) while it held the request."""
 
@@ -62,16 +62,11 @@ class AbortProbe:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def close(self) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ from tests.fixtures.world import (  # noqa: F401 - fixtures
     user,
     worker,
 )
-from tests.helpers import eventually, wait_status  # noqa: F401 - used by the tests
+from tests.helpers import LocalHTTPServer, eventually, wait_status  # noqa: F401 - used by the tests
 
 
 def gate_flow(decisions: list[str] | None = None) -> dict[str, Any]:
@@ -72,7 +72,7 @@ def story(spans: list[SpanRecord]) -> list[str]:
     return [s.name for s in sorted(children, key=lambda s: (s.start_time, s.span_id))]
 
 
-class OTLPReceiver:
+class OTLPReceiver(LocalHTTPServer):
     """A real OTLP/HTTP endpoint: POST /v1/traces with an ExportTraceServiceRequest (protobuf,
     gzip or not). Keeps every span as a dict."""
 
@@ -114,19 +114,15 @@ class OTLPReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
+        self.endpoint = self.url
 
     def of_trace(self, trace_hex: str) -> list[dict[str, Any]]:
         with self.lock:
             return [s for s in self.spans if s["trace_id"] == trace_hex]
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 def _any_value(v: Any) -> Any:
