@@ -42,7 +42,8 @@ class LocalHTTPServer:
         self.thread.start()
 
     def close(self) -> None:
-        super().close()
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class CountingHTTP(LocalHTTPServer):
