@@ -103,6 +103,17 @@ async def flush() -> None:
         await f()
 
 
+
+def _mark_interrupted(span: Any, exc: BaseException, limit: int) -> None:
+    """A span whose work raised: error status with the exception for a failure, the
+    ``signoff.cancelled`` mark for a cancellation."""
+    if isinstance(exc, Exception):
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{exc.__class__.__name__}: {exc}"[:limit]))
+        span.set_attribute("signoff.error.type", exc.__class__.__name__)
+    else:
+        span.set_attribute("signoff.cancelled", True)
+
 def tracer() -> trace.Tracer:
     return trace.get_tracer(TRACER_NAME)
 
@@ -396,12 +407,7 @@ class RunTracer:
         try:
             yield
         except BaseException as exc:
-            if isinstance(exc, Exception):
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{exc.__class__.__name__}: {exc}"[: self.limit]))
-                span.set_attribute("signoff.error.type", exc.__class__.__name__)
-            else:
-                span.set_attribute("signoff.cancelled", True)
+            _mark_interrupted(span, exc, self.limit)
             span.end()
             _ending.set(None)
             raise
@@ -499,12 +505,7 @@ def _child_span(kind: str, name: str, key: str, attributes: dict[str, Any], inpu
     try:
         yield handle
     except BaseException as exc:
-        if isinstance(exc, Exception):
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{exc.__class__.__name__}: {exc}"[: owner.limit]))
-            span.set_attribute("signoff.error.type", exc.__class__.__name__)
-        else:
-            span.set_attribute("signoff.cancelled", True)
+        _mark_interrupted(span, exc, owner.limit)
         span.end()
         raise
     finally:
