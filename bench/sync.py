@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from bench.overhead import pct, summary  # noqa: E402
+
 from engine.runner import InProcessRunner  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 from engine.store import open_store  # noqa: E402
@@ -52,16 +54,6 @@ FLOW = {
     ],
     "edges": [{"from": "ask.message", "to": "p.q"}, {"from": "p.prompt", "to": "out.input_value"}],
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def summary(values: list[float]) -> dict:
-    ms = [v * 1000 for v in values]
-    return {"p50_ms": round(pct(ms, 0.5), 2), "p95_ms": round(pct(ms, 0.95), 2), "n": len(ms)}
 
 
 async def timed(n: int, fn) -> list[float]:
