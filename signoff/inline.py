@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,6 +31,7 @@ from engine.errors import SignoffError
 from engine.models import FlowRecord, Job, JobStatus, utcnow
 from engine.runner import InProcessRunner, RunOutcome
 from engine.settings import Settings
+from signoff.periodic import periodically
 from engine.spec import FlowSpec, flow_has_gate, load_flow
 from engine.store.base import Store
 
@@ -260,25 +261,9 @@ async def sweep(store: Store) -> list[str]:
     return ended
 
 
-async def sweep_forever(store: Store, settings: Settings) -> None:
-    while True:
-        try:
-            await sweep(store)
-        except Exception as err:  # noqa: BLE001 - a database blip: next round
-            log.warning("inline sweep failed: %r", err)
-        await asyncio.sleep(settings.inline_sweep_seconds)
-
-
-@contextlib.asynccontextmanager
-async def sweeping(store: Store, settings: Settings) -> AsyncIterator[None]:
-    """Sweep now, then every ``inline_sweep_seconds`` while the block runs (API and worker)."""
-    task = asyncio.create_task(sweep_forever(store, settings), name="signoff-inline-sweep")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def sweeping(store: Store, settings: Settings) -> contextlib.AbstractAsyncContextManager[None]:
+    """Sweep now, then every ``inline_sweep_seconds`` while the block runs (the worker)."""
+    return periodically(lambda: sweep(store), settings.inline_sweep_seconds, name="inline-sweep")
 
 
 __all__ = [

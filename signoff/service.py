@@ -13,7 +13,6 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import temporalio.client
@@ -31,6 +30,7 @@ from engine.store.base import Store
 from engine import tracing
 from engine.tracing import run_context
 from activities.state import blob_prefix
+from signoff.periodic import periodically
 from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, is_inline, sweep
 from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
@@ -170,25 +170,9 @@ class SignoffService:
         await sweep(self.store)
         await self.start_unstarted()
 
-    @contextlib.asynccontextmanager
-    async def sweeping(self) -> AsyncIterator[None]:
-        """``recover()`` now and every ``inline_sweep_seconds`` while the block runs."""
-
-        async def forever() -> None:
-            while True:
-                try:
-                    await self.recover()
-                except Exception as err:  # noqa: BLE001 - a database or Temporal blip: next round
-                    log.warning("sweep failed: %r", err)
-                await asyncio.sleep(self.settings.inline_sweep_seconds)
-
-        task = asyncio.create_task(forever(), name="signoff-sweep")
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def sweeping(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """``recover()`` now and every ``inline_sweep_seconds`` while the block runs (the API)."""
+        return periodically(self.recover, self.settings.inline_sweep_seconds, name="sweep")
 
     async def start_workflow(self, job: Job, flow: FlowRecord) -> None:
         session = job.effective_session
