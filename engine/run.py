@@ -221,14 +221,8 @@ async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunCo
     async def run() -> VertexResult:
         try:
             outputs = await component.build_outputs(bctx, bctx.wanted_outputs)
-        except PauseRequested as p:
-            return VertexResult(
-                vertex_id=vertex_id,
-                component_type=vertex.type,
-                outputs=p.outputs,
-                state=p.state if p.state is not None else bctx.state,
-                pause=p.request,
-            )
+        except PauseRequested as p:  # raised or returned: the same pause
+            outputs = p
         if isinstance(outputs, PauseRequested):
             return VertexResult(
                 vertex_id=vertex_id,
