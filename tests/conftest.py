@@ -2,3 +2,8 @@
 server, SQLite, PostgreSQL), tests/acceptance (the CLI and HTTP as a user drives them)."""
 
 pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai"]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-histories", action="store_true", default=False,
+                     help="write the replay histories of tests/integration/temporal/test_replay.py to its histories/")

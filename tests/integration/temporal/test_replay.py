@@ -8,7 +8,11 @@ here instead of in the workers of a deployment with runs in flight."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
@@ -22,6 +26,10 @@ from workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
 from workflows.types import RESUME, ResumeInput
 
 from tests.helpers import event_names, eventually, wait_status
+
+# Histories of the paths below recorded once and kept in git (docs/temporal.md, "Replay"):
+# ``pytest tests/integration/temporal/test_replay.py --record-histories`` writes them anew.
+HISTORIES = Path(__file__).parent / "histories"
 
 FAIL_AFTER_GATE = {
     "name": "fails after the gate",
@@ -78,8 +86,44 @@ async def closed_history(client, job_id: str) -> WorkflowHistory:
     return await handle.fetch_history()
 
 
+def replayer(workflows=(FlowRun,)) -> Replayer:
+    return Replayer(
+        workflows=list(workflows),
+        data_converter=pydantic_data_converter,
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
+        ),
+    )
+
+
+def recorded() -> list[Path]:
+    return sorted(HISTORIES.glob("*.json"))
+
+
+def _file_name(path: str) -> str:
+    return path.replace(" ", "_") + ".json"
+
+
+@pytest.mark.parametrize("history_file", recorded(), ids=lambda p: p.stem)
+async def test_recorded_histories_replay(history_file: Path):
+    """Every history in git replays against the current FlowRun: a change that would break a run
+    in flight (recorded by an earlier version of the code) fails here."""
+    data = json.loads(history_file.read_text())
+    history = WorkflowHistory.from_json(data["workflow_id"], data["history"])
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{history_file.name}: {result.replay_failure!r}"
+
+
+def test_the_recorded_histories_cover_every_path():
+    assert {p.name for p in recorded()} >= {_file_name(p) for p in PATHS}
+
+
+PATHS = ("approve", "reject", "signal", "signal spam", "stop suspended", "superseded", "stop running", "failed",
+         "timed out")
+
+
 async def test_histories_of_the_main_paths_replay(worker, service, client, settings, store, user, make_flow,
-                                                  http_counter):
+                                                  http_counter, request):
     gate = await make_flow()
     histories: dict[str, str] = {}  # path → job id
 
@@ -145,17 +189,17 @@ async def test_histories_of_the_main_paths_replay(worker, service, client, setti
     await wait_status(store, job_id, JobStatus.timed_out)
     histories["timed out"] = job_id
 
+    assert tuple(histories) == PATHS
     fetched = [await closed_history(service.client, job_id) for job_id in histories.values()]
-    replayer = Replayer(
-        workflows=[FlowRun],
-        data_converter=pydantic_data_converter,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
-        ),
-    )
+    if request.config.getoption("--record-histories"):
+        HISTORIES.mkdir(exist_ok=True)
+        for path, history in zip(histories, fetched):
+            (HISTORIES / _file_name(path)).write_text(json.dumps(
+                {"path": path, "workflow_id": history.workflow_id, "history": json.loads(history.to_json())},
+                indent=1) + "\n")
     failures = {}
     for path, history in zip(histories, fetched):
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
         if result.replay_failure is not None:
             failures[path] = repr(result.replay_failure)
     assert failures == {}
