@@ -18,10 +18,10 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from engine.errors import ComponentError, SignoffError
-from engine.graph import Graph
-from engine.models import JobStatus, utcnow
-from engine.run import (
+from signoff.engine.errors import ComponentError, SignoffError
+from signoff.engine.graph import Graph
+from signoff.engine.models import JobStatus, utcnow
+from signoff.engine.run import (
     RunState,
     apply_decision,
     apply_layer,
@@ -32,12 +32,12 @@ from engine.run import (
     new_run_state,
     plan_next,
 )
-from engine.settings import Settings
-from engine.spec import load_flow
-from engine.store.base import Store
-from engine import tracing
-from activities.state import StateCodec, blob_prefix
-from workflows.types import (
+from signoff.engine.settings import Settings
+from signoff.engine.spec import load_flow
+from signoff.engine.store.base import Store
+from signoff.engine import tracing
+from signoff.activities.state import StateCodec, blob_prefix
+from signoff.workflows.types import (
     FinishInput,
     FinishOutput,
     PersistPauseInput,
@@ -405,6 +405,6 @@ async def _heartbeat() -> None:
 
 
 def _empty():
-    from workflows.types import StateRef
+    from signoff.workflows.types import StateRef
 
     return StateRef()

@@ -12,9 +12,9 @@ import hashlib
 import json
 from typing import Any
 
-from engine.run import RunState, check_checkpointable
-from engine.store.base import Store
-from workflows.types import StateRef
+from signoff.engine.run import RunState, check_checkpointable
+from signoff.engine.store.base import Store
+from signoff.workflows.types import StateRef
 
 BLOB = "$signoff_blob"
 # Whole-state budget: beyond it the state itself travels by reference.

@@ -12,13 +12,13 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
-from engine.settings import Settings
-from engine.store.base import Store
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
 
-from api.auth import AuthMiddleware
-from api.errors import install_error_handlers
-from api.flows_dir import public_owner_id, sync_flows_dir
-from api.routes import flows, health, monitor, workflows
+from signoff.api.auth import AuthMiddleware
+from signoff.api.errors import install_error_handlers
+from signoff.api.flows_dir import public_owner_id, sync_flows_dir
+from signoff.api.routes import flows, health, monitor, workflows
 
 log = logging.getLogger("signoff.api")
 
@@ -31,7 +31,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
         async with contextlib.AsyncExitStack() as stack:
             the_store = store
             if the_store is None:
-                from engine.store import open_store
+                from signoff.engine.store import open_store
 
                 the_store = open_store(settings.resolved_database_url)
                 stack.push_async_callback(the_store.close)

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
-from engine.errors import FlowNotFound, JobNotFound
-from engine.models import FlowRecord, Job, User
-from engine.settings import Settings
-from engine.store.base import Store
+from signoff.engine.errors import FlowNotFound, JobNotFound
+from signoff.engine.models import FlowRecord, Job, User
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
 
-from api.errors import Unauthorized, Unavailable
+from signoff.api.errors import Unauthorized, Unavailable
 
 if TYPE_CHECKING:
     from signoff.service import SignoffService

@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine.errors import SignoffError, Unavailable  # noqa: F401 - re-exported for the routes
+from signoff.engine.errors import SignoffError, Unavailable  # noqa: F401 - re-exported for the routes
 
 log = logging.getLogger("signoff.api")
 

@@ -8,12 +8,12 @@ import logging
 import re
 from pathlib import Path
 
-from engine.errors import FlowInvalid
-from engine.settings import Settings
-from engine.store.base import Store
+from signoff.engine.errors import FlowInvalid
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
 
-from api.errors import SignoffError
-from api.flowspec import parse_body, validate_spec
+from signoff.api.errors import SignoffError
+from signoff.api.flowspec import parse_body, validate_spec
 
 log = logging.getLogger("signoff.api")
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import yaml
 
-from engine.errors import FlowInvalid
-from engine.settings import Settings
+from signoff.engine.errors import FlowInvalid
+from signoff.engine.settings import Settings
 
-from api.errors import FlowTooLarge, InvalidRequest
-from api.limits import ID_MAX_CHARS, string_problems
+from signoff.api.errors import FlowTooLarge, InvalidRequest
+from signoff.api.limits import ID_MAX_CHARS, string_problems
 
 
 def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
@@ -64,7 +64,7 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
     if strings:
         raise FlowInvalid([{"where": p["loc"] or "flow", "message": f"{p['loc'] or 'flow'}: {p['message']}"}
                            for p in strings])
-    from engine.spec import parse_and_validate
+    from signoff.engine.spec import parse_and_validate
 
     try:
         parse_and_validate(spec)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
-from api.errors import InvalidRequest
+from signoff.api.errors import InvalidRequest
 
 ID_MAX_CHARS = 200
 REQUEST_ID_MAX_CHARS = 1000

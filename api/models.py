@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
 
-from api.limits import ID_MAX_CHARS, REQUEST_ID_MAX_CHARS
+from signoff.api.limits import ID_MAX_CHARS, REQUEST_ID_MAX_CHARS
 
 ID = Field(min_length=1, max_length=ID_MAX_CHARS)
 SHORT = ID_MAX_CHARS

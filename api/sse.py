@@ -8,8 +8,8 @@ import asyncio
 import json
 from typing import AsyncIterator
 
-from engine.models import Event, JobStatus
-from engine.store.base import Store
+from signoff.engine.models import Event, JobStatus
+from signoff.engine.store.base import Store
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

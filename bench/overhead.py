@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._bare import BareGate, BareLayers, mark_waiting, noop, waiting as _waiting  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from engine.models import Decision, JobStatus  # noqa: E402
-from engine.settings import Settings  # noqa: E402
-from engine.store import open_store  # noqa: E402
+from signoff.engine.models import Decision, JobStatus  # noqa: E402
+from signoff.engine.settings import Settings  # noqa: E402
+from signoff.engine.store import open_store  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.service import SignoffService, with_converter  # noqa: E402
 from signoff.worker import build_worker  # noqa: E402

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.models import JobStatus, NewJob, PendingRequest, utcnow  # noqa: E402
-from engine.store import Store, open_store  # noqa: E402
+from signoff.engine.models import JobStatus, NewJob, PendingRequest, utcnow  # noqa: E402
+from signoff.engine.store import Store, open_store  # noqa: E402
 
 WRITERS = 8
 

@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.overhead import GATE_FLOW, poll, summary  # noqa: E402
-from engine.models import Decision, JobStatus  # noqa: E402
-from engine.settings import Settings  # noqa: E402
-from engine.store import open_store  # noqa: E402
+from signoff.engine.models import Decision, JobStatus  # noqa: E402
+from signoff.engine.settings import Settings  # noqa: E402
+from signoff.engine.store import open_store  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.service import SignoffService, with_converter  # noqa: E402
 

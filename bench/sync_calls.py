@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.runner import InProcessRunner  # noqa: E402
-from engine.settings import Settings  # noqa: E402
-from engine.store import open_store  # noqa: E402
-from engine.tracing import RunTracing  # noqa: E402
+from signoff.engine.runner import InProcessRunner  # noqa: E402
+from signoff.engine.settings import Settings  # noqa: E402
+from signoff.engine.store import open_store  # noqa: E402
+from signoff.engine.tracing import RunTracing  # noqa: E402
 from signoff import telemetry  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.service import SignoffService, with_converter  # noqa: E402

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable
 
 import httpx
 
-from engine.models import utcnow
-from engine.store.base import HistoryStore
+from signoff.engine.models import utcnow
+from signoff.engine.store.base import HistoryStore
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.run import VertexResult
-    from engine.settings import Settings
+    from signoff.engine.run import VertexResult
+    from signoff.engine.settings import Settings
 
 FlowLoader = Callable[[str], Awaitable["dict[str, Any] | None"]]
 # Called around each vertex build: (vertex_id, component_type) -> async context manager.

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.components import get_component
-from engine.components.base import Component, InputDef
-from engine.spec import FlowSpec, load_flow, spec_hash
+from signoff.engine.components import get_component
+from signoff.engine.components.base import Component, InputDef
+from signoff.engine.spec import FlowSpec, load_flow, spec_hash
 
 
 @dataclass(frozen=True)

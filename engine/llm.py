@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
-from engine.errors import ComponentError
+from signoff.engine.errors import ComponentError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504}) | frozenset(range(520, 530))

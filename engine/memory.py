@@ -10,8 +10,8 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from engine.models import CheckpointRecord, Message, utcnow
-from engine.store.base import CheckpointStore, HistoryStore, StoreError
+from signoff.engine.models import CheckpointRecord, Message, utcnow
+from signoff.engine.store.base import CheckpointStore, HistoryStore, StoreError
 
 
 class InMemoryCheckpointStore(CheckpointStore):

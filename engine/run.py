@@ -22,12 +22,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from engine.components.base import BuildContext, PauseRequested, as_text
-from engine.context import RunContext
-from engine.errors import CheckpointError, ComponentError, InvalidDecision, NotResumable, SignoffError
-from engine.graph import Edge, Graph
-from engine.models import EXPIRED_ACTION, AppliedDecision, Decision, Message, PendingRequest
-from engine.spec import FlowSpec, spec_hash
+from signoff.engine.components.base import BuildContext, PauseRequested, as_text
+from signoff.engine.context import RunContext
+from signoff.engine.errors import CheckpointError, ComponentError, InvalidDecision, NotResumable, SignoffError
+from signoff.engine.graph import Edge, Graph
+from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, Message, PendingRequest
+from signoff.engine.spec import FlowSpec, spec_hash
 
 STATE_VERSION = 1
 

@@ -13,11 +13,11 @@ from typing import Any, AsyncIterator, Callable, Literal
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from engine.context import BuildWrapper, FlowLoader, RunContext, VertexHook
-from engine.errors import ComponentError, InvalidDecision, NotResumable, SignoffError
-from engine.graph import Graph
-from engine.models import AppliedDecision, Decision, PendingRequest, utcnow
-from engine.run import (
+from signoff.engine.context import BuildWrapper, FlowLoader, RunContext, VertexHook
+from signoff.engine.errors import ComponentError, InvalidDecision, NotResumable, SignoffError
+from signoff.engine.graph import Graph
+from signoff.engine.models import AppliedDecision, Decision, PendingRequest, utcnow
+from signoff.engine.run import (
     RunState,
     apply_decision,
     apply_layer,
@@ -28,10 +28,10 @@ from engine.run import (
     new_run_state,
     plan_next,
 )
-from engine.settings import Settings
-from engine.spec import FlowSpec, parse_and_validate
-from engine.store.base import CheckpointStore, HistoryStore
-from engine.tracing import RunTracing
+from signoff.engine.settings import Settings
+from signoff.engine.spec import FlowSpec, parse_and_validate
+from signoff.engine.store.base import CheckpointStore, HistoryStore
+from signoff.engine.tracing import RunTracing
 
 
 class RunOutcome(BaseModel):

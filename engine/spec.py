@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from engine.errors import FlowInvalid
+from signoff.engine.errors import FlowInvalid
 
 MAX_NODES = 500
 
@@ -152,7 +152,7 @@ def validate_flow(spec: FlowSpec, *, max_nodes: int = MAX_NODES) -> None:
     """Raise FlowInvalid listing every problem: unknown type, duplicate id, unknown input or
     output, dangling edge, two edges into a single input, missing required input or param,
     param of the wrong type, a cycle."""
-    from engine.components import get_component
+    from signoff.engine.components import get_component
 
     problems: list[dict[str, Any]] = []
     if not spec.nodes:
@@ -295,7 +295,7 @@ def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_n
 def flow_has_gate(spec: FlowSpec) -> bool:
     """True when the flow can pause: a Human Input with a downstream consumer, or a
     tool-capable component with approval_actions wired into another node's input."""
-    from engine.components import get_component
+    from signoff.engine.components import get_component
 
     consumers: dict[str, int] = {}
     tool_edges: set[str] = set()

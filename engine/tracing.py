@@ -37,12 +37,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from engine.models import EXPIRED_ACTION, FALLBACK_ACTION, AppliedDecision, PendingRequest, SpanRecord
+from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, AppliedDecision, PendingRequest, SpanRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.graph import Graph
-    from engine.run import RunState, VertexResult
-    from engine.store.base import Store
+    from signoff.engine.graph import Graph
+    from signoff.engine.run import RunState, VertexResult
+    from signoff.engine.store.base import Store
 
 TRACER_NAME = "signoff"
 GATE_PREFIX = "Human In The Loop — "
@@ -374,7 +374,7 @@ class RunTracer:
 
     @contextlib.asynccontextmanager
     async def wrap_build(self, vertex_id: str, component_type: str) -> AsyncIterator[None]:
-        from engine.run import resolve_inputs
+        from signoff.engine.run import resolve_inputs
 
         nested = _current_vertex.get()
         state = self.state

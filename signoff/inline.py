@@ -26,14 +26,14 @@ from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine import tracing
-from engine.errors import SignoffError
-from engine.models import FlowRecord, Job, JobStatus, utcnow
-from engine.runner import InProcessRunner, RunOutcome
-from engine.settings import Settings
+from signoff.engine import tracing
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import FlowRecord, Job, JobStatus, utcnow
+from signoff.engine.runner import InProcessRunner, RunOutcome
+from signoff.engine.settings import Settings
 from signoff.periodic import periodically
-from engine.spec import FlowSpec, flow_has_gate, load_flow
-from engine.store.base import Store
+from signoff.engine.spec import FlowSpec, flow_has_gate, load_flow
+from signoff.engine.store.base import Store
 
 log = logging.getLogger("signoff.inline")
 
@@ -52,7 +52,7 @@ def is_inline(job: Job) -> bool:
 def inline_spec(flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
     """The flow (tweaks applied) when it can run inline: valid and without a gate. None sends the
     run to Temporal, which also reports a bad tweak or an invalid flow exactly as before."""
-    from activities.flow import apply_tweaks
+    from signoff.activities.flow import apply_tweaks
 
     try:
         spec = load_flow(apply_tweaks(flow.spec, tweaks))

@@ -23,16 +23,16 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable, SignoffError, Unavailable
-from engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
-from engine.settings import Settings
-from engine.store.base import Store
-from engine import tracing
-from engine.tracing import run_context
-from activities.state import blob_prefix
+from signoff.engine.errors import Forbidden, InvalidDecision, JobNotFound, NotResumable, SignoffError, Unavailable
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
+from signoff.engine import tracing
+from signoff.engine.tracing import run_context
+from signoff.activities.state import blob_prefix
 from signoff.periodic import periodically
 from signoff.inline import RUNNER_INLINE, RUNNER_TEMPORAL, InlineRuns, is_inline, sweep
-from workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
+from signoff.workflows.types import RESUME, WORKFLOW_TYPE, FlowRunInput, ResumeInput
 
 SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
 SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")

@@ -38,10 +38,10 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import StatusCode
 
 import temporalio.worker
-from engine import tracing as T
-from engine.models import SpanRecord
-from engine.settings import Settings
-from engine.store.base import Store
+from signoff.engine import tracing as T
+from signoff.engine.models import SpanRecord
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
 
 log = logging.getLogger("signoff.telemetry")
 

@@ -15,10 +15,10 @@ import temporalio.client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.flow import FlowActivities
-from engine.settings import Settings
-from engine.store.base import Store
-from workflows.flow_run import FlowRun
+from signoff.activities.flow import FlowActivities
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
+from signoff.workflows.flow_run import FlowRun
 
 log = logging.getLogger("signoff.worker")
 
@@ -47,7 +47,7 @@ def build_worker(
         workflows=[FlowRun],
         activities=acts,
         workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")
         ),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
@@ -64,7 +64,7 @@ def _timedelta(seconds: float):
 
 async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     """Open the store, connect to Temporal, run until ``stop`` is set or SIGTERM/SIGINT."""
-    from engine.store import open_store
+    from signoff.engine.store import open_store
     from signoff.service import connect_client
 
     store = open_store(settings.resolved_database_url)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from engine.models import Job, JobStatus
+from signoff.engine.models import Job, JobStatus
 
 GATE_FLOW: dict[str, Any] = {
     "name": "Refund approval",

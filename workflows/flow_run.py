@@ -19,8 +19,8 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from engine.models import PendingRequest
-    from workflows.types import (
+    from signoff.engine.models import PendingRequest
+    from signoff.workflows.types import (
         PENDING_QUERY,
         REJECTED_QUERY,
         RESUME,

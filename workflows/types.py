@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.models import Decision, PendingRequest
+from signoff.engine.models import Decision, PendingRequest
 
 WORKFLOW_TYPE = "FlowRun"
 RESUME = "resume"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
-from engine.errors import FlowNotFound, Forbidden
+from signoff.engine.errors import FlowNotFound, Forbidden
 
-from api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, runnable_flow, valid_id
-from api.errors import SignoffError
-from api.flowspec import parse_body, validate_spec
-from api.limits import ID_MAX_CHARS, NUL, check_strings
-from api.models import FlowPublic, FlowSummary, SharePublic, ShareCreate, flow_public, flow_summary
+from signoff.api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, runnable_flow, valid_id
+from signoff.api.errors import SignoffError
+from signoff.api.flowspec import parse_body, validate_spec
+from signoff.api.limits import ID_MAX_CHARS, NUL, check_strings
+from signoff.api.models import FlowPublic, FlowSummary, SharePublic, ShareCreate, flow_public, flow_summary
 
 router = APIRouter(prefix="/api/v1/flows", tags=["flows"])
 

@@ -6,9 +6,9 @@ import asyncio
 
 from fastapi import APIRouter, Request
 
-from api.deps import StoreDep
-from api.errors import Unavailable
-from api.models import Health
+from signoff.api.deps import StoreDep
+from signoff.api.errors import Unavailable
+from signoff.api.models import Health
 
 router = APIRouter(tags=["health"])
 

@@ -6,12 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from engine.errors import JobNotFound
-from engine.models import SpanRecord
+from signoff.engine.errors import JobNotFound
+from signoff.engine.models import SpanRecord
 
-from api.limits import ID_MAX_CHARS, NoNul
-from api.deps import CurrentUser, StoreDep, valid_id, visible_job
-from api.models import MessagePublic, SpanNode, TracePublic, TraceSummary
+from signoff.api.limits import ID_MAX_CHARS, NoNul
+from signoff.api.deps import CurrentUser, StoreDep, valid_id, visible_job
+from signoff.api.models import MessagePublic, SpanNode, TracePublic, TraceSummary
 
 router = APIRouter(prefix="/api/v1/monitor", tags=["monitor"])
 

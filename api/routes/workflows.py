@@ -8,11 +8,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from engine.errors import JobNotFound, NoPendingRequest
+from signoff.engine.errors import JobNotFound, NoPendingRequest
 
-from api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
-from api.limits import check_strings
-from api.models import (
+from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
+from signoff.api.limits import check_strings
+from signoff.api.models import (
     JobPublic,
     PendingItem,
     ResumeRequest,
@@ -27,8 +27,8 @@ from api.models import (
     pending_item,
     workflow_response,
 )
-from api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events
-from engine.models import Job, JobStatus
+from signoff.api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events
+from signoff.engine.models import Job, JobStatus
 
 router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
 
@@ -160,7 +160,7 @@ async def events(
         try:
             after_seq = max(after_seq, int(last.strip()))
         except ValueError:
-            from api.errors import InvalidRequest
+            from signoff.api.errors import InvalidRequest
 
             raise InvalidRequest("Last-Event-ID must be the integer seq of the last event received") from None
     return StreamingResponse(job_events(store, job_id, after_seq=after_seq), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from engine.components.base import (
+from signoff.engine.components.base import (
     BuildContext,
     Component,
     InputDef,

@@ -23,9 +23,9 @@ import json
 import re
 from typing import Any
 
-from engine import tracing
-from engine.components import get_component, register
-from engine.components.base import (
+from signoff.engine import tracing
+from signoff.engine.components import get_component, register
+from signoff.engine.components.base import (
     TOOL_APPROVAL_ACTIONS,
     BuildContext,
     Component,
@@ -35,9 +35,9 @@ from engine.components.base import (
     PauseRequested,
     as_text,
 )
-from engine.errors import ComponentError, InvalidDecision, SignoffError
-from engine.llm import ChatClient
-from engine.models import Option, PendingRequest
+from signoff.engine.errors import ComponentError, InvalidDecision, SignoffError
+from signoff.engine.llm import ChatClient
+from signoff.engine.models import Option, PendingRequest
 
 DEFAULT_MODEL = "gpt-4o-mini"
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}

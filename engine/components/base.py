@@ -22,10 +22,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from engine.models import AppliedDecision, PendingRequest
+from signoff.engine.models import AppliedDecision, PendingRequest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from engine.context import RunContext
+    from signoff.engine.context import RunContext
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import math
 import operator
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, as_text
-from engine.errors import ComponentError
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, as_text
+from signoff.engine.errors import ComponentError
 
 _BIN = {
     ast.Add: operator.add,

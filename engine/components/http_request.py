@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from engine.errors import ComponentError
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.errors import ComponentError
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 

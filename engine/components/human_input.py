@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, PendingRequest
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, PendingRequest
 
 UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 DEFAULT_DECISIONS = ["Approve", "Reject"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from engine.models import Message
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.models import Message
 
 
 def message_id(run_id: str, vertex_id: str, kind: str) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import string
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 
 
 def template_variables(template: Any) -> tuple[list[str], list[str]]:

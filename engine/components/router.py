@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 
 OPERATORS = ("equals", "contains", "regex", "starts_with", "ends_with")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from engine.errors import ComponentError, FlowInvalid, NestedGateError
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.errors import ComponentError, FlowInvalid, NestedGateError
 
 MAX_DEPTH = 5
 
@@ -22,9 +22,9 @@ class RunFlow(Component):
     params = [ParamDef("flow_id", "str", required=True)]
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
-        from engine.graph import Graph
-        from engine.run import new_run_state, run_to_end
-        from engine.spec import flow_has_gate, parse_and_validate
+        from signoff.engine.graph import Graph
+        from signoff.engine.run import new_run_state, run_to_end
+        from signoff.engine.spec import flow_has_gate, parse_and_validate
 
         run = ctx.run
         flow_id = self.params["flow_id"]

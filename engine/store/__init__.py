@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from engine.store.base import CheckpointStore, HistoryStore, Store, StoreConflict, StoreError
+from signoff.engine.store.base import CheckpointStore, HistoryStore, Store, StoreConflict, StoreError
 
 __all__ = ["CheckpointStore", "HistoryStore", "Store", "StoreConflict", "StoreError", "open_store"]
 
@@ -26,7 +26,7 @@ def open_store(url: str, **options: Any) -> Store:
 
     ``options`` go to the backend's constructor (e.g. ``max_size`` of the PostgreSQL pool)."""
     if url.startswith("sqlite:"):
-        from engine.store.sqlite import SQLiteStore
+        from signoff.engine.store.sqlite import SQLiteStore
 
         if not url.startswith("sqlite:///"):
             raise ValueError(
@@ -46,7 +46,7 @@ def open_store(url: str, **options: Any) -> Store:
         return SQLiteStore(unquote(path), **kwargs)
     scheme = urlsplit(url).scheme
     if scheme in ("postgresql", "postgres"):
-        from engine.store.postgres import PostgresStore
+        from signoff.engine.store.postgres import PostgresStore
 
         return PostgresStore(url, **options)
     raise ValueError(f"Unsupported database URL {url!r}: use sqlite:///path.db or postgresql://...")

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from engine.models import (
+from signoff.engine.models import (
     TERMINAL_STATUSES,
     CheckpointRecord,
     Event,
@@ -41,7 +41,7 @@ from engine.models import (
     User,
     utcnow,
 )
-from engine.store.base import Store, StoreConflict, StoreError
+from signoff.engine.store.base import Store, StoreConflict, StoreError
 
 __all__ = ["MIGRATIONS", "SQLStore", "Tx", "hash_api_key"]
 

@@ -14,7 +14,7 @@ import abc
 from datetime import datetime
 from typing import Any, Iterable
 
-from engine.models import (
+from signoff.engine.models import (
     CheckpointRecord,
     Event,
     FlowRecord,

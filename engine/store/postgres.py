@@ -20,8 +20,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
-from engine.store._sql import SQLStore, Tx, as_utc, dumps
-from engine.store.base import StoreConflict, StoreError
+from signoff.engine.store._sql import SQLStore, Tx, as_utc, dumps
+from signoff.engine.store.base import StoreConflict, StoreError
 
 __all__ = ["PostgresStore"]
 

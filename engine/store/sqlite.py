@@ -30,8 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from engine.store._sql import SQLStore, Tx, as_utc, dumps
-from engine.store.base import StoreConflict, StoreError
+from signoff.engine.store._sql import SQLStore, Tx, as_utc, dumps
+from signoff.engine.store.base import StoreConflict, StoreError
 
 __all__ = ["SQLiteStore"]
 

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import httpx
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 class CommandError(Exception):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 def _handle(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from signoff.api.app import create_app
 
     overrides = {}
     if args.host:

@@ -17,7 +17,7 @@ import secrets
 import signal
 import sys
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 class DevError(RuntimeError):
@@ -52,13 +52,13 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
     (what was started is stopped); a second signal kills the dev server and exits at once."""
     import uvicorn
 
-    from engine.store import open_store
+    from signoff.engine.store import open_store
     from signoff.devserver import DevServerError, live_owner, port_free, start_or_reuse
     from signoff.service import SignoffService, with_converter
     from signoff.worker import build_worker
 
     try:
-        from api.app import create_app
+        from signoff.api.app import create_app
     except ImportError:  # the API package is not there yet: worker and server only
         create_app = None
 

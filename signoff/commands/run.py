@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from engine.errors import FlowInvalid, SignoffError
+from signoff.engine.errors import FlowInvalid, SignoffError
 
 
 def _ask(pending, read: Callable[[str], str]) -> tuple[str, dict | None]:
@@ -53,11 +53,11 @@ def _tool_values(pending, action: str, read: Callable[[str], str]) -> dict | Non
 
 
 async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] = input, out=sys.stdout) -> int:
-    from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-    from engine.runner import InProcessRunner
+    from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+    from signoff.engine.runner import InProcessRunner
 
-    from engine.settings import Settings
-    from engine.tracing import RunTracing
+    from signoff.engine.settings import Settings
+    from signoff.engine.tracing import RunTracing
     from signoff import telemetry
 
     settings = Settings()

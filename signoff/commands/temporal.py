@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 async def _setup(settings: Settings) -> list[str]:

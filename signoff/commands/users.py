@@ -6,11 +6,11 @@ import argparse
 import asyncio
 import sys
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 async def _create(name: str) -> tuple[str, str, bool]:
-    from engine.store import open_store
+    from signoff.engine.store import open_store
 
     settings = Settings()
     store = open_store(settings.resolved_database_url)

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 
 def _handle(args: argparse.Namespace) -> int:

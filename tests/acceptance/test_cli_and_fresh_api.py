@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from engine.models import JobStatus
-from engine.settings import Settings
-from engine.store import open_store
+from signoff.engine.models import JobStatus
+from signoff.engine.settings import Settings
+from signoff.engine.store import open_store
 from signoff.devserver import free_port
 from signoff.worker import build_worker
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

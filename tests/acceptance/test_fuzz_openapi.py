@@ -15,8 +15,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from api.app import create_app
-from engine.settings import Settings
+from signoff.api.app import create_app
+from signoff.engine.settings import Settings
 from signoff.devserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

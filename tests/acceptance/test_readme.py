@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 from signoff.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

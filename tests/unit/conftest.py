@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from engine.components import register
-from engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from engine.runner import InProcessRunner
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.runner import InProcessRunner
 
 BUILDS: collections.Counter[str] = collections.Counter()
 
@@ -185,7 +185,7 @@ class TestMultiPause(Component):
     outputs = [OutputDef("out")]
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
-        from engine.models import Option, PendingRequest
+        from signoff.engine.models import Option, PendingRequest
 
         BUILDS[ctx.vertex_id] += 1
         done = ctx.state.setdefault("done", [])

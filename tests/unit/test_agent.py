@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from engine.errors import FlowInvalid, InvalidDecision, NotResumable
-from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from engine.models import Decision
-from engine.runner import InProcessRunner
-from engine.settings import Settings
-from engine.spec import flow_has_gate, parse_and_validate
+from signoff.engine.errors import FlowInvalid, InvalidDecision, NotResumable
+from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.models import Decision
+from signoff.engine.runner import InProcessRunner
+from signoff.engine.settings import Settings
+from signoff.engine.spec import flow_has_gate, parse_and_validate
 from tests.fixtures.fake_openai import call, calls, say
 
 from .conftest import flow

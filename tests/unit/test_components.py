@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from engine.components import COMPONENTS, get_component
-from engine.components.calculator import CalcError, evaluate
-from engine.components.http_request import idempotency_key
-from engine.models import Decision
+from signoff.engine.components import COMPONENTS, get_component
+from signoff.engine.components.calculator import CalcError, evaluate
+from signoff.engine.components.http_request import idempotency_key
+from signoff.engine.models import Decision
 
 from .conftest import flow
 
@@ -178,9 +178,9 @@ async def test_tool_output_is_a_serialisable_descriptor(runner, builds):
         [("calc.tool", "sink.items")],
     )
     # TestJoin is not an Agent; the descriptor still flows and is JSON
-    from engine.graph import Graph
-    from engine.run import build_vertex, context_for, new_run_state
-    from engine.spec import parse_and_validate
+    from signoff.engine.graph import Graph
+    from signoff.engine.run import build_vertex, context_for, new_run_state
+    from signoff.engine.spec import parse_and_validate
 
     s = parse_and_validate(spec)
     g = Graph.from_spec(s)

@@ -7,12 +7,12 @@ import sys
 
 CODE = r"""
 import importlib, pkgutil, sys
-import engine
-for info in pkgutil.walk_packages(engine.__path__, "engine."):
+import signoff.engine
+for info in pkgutil.walk_packages(signoff.engine.__path__, "signoff.engine."):
     importlib.import_module(info.name)
 bad = sorted(m for m in sys.modules if m.split(".")[0] in ("temporalio", "fastapi", "starlette"))
 print("BAD:" + ",".join(bad))
-print("N:%d" % len([m for m in sys.modules if m.startswith("engine.")]))
+print("N:%d" % len([m for m in sys.modules if m.startswith("signoff.engine.")]))
 """
 
 

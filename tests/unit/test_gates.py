@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from engine.errors import CheckpointError, InvalidDecision, NotResumable
-from engine.graph import Graph
-from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from engine.models import Decision
-from engine.run import RunState
-from engine.runner import InProcessRunner
+from signoff.engine.errors import CheckpointError, InvalidDecision, NotResumable
+from signoff.engine.graph import Graph
+from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.models import Decision
+from signoff.engine.run import RunState
+from signoff.engine.runner import InProcessRunner
 
 from .conftest import flow
 
@@ -315,7 +315,7 @@ async def test_two_gates_in_one_layer_ask_one_after_the_other(runner, builds, hi
 
 
 async def test_a_built_vertex_is_never_handed_back_to_the_build_loop(runner):
-    from engine.run import build_vertices, context_for
+    from signoff.engine.run import build_vertices, context_for
 
     paused = await runner.start(gate_flow(), run_id="r-guard", input_value="x")
     graph = Graph.from_spec(paused.state.flow)

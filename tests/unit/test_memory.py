@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from engine.models import Message, utcnow
-from engine.store.base import StoreError
+from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.models import Message, utcnow
+from signoff.engine.store.base import StoreError
 
 
 async def test_checkpoints():

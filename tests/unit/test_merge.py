@@ -4,9 +4,9 @@ none feeds a required input. Dead vertices kill what depends on them alone."""
 
 from __future__ import annotations
 
-from engine.graph import Graph
-from engine.run import apply_layer, build_vertices, context_for, is_finished, new_run_state, plan_next
-from engine.spec import parse_and_validate
+from signoff.engine.graph import Graph
+from signoff.engine.run import apply_layer, build_vertices, context_for, is_finished, new_run_state, plan_next
+from signoff.engine.spec import parse_and_validate
 
 from .conftest import flow
 
@@ -135,7 +135,7 @@ async def test_hooks_wrap_every_build(checkpoints, history):
     import contextlib
     import contextvars
 
-    from engine.runner import InProcessRunner
+    from signoff.engine.runner import InProcessRunner
 
     current = contextvars.ContextVar("span", default=None)
     seen: list[tuple[str, str, str | None]] = []

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import FlowInvalid
-from engine.spec import FlowSpec, flow_has_gate, load_flow, parse_and_validate, validate_flow
+from signoff.engine.errors import FlowInvalid
+from signoff.engine.spec import FlowSpec, flow_has_gate, load_flow, parse_and_validate, validate_flow
 
 from .conftest import flow
 

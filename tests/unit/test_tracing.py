@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 
-from engine import tracing as T
-from engine.components import register
-from engine.components.base import BuildContext, Component, OutputDef
-from engine.errors import ComponentError
-from engine.graph import Graph
-from engine.models import Decision, Option, PendingRequest, utcnow
-from engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from engine.run import apply_decision, apply_layer, build_vertices, context_for, new_run_state, plan_next
-from engine.runner import InProcessRunner
-from engine.spec import parse_and_validate
-from engine.store import open_store
-from engine.tracing import RunTracing
+from signoff.engine import tracing as T
+from signoff.engine.components import register
+from signoff.engine.components.base import BuildContext, Component, OutputDef
+from signoff.engine.errors import ComponentError
+from signoff.engine.graph import Graph
+from signoff.engine.models import Decision, Option, PendingRequest, utcnow
+from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.run import apply_decision, apply_layer, build_vertices, context_for, new_run_state, plan_next
+from signoff.engine.runner import InProcessRunner
+from signoff.engine.spec import parse_and_validate
+from signoff.engine.store import open_store
+from signoff.engine.tracing import RunTracing
 from signoff import telemetry
 from tests.fixtures.fake_openai import call, fail, say
 

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
-from engine.errors import InvalidDecision, NotResumable
-from engine.models import Decision, JobStatus
+from signoff.engine.errors import InvalidDecision, NotResumable
+from signoff.engine.models import Decision, JobStatus
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say
 from tests.helpers import event_names, wait_status
-from workflows.types import ResumeInput
+from signoff.workflows.types import ResumeInput
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -20,11 +20,11 @@ import pytest
 import pytest_asyncio
 import uvicorn
 
-from api.app import create_app
-from engine.models import Job, JobStatus
-from engine.settings import Settings
-from engine.store import open_store
-from engine.store.base import Store
+from signoff.api.app import create_app
+from signoff.engine.models import Job, JobStatus
+from signoff.engine.settings import Settings
+from signoff.engine.store import open_store
+from signoff.engine.store.base import Store
 from signoff.service import SignoffService
 from signoff.worker import build_worker
 from tests.helpers import LocalHTTPServer

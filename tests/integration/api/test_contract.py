@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 
 from tests.helpers import eventually
 from tests.integration.api.conftest import BlockingHTTP, Harness, sse_frames, submit, submit_suspended

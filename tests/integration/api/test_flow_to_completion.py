@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.client import WorkflowExecutionStatus
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 
 from tests.helpers import eventually
 from tests.integration.api.conftest import Harness, sse_frames, submit, submit_suspended

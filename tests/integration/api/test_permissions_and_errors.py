@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 
 from tests.integration.api.conftest import REFUND, Harness, submit_suspended
 

@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 
-from engine.models import JobStatus, NewJob
+from signoff.engine.models import JobStatus, NewJob
 
 from tests.helpers import eventually
 from tests.integration.api.conftest import BlockingHTTP, Harness, read_frame, sse_frames, submit_suspended

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.settings import Settings
+from signoff.engine.settings import Settings
 from tests.fixtures.world import (  # noqa: F401 - fixtures
     client,
     database_url,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.models import workflow_response
-from engine.models import Job, JobStatus
+from signoff.api.models import workflow_response
+from signoff.engine.models import Job, JobStatus
 from signoff.service import SignoffService
 from tests.fixtures.world import BACKENDS
 from tests.helpers import GATE_FLOW, eventually, wait_status

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 from signoff.service import SignoffService
 from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually

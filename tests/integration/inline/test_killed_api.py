@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 from signoff.devserver import free_port
 from signoff.inline import PROCESS_STOPPED
 from tests.fixtures.world import BACKENDS

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from engine.models import JobStatus, NewJob
-from engine.store import open_store
+from signoff.engine.models import JobStatus, NewJob
+from signoff.engine.store import open_store
 
 
 def say(line: str) -> None:

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.models import JobStatus, Message, NewJob, Option, PendingRequest, SpanRecord, utcnow
-from engine.store import Store, StoreConflict, open_store
-from engine.store._sql import MIGRATIONS
+from signoff.engine.models import JobStatus, Message, NewJob, Option, PendingRequest, SpanRecord, utcnow
+from signoff.engine.store import Store, StoreConflict, open_store
+from signoff.engine.store._sql import MIGRATIONS
 
 
 def uid(prefix: str = "") -> str:

@@ -11,9 +11,9 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
-from engine.models import JobStatus, Message, NewJob, SpanRecord, utcnow
-from engine.store import Store, open_store
-from engine.store._sql import MIGRATIONS
+from signoff.engine.models import JobStatus, Message, NewJob, SpanRecord, utcnow
+from signoff.engine.store import Store, open_store
+from signoff.engine.store._sql import MIGRATIONS
 from tests.integration.store.test_conformance import new_job, pending, suspended_job, uid
 
 REPO = Path(__file__).resolve().parents[3]

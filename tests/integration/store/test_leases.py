@@ -9,8 +9,8 @@ import asyncio
 import uuid
 from datetime import timedelta
 
-from engine.models import JobStatus, NewJob, utcnow
-from engine.store import Store
+from signoff.engine.models import JobStatus, NewJob, utcnow
+from signoff.engine.store import Store
 
 ERROR = {"error": "the process running it stopped", "type": "LeaseExpired", "vertex_id": None}
 
@@ -71,7 +71,7 @@ async def test_a_renewal_before_the_sweep_wins(store: Store) -> None:
 
 
 async def test_concurrent_sweeps_end_a_job_once(store: Store, db_url: str) -> None:
-    from engine.store import open_store
+    from signoff.engine.store import open_store
 
     job_id = await _job(store, seconds=-1)
     others = [open_store(db_url) for _ in range(3)]

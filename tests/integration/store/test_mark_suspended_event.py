@@ -3,8 +3,8 @@ conditional write, on every backend (the ``store`` fixture is parametrised)."""
 
 from __future__ import annotations
 
-from engine.models import JobStatus
-from engine.store import Store
+from signoff.engine.models import JobStatus
+from signoff.engine.store import Store
 from tests.integration.store.test_conformance import new_job, pending
 
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from engine.models import JobStatus, utcnow
-from engine.store import StoreError, open_store
-from engine.store import _sql
+from signoff.engine.models import JobStatus, utcnow
+from signoff.engine.store import StoreError, open_store
+from signoff.engine.store import _sql
 from tests.integration.store.test_conformance import new_job
 
 

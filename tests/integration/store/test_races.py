@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from engine.models import JobStatus, NewJob
-from engine.store import Store, open_store
+from signoff.engine.models import JobStatus, NewJob
+from signoff.engine.store import Store, open_store
 from tests.integration.store.test_conformance import new_job, new_user, suspended_job, uid
 
 REPO = Path(__file__).resolve().parents[3]

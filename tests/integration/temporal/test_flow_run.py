@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.errors import InvalidDecision, NotResumable
-from engine.models import Decision, JobStatus
+from signoff.engine.errors import InvalidDecision, NotResumable
+from signoff.engine.models import Decision, JobStatus
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from temporalio import activity
 
-from activities.flow import FlowActivities
-from engine.models import JobStatus
+from signoff.activities.flow import FlowActivities
+from signoff.engine.models import JobStatus
 from signoff.worker import build_worker
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
 from tests.integration.temporal.test_stop_races import replayer
-from workflows.types import PersistPauseInput
+from signoff.workflows.types import PersistPauseInput
 
 # ---- 1. no event after the terminal one ---------------------------------------------------------
 

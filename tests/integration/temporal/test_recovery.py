@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from engine.errors import NotResumable, Unavailable
-from engine.models import Decision, JobStatus, NewJob
+from signoff.engine.errors import NotResumable, Unavailable
+from signoff.engine.models import Decision, JobStatus, NewJob
 from signoff.service import SignoffService
 from signoff.worker import build_worker
 from tests.helpers import event_names, wait_status

@@ -20,10 +20,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from engine.models import Decision, JobStatus
+from signoff.engine.models import Decision, JobStatus
 from signoff.service import SignoffService
-from workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
-from workflows.types import RESUME, ResumeInput
+from signoff.workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
+from signoff.workflows.types import RESUME, ResumeInput
 
 from tests.helpers import event_names, eventually, wait_status
 
@@ -91,7 +91,7 @@ def replayer(workflows=(FlowRun,)) -> Replayer:
         workflows=list(workflows),
         data_converter=pydantic_data_converter,
         workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")
         ),
     )
 

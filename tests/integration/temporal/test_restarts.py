@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from engine.models import Decision, JobStatus
-from engine.settings import Settings
+from signoff.engine.models import Decision, JobStatus
+from signoff.engine.settings import Settings
 from signoff.devserver import DevServer, free_port
 from signoff.service import SignoffService, with_converter
 from signoff.worker import build_worker

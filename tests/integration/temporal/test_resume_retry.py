@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.flow import FlowActivities
-from engine.models import Decision, JobStatus, utcnow
-from workflows.types import ResumeRunInput, RunLayerInput
+from signoff.activities.flow import FlowActivities
+from signoff.engine.models import Decision, JobStatus, utcnow
+from signoff.workflows.types import ResumeRunInput, RunLayerInput
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from engine.models import Decision, JobStatus
+from signoff.engine.models import Decision, JobStatus
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, eventually, wait_status
 from tests.integration.temporal.test_stop_races import replayer
-from workflows.flow_run import MAX_RECORDED_REJECTIONS
-from workflows.types import REJECTED_QUERY, RESUME, ResumeInput
+from signoff.workflows.flow_run import MAX_RECORDED_REJECTIONS
+from signoff.workflows.types import REJECTED_QUERY, RESUME, ResumeInput
 
 # ---- 5. rejected Signals are bounded ------------------------------------------------------------
 

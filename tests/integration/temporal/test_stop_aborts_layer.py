@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 from tests.fixtures.world import BACKENDS
 from tests.helpers import LocalHTTPServer, eventually
 from tests.integration.temporal.test_replay import held_http_flow

@@ -13,16 +13,16 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.flow import FlowActivities
-from engine.errors import SignoffError
-from engine.models import Decision, JobStatus, NewJob
+from signoff.activities.flow import FlowActivities
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import Decision, JobStatus, NewJob
 from signoff.service import SignoffService
 from signoff.worker import build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-from workflows.flow_run import SA_STATUS, FlowRun
-from workflows.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
+from signoff.workflows.flow_run import SA_STATUS, FlowRun
+from signoff.workflows.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
 
 from tests.fixtures.world import BACKENDS
@@ -30,7 +30,7 @@ from tests.fixtures.world import BACKENDS
 
 def replayer() -> Replayer:
     return Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("engine", "workflows.types", "pydantic")))
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")))
 
 
 async def queued_without_workflow(store, user, flow) -> str:

@@ -14,9 +14,9 @@ from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeou
 
 from temporalio.service import RPCError
 
-from engine.models import Decision, JobStatus
+from signoff.engine.models import Decision, JobStatus
 from signoff.devserver import temporal_binary
-from workflows.types import ResumeInput
+from signoff.workflows.types import ResumeInput
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, eventually, wait_status

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest_asyncio
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 
-from engine.models import Decision, JobStatus
+from signoff.engine.models import Decision, JobStatus
 from signoff.service import SignoffService
 
 from tests.helpers import event_names, wait_status

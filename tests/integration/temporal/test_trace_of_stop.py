@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually
 from tests.integration.temporal.test_replay import held_http_flow

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from engine.models import SpanRecord
+from signoff.engine.models import SpanRecord
 from signoff.service import with_converter
 from signoff.telemetry import with_tracing
 from tests.fixtures.world import (  # noqa: F401 - fixtures

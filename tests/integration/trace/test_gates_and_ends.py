@@ -12,9 +12,9 @@ from typing import Any
 import pytest_asyncio
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 
-from engine.models import Decision, JobStatus
-from engine.store.sqlite import SQLiteStore
-from engine.tracing import hex_span, root_span_id
+from signoff.engine.models import Decision, JobStatus
+from signoff.engine.store.sqlite import SQLiteStore
+from signoff.engine.tracing import hex_span, root_span_id
 from signoff.service import SignoffService
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import collections
 
-from engine.models import Decision, JobStatus
-from engine.tracing import hex_span, root_span_id
+from signoff.engine.models import Decision, JobStatus
+from signoff.engine.tracing import hex_span, root_span_id
 
 from .conftest import EXPECTED, gate_flow, story, wait_status
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest_asyncio
 
-from engine.models import JobStatus
+from signoff.engine.models import JobStatus
 from signoff.devserver import free_port
 
 from .conftest import EXPECTED, OTLPReceiver, eventually, gate_flow
