@@ -18,20 +18,13 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from signoff.engine.errors import ComponentError, SignoffError
+from signoff.engine.errors import SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.models import JobStatus, utcnow
-from signoff.engine.run import (
-    RunState,
-    apply_decision,
-    apply_layer,
-    build_vertices,
-    context_for,
-    final_result,
-    is_finished,
-    new_run_state,
-    plan_next,
-)
+from signoff.engine.decisions import apply_decision
+from signoff.engine.liveness import is_finished, plan_next
+from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
+from signoff.engine.state import RunState, new_run_state
 from signoff.engine.settings import Settings
 from signoff.engine.spec import load_flow
 from signoff.engine.store.base import Store
@@ -51,18 +44,12 @@ from signoff.workflows.types import (
 
 _GRAPH_CACHE_SIZE = 256
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
-# Components that do no external I/O (at most a store write with a deterministic id): after a
-# decision, layers made only of these are built inside the resume activity itself, so a resume
-# costs one activity instead of one per layer. Anything else (HTTP, model calls, nested flows)
-# stays in run_layer with its heartbeat and retry policy, and the Update answers before it.
-INSTANT_TYPES = frozenset({"ChatInput", "TextInput", "Prompt", "ChatOutput", "TextOutput", "HumanInput",
-                           "ConditionalRouter", "Calculator"})
 MAX_INLINE_LAYERS = 64
 
 
 def to_application_error(err: SignoffError) -> ApplicationError:
     vertex_id = getattr(err, "vertex_id", None) or err.details.get("vertex_id")
-    retryable = isinstance(err, ComponentError) and err.retryable
+    retryable = err.retryable  # ComponentError(retryable=True), StoreError (the database)
     details = {"error": err.message, "type": err.__class__.__name__, "vertex_id": vertex_id}
     return ApplicationError(
         err.message,
@@ -237,7 +224,7 @@ class FlowActivities:
     async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
         """A decision in one activity: the single-flight claim under the workflow's token, the
         decision applied (as ``apply_decision``), then the following layers built inline while
-        they are instant (``INSTANT_TYPES``), up to the next pause or the end of the run.
+        they are instant (``Component.instant``), up to the next pause or the end of the run.
 
         Safe to retry: the claim is idempotent for its token, the decision events carry dedupe
         keys derived from it, and a retry that finds the run already ended reports that. A
@@ -261,7 +248,7 @@ class FlowActivities:
         if inp.inline:
             for _ in range(MAX_INLINE_LAYERS):
                 ids = plan_next(graph, state)
-                if not ids or any(graph.vertices[v].type not in INSTANT_TYPES for v in ids):
+                if not ids or not all(graph.vertices[v].component_class.instant for v in ids):
                     break
                 try:
                     state = await self._build_layer(graph, state, ids, clock)
@@ -290,7 +277,7 @@ class FlowActivities:
             raise ApplicationError("the checkpoint is gone", type="NOT_RESUMABLE", non_retryable=True)
         graph = self.graph(state)
         try:
-            new, applied = apply_decision(graph, state, request_id, decision, now, decided_by)
+            new, applied = apply_decision(state, request_id, decision, now, decided_by)
         except SignoffError as err:
             raise ApplicationError(err.message, type=err.code, non_retryable=True) from None
         tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,

@@ -12,7 +12,8 @@ import hashlib
 import json
 from typing import Any
 
-from signoff.engine.run import RunState, check_checkpointable
+from signoff.engine.run import check_checkpointable
+from signoff.engine.state import RunState
 from signoff.engine.store.base import Store
 from signoff.workflows.types import StateRef
 

@@ -64,7 +64,7 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
     if strings:
         raise FlowInvalid([{"where": p["loc"] or "flow", "message": f"{p['loc'] or 'flow'}: {p['message']}"}
                            for p in strings])
-    from signoff.engine.spec import parse_and_validate
+    from signoff.engine.validate import parse_and_validate
 
     try:
         parse_and_validate(spec)

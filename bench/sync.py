@@ -40,7 +40,7 @@ from signoff.engine.runner import InProcessRunner  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from signoff.engine.tracing import RunTracing  # noqa: E402
-from signoff import telemetry  # noqa: E402
+from signoff.engine.tracing import sdk as telemetry  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.service import SignoffService, with_converter  # noqa: E402
 from signoff.worker import build_worker  # noqa: E402

@@ -6,22 +6,22 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, AsyncContextManager, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable
 
 import httpx
 
 from signoff.engine.models import utcnow
+from signoff.engine.settings import Settings
+from signoff.engine.state import VertexResult
 from signoff.engine.store.base import HistoryStore
-
-if TYPE_CHECKING:  # pragma: no cover
-    from signoff.engine.run import VertexResult
-    from signoff.engine.settings import Settings
 
 FlowLoader = Callable[[str], Awaitable["dict[str, Any] | None"]]
 # Called around each vertex build: (vertex_id, component_type) -> async context manager.
 BuildWrapper = Callable[[str, str], AsyncContextManager[Any]]
 # Called after each vertex build (also when it paused).
-VertexHook = Callable[["VertexResult"], "Awaitable[None] | None"]
+VertexHook = Callable[[VertexResult], "Awaitable[None] | None"]
+# Runs a nested flow to its end (Run Flow): (ctx, flow_id, spec, input_value, vertex_id=) -> result.
+ChildRunner = Callable[..., Awaitable[dict[str, Any]]]
 
 
 @dataclass
@@ -41,7 +41,10 @@ class RunContext:
     depth: int = 0  # nesting level (RunFlow)
     # The process settings, passed in by the caller (never read here): an Agent takes its
     # model, base URL and API key defaults from them (openai_model/openai_base_url/openai_api_key).
-    settings: "Settings | None" = None
+    settings: Settings | None = None
+    # Set by engine.run.context_for: components run nested flows through it, so they need not
+    # import the engine's steps (which import the components).
+    run_child: ChildRunner | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else utcnow()

@@ -10,6 +10,7 @@ class SignoffError(Exception):
     """Something went wrong."""
 
     code = "INTERNAL_ERROR"
+    retryable = False
 
     def __init__(self, message: str | None = None, **details: Any) -> None:
         self.message = message or (self.__doc__ or self.code).strip()

@@ -1,15 +1,13 @@
-"""Run state and the engine's steps.
+"""The engine's steps. The in-process runner and the Temporal workflow drive the same ones:
 
-The in-process runner and the Temporal workflow drive the same steps:
-
-- :func:`plan_next` (pure): the vertices ready to build now.
+- :func:`~signoff.engine.liveness.plan_next` (pure): the vertices ready to build now.
 - :func:`build_vertices` (I/O): build them concurrently; a pause comes back in the result.
 - :func:`apply_layer` (pure): merge outputs, stop branches, propagate dead vertices, record a
   pause.
-- :func:`apply_decision` (pure): check the request id and action, reroute a late answer,
-  make the gated vertex buildable again with the decision injected.
+- :func:`~signoff.engine.decisions.apply_decision` (pure): check the decision, reroute a late
+  answer, make the gated vertex buildable again with the decision injected.
 
-:class:`RunState` is the checkpoint body; it round-trips through JSON losslessly.
+The run's state (:class:`~signoff.engine.state.RunState`) is the checkpoint body.
 """
 
 from __future__ import annotations
@@ -17,101 +15,29 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
 from typing import Any
-
-from pydantic import BaseModel, Field
 
 from signoff.engine.components.base import BuildContext, PauseRequested, as_text
 from signoff.engine.context import RunContext
-from signoff.engine.errors import CheckpointError, ComponentError, InvalidDecision, NotResumable, SignoffError
-from signoff.engine.graph import Edge, Graph
-from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, Message, PendingRequest
-from signoff.engine.spec import FlowSpec, spec_hash
+from signoff.engine.decisions import apply_decision
+from signoff.engine.errors import CheckpointError, ComponentError, FlowInvalid, NestedGateError, SignoffError
+from signoff.engine.graph import Graph
+from signoff.engine.liveness import is_finished, plan_next, propagate_dead, resolve_inputs
+from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Message, PendingRequest
+from signoff.engine.state import LayerResult, RunState, VertexResult, new_run_state
+from signoff.engine.validate import flow_has_gate, parse_and_validate
 
-STATE_VERSION = 1
-
-
-class RunState(BaseModel):
-    version: int = STATE_VERSION
-    run_id: str
-    job_id: str | None = None
-    flow_id: str | None = None
-    user_id: str | None = None
-    session_id: str | None = None
-    input_value: Any = None
-    flow: dict[str, Any]
-    flow_hash: str
-    outputs: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    built: list[str] = Field(default_factory=list)
-    skipped: list[str] = Field(default_factory=list)
-    stopped: dict[str, list[str]] = Field(default_factory=dict)
-    dead: list[str] = Field(default_factory=list)
-    decisions: list[AppliedDecision] = Field(default_factory=list)
-    decision_vertex: dict[str, str] = Field(default_factory=dict)  # request_id -> vertex id
-    injected: dict[str, str] = Field(default_factory=dict)  # vertex -> request_id awaiting its rebuild
-    pending: PendingRequest | None = None
-    pending_vertex: str | None = None
-    component_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    build_counts: dict[str, int] = Field(default_factory=dict)  # builds that completed or paused
-    layers: int = 0
-
-    @property
-    def paused(self) -> bool:
-        return self.pending is not None
-
-
-class VertexResult(BaseModel):
-    vertex_id: str
-    component_type: str
-    outputs: dict[str, Any] = Field(default_factory=dict)
-    stopped: list[str] = Field(default_factory=list)
-    state: dict[str, Any] | None = None
-    pause: PendingRequest | None = None
-    skipped: bool = False
-
-
-class LayerResult(BaseModel):
-    vertex_ids: list[str]
-    results: dict[str, VertexResult] = Field(default_factory=dict)
-    pause_vertex: str | None = None  # the vertex whose pause the run takes (at most one)
-
-    @property
-    def pause(self) -> PendingRequest | None:
-        if self.pause_vertex is None:
-            return None
-        return self.results[self.pause_vertex].pause
-
-
-def flow_hash(spec: FlowSpec | dict[str, Any]) -> str:
-    return spec_hash(spec)
-
-
-def new_run_state(
-    spec: FlowSpec,
-    *,
-    run_id: str | None = None,
-    job_id: str | None = None,
-    flow_id: str | None = None,
-    user_id: str | None = None,
-    session_id: str | None = None,
-    input_value: Any = None,
-) -> RunState:
-    data = spec.to_dict()
-    return RunState(
-        run_id=run_id or str(uuid.uuid4()),
-        job_id=job_id,
-        flow_id=flow_id,
-        user_id=user_id,
-        session_id=session_id,
-        input_value=input_value,
-        flow=data,
-        flow_hash=spec_hash(data),
-    )
+__all__ = [
+    "LayerResult", "RunState", "VertexResult", "apply_decision", "apply_layer", "build_vertex", "build_vertices",
+    "check_checkpointable", "context_for", "final_result", "gate_card", "is_finished", "new_run_state", "plan_next",
+    "resolve_inputs", "run_child", "run_to_end",
+]
 
 
 def context_for(state: RunState, **services: Any) -> RunContext:
-    """A RunContext with the run's identity taken from the state."""
+    """A RunContext with the run's identity taken from the state; nested runs (Run Flow) run
+    through :func:`run_child`."""
+    services.setdefault("run_child", run_child)
     return RunContext(
         run_id=state.run_id,
         job_id=state.job_id,
@@ -123,75 +49,7 @@ def context_for(state: RunState, **services: Any) -> RunContext:
     )
 
 
-# ---- liveness ---------------------------------------------------------------------------
-
-
-def _edge_live(state: RunState, edge: Edge) -> bool:
-    return (
-        edge.source in state.built
-        and edge.source not in state.skipped
-        and edge.source_output not in state.stopped.get(edge.source, ())
-    )
-
-
-def _resolved(state: RunState, vertex_id: str) -> bool:
-    return vertex_id in state.built or vertex_id in state.dead
-
-
-def _propagate_dead(graph: Graph, state: RunState) -> None:
-    """Mark dead every unbuilt vertex whose predecessors are all resolved and none of whose
-    gating edges is live (the merge rule, docs/engine.md). Walks in topological order, so a
-    dead vertex kills the vertices that depend on it alone in the same pass."""
-    for vid in graph.order:
-        if vid in state.built or vid in state.dead or vid == state.pending_vertex:
-            continue
-        preds = graph.predecessors[vid]
-        if not preds or not all(_resolved(state, p) for p in preds):
-            continue
-        gating = graph.vertices[vid].gating_edges()
-        if not any(_edge_live(state, e) for e in gating):
-            state.dead.append(vid)
-
-
 # ---- the steps -------------------------------------------------------------------------
-
-
-def plan_next(graph: Graph, state: RunState) -> list[str]:
-    """The vertices to build now: not built, not dead, all predecessors resolved. Empty while
-    a decision is pending and when the run is finished."""
-    if state.pending is not None:
-        return []
-    ready = []
-    for vid in graph.order:
-        if vid in state.built or vid in state.dead:
-            continue
-        if all(_resolved(state, p) for p in graph.predecessors[vid]):
-            gating = graph.vertices[vid].gating_edges()
-            if gating and not any(_edge_live(state, e) for e in gating):
-                continue  # dead by the merge rule; apply_layer records it
-            ready.append(vid)
-    return ready
-
-
-def is_finished(graph: Graph, state: RunState) -> bool:
-    return state.pending is None and all(_resolved(state, v) for v in graph.vertices)
-
-
-def resolve_inputs(graph: Graph, state: RunState, vertex_id: str) -> dict[str, Any]:
-    """The values on the live edges into the vertex. A ``many`` input gets a list; a single
-    input fed by several live edges takes the first live one in flow order."""
-    vertex = graph.vertices[vertex_id]
-    values: dict[str, Any] = {}
-    for edge in vertex.in_edges:
-        if not _edge_live(state, edge):
-            continue
-        value = state.outputs.get(edge.source, {}).get(edge.source_output)
-        idef = vertex.inputs.get(edge.target_input)
-        if idef is not None and idef.many:
-            values.setdefault(edge.target_input, []).append(value)
-        elif edge.target_input not in values:
-            values[edge.target_input] = value
-    return values
 
 
 def _decisions_for(state: RunState, vertex_id: str) -> list[AppliedDecision]:
@@ -348,67 +206,8 @@ def apply_layer(graph: Graph, state: RunState, result: LayerResult) -> RunState:
             new.component_state[vid] = vr.state
         new.injected.pop(vid, None)
     new.layers += 1
-    _propagate_dead(graph, new)
+    propagate_dead(graph, new)
     return new
-
-
-def apply_decision(
-    graph: Graph,
-    state: RunState,
-    request_id: str,
-    decision: Decision,
-    now: datetime,
-    decided_by: str | None = None,
-) -> tuple[RunState, AppliedDecision]:
-    """Apply a person's decision to the pending request. Raises NotResumable for a request id
-    that is not the pending one and InvalidDecision for an action outside allowed_decisions. A
-    decision after ``paused_at + timeout_seconds`` is rerouted to the fallback action, or to
-    ``__expired__`` (no branch runs). Only the gated vertex becomes buildable again."""
-    pending = state.pending
-    if pending is None or pending.request_id != request_id or state.pending_vertex is None:
-        raise NotResumable(
-            f"The run is not waiting for request '{request_id}'"
-            + (f" (it waits for '{pending.request_id}')" if pending is not None else "")
-        )
-    if decision.action_id not in pending.allowed_decisions:
-        raise InvalidDecision(
-            f"'{decision.action_id}' is not one of the allowed decisions: {', '.join(pending.allowed_decisions)}",
-            allowed_decisions=list(pending.allowed_decisions),
-        )
-    gated = graph.vertices.get(state.pending_vertex)
-    if gated is not None:  # the component's own rules for the values (an Agent's edit needs args)
-        gated.component_class.check_decision(gated.params, pending, decision)
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
-    action = decision.action_id
-    rerouted = False
-    if pending.timeout_seconds and pending.timeout_seconds > 0:
-        if now > pending.paused_at + timedelta(seconds=pending.timeout_seconds):
-            action = pending.fallback_action or EXPIRED_ACTION
-            rerouted = True
-    applied = AppliedDecision(
-        request_id=request_id,
-        requested_action=decision.action_id,
-        action_id=action,
-        values=decision.values,
-        decided_by=decided_by,
-        decided_at=now,
-        rerouted=rerouted,
-        timeout_seconds=pending.timeout_seconds,
-    )
-    new = state.model_copy(deep=True)
-    vid = state.pending_vertex
-    new.decisions.append(applied)
-    new.decision_vertex[request_id] = vid
-    new.injected[vid] = request_id
-    new.pending = None
-    new.pending_vertex = None
-    # un-build only the gated vertex
-    if vid in new.built:
-        new.built.remove(vid)
-    new.outputs.pop(vid, None)
-    new.stopped.pop(vid, None)
-    return new, applied
 
 
 def final_result(graph: Graph, state: RunState) -> dict[str, Any]:
@@ -424,7 +223,7 @@ def final_result(graph: Graph, state: RunState) -> dict[str, Any]:
         first = vertex.outputs[0] if vertex.outputs else None
         content = as_text(values.get(first)) if first else ""
         outputs[vid] = {
-            "type": "message" if vertex.type == "ChatOutput" else "text",
+            "type": vertex.component_class.output_kind,
             "status": "completed",
             "display_name": vertex.display_name,
             "content": content,
@@ -473,3 +272,29 @@ async def run_to_end(graph: Graph, state: RunState, ctx: RunContext) -> tuple[Ru
         if state.pending is not None:
             return state, None
     return state, final_result(graph, state)
+
+
+async def run_child(ctx: RunContext, flow_id: str, spec: dict[str, Any], input_value: Any, *,
+                    vertex_id: str) -> dict[str, Any]:
+    """Run another flow to its end as a nested run of ``ctx``'s run (Run Flow): a child context
+    one level deeper, its own run id under the parent's, no chat history of its own. Returns
+    the child's final result. A child that can pause cannot run nested (NestedGateError)."""
+    try:
+        child_spec = parse_and_validate(spec)
+    except FlowInvalid as e:
+        raise ComponentError(f"RunFlow: flow '{flow_id}' is not valid: {e.problems}", vertex_id=vertex_id) from None
+    if flow_has_gate(child_spec):
+        raise NestedGateError(
+            f"RunFlow '{vertex_id}': flow '{flow_id}' contains an approval gate and cannot run as a nested "
+            "flow; move the approval to the parent flow.",
+            vertex_id=vertex_id,
+            flow_id=flow_id,
+        )
+    child_ctx = ctx.child(run_id=f"{ctx.run_id}.{vertex_id}", flow_id=flow_id, input_value=as_text(input_value),
+                          history=None)
+    state = new_run_state(child_spec, run_id=child_ctx.run_id, job_id=ctx.job_id, flow_id=flow_id,
+                          user_id=ctx.user_id, session_id=ctx.session_id, input_value=child_ctx.input_value)
+    state, result = await run_to_end(Graph(child_spec), state, child_ctx)
+    if state.pending is not None or result is None:  # an Agent tool approval inside: the gate check missed it
+        raise NestedGateError(vertex_id=vertex_id, flow_id=flow_id)
+    return result

@@ -17,21 +17,15 @@ from signoff.engine.context import BuildWrapper, FlowLoader, RunContext, VertexH
 from signoff.engine.errors import ComponentError, InvalidDecision, NotResumable, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.models import AppliedDecision, Decision, PendingRequest, utcnow
-from signoff.engine.run import (
-    RunState,
-    apply_decision,
-    apply_layer,
-    build_vertices,
-    check_checkpointable,
-    context_for,
-    final_result,
-    new_run_state,
-    plan_next,
-)
+from signoff.engine.decisions import apply_decision
+from signoff.engine.liveness import plan_next
+from signoff.engine.run import apply_layer, build_vertices, check_checkpointable, context_for, final_result
 from signoff.engine.settings import Settings
-from signoff.engine.spec import FlowSpec, parse_and_validate
+from signoff.engine.spec import FlowSpec
+from signoff.engine.state import RunState, new_run_state
 from signoff.engine.store.base import CheckpointStore, HistoryStore
-from signoff.engine.tracing import RunTracing
+from signoff.engine.tracing.runs import RunTracing
+from signoff.engine.validate import parse_and_validate
 
 
 class RunOutcome(BaseModel):
@@ -142,7 +136,7 @@ class InProcessRunner:
             state = RunState.model_validate(record.data)
             graph = Graph.from_spec(state.flow)
             before = state
-            state, applied = apply_decision(graph, state, request_id, decision, self.clock(), decided_by)
+            state, applied = apply_decision(state, request_id, decision, self.clock(), decided_by)
             if self.tracing is not None:
                 self.tracing.decided(before, applied)  # "Human In The Loop — {label}"
             if self.history is not None:

@@ -5,6 +5,7 @@ A problem is a dict ``{"node"?: id, "edge"?: "a.x->b.y", "message": str}``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -14,8 +15,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from signoff.engine.errors import FlowInvalid
-
-MAX_NODES = 500
 
 
 class NodeSpec(BaseModel):
@@ -148,167 +147,21 @@ def _shape_problems(data: dict[str, Any], err: ValidationError) -> list[dict[str
     return problems
 
 
-def validate_flow(spec: FlowSpec, *, max_nodes: int = MAX_NODES) -> None:
-    """Raise FlowInvalid listing every problem: unknown type, duplicate id, unknown input or
-    output, dangling edge, two edges into a single input, missing required input or param,
-    param of the wrong type, a cycle."""
-    from signoff.engine.components import get_component
-
-    problems: list[dict[str, Any]] = []
-    if not spec.nodes:
-        problems.append({"message": "the flow has no nodes"})
-    if len(spec.nodes) > max_nodes:
-        problems.append({"message": f"the flow has {len(spec.nodes)} nodes; the limit is {max_nodes}"})
-
-    nodes: dict[str, NodeSpec] = {}
-    for n in spec.nodes:
-        if n.id in nodes:
-            problems.append({"node": n.id, "message": f"duplicate node id '{n.id}'"})
-            continue
-        if "." in n.id:
-            problems.append({"node": n.id, "message": f"node id '{n.id}' must not contain '.'"})
-        nodes[n.id] = n
-
-    ports: dict[str, tuple[dict[str, Any], set[str]]] = {}  # node -> ({input: InputDef}, outputs)
-    for nid, n in nodes.items():
-        cls = get_component(n.type)
-        if cls is None:
-            problems.append({"node": nid, "message": f"unknown component type '{n.type}'"})
-            continue
-        try:
-            for msg in cls.check_params(n.params):
-                problems.append({"node": nid, "message": msg})
-        except Exception as e:  # a component's own rules must not crash validation
-            problems.append({"node": nid, "message": f"bad params: {e.__class__.__name__}: {e}"})
-        try:
-            ins = {i.name: i for i in cls.input_defs(n.params)}
-            outs = {o.name for o in cls.output_defs(n.params)}
-        except Exception as e:  # a component's port logic must not crash validation
-            problems.append({"node": nid, "message": f"bad params: {e}"})
-            continue
-        ports[nid] = (ins, outs)
-
-    fed: dict[tuple[str, str], list[str]] = {}
-    seen_edges: set[tuple[str, str]] = set()
-    adjacency: dict[str, set[str]] = {nid: set() for nid in nodes}
-    for e in spec.edges:
-        label = e.label
-        bad = False
-        for end, value in (("from", e.source), ("to", e.target)):
-            if "." not in value or not value.split(".", 1)[0] or not value.rsplit(".", 1)[1]:
-                problems.append({"edge": label, "message": f"'{end}' must be 'node.port', got '{value}'"})
-                bad = True
-        if bad:
-            continue
-        if (e.source, e.target) in seen_edges:
-            problems.append({"edge": label, "message": "duplicate edge"})
-            continue
-        seen_edges.add((e.source, e.target))
-        src, out, dst, inp = e.source_node, e.source_output, e.target_node, e.target_input
-        if src not in nodes:
-            problems.append({"edge": label, "message": f"dangling edge: no node '{src}'"})
-            bad = True
-        if dst not in nodes:
-            problems.append({"edge": label, "message": f"dangling edge: no node '{dst}'"})
-            bad = True
-        if bad:
-            continue
-        if src == dst:
-            problems.append({"edge": label, "node": src, "message": "an edge from a node to itself is a cycle"})
-            continue
-        if src in ports and out not in ports[src][1]:
-            problems.append(
-                {
-                    "edge": label,
-                    "node": src,
-                    "message": f"'{nodes[src].type}' has no output '{out}' (outputs: {', '.join(sorted(ports[src][1])) or 'none'})",
-                }
-            )
-            bad = True
-        if dst in ports and inp not in ports[dst][0]:
-            problems.append(
-                {
-                    "edge": label,
-                    "node": dst,
-                    "message": f"'{nodes[dst].type}' has no input '{inp}' (inputs: {', '.join(sorted(ports[dst][0])) or 'none'})",
-                }
-            )
-            bad = True
-        adjacency[src].add(dst)
-        if not bad:
-            fed.setdefault((dst, inp), []).append(label)
-
-    used_outputs: dict[str, set[str]] = {}
-    for e in spec.edges:
-        used_outputs.setdefault(e.source_node, set()).add(e.source_output)
-    for nid, (ins, _) in ports.items():
-        if used_outputs.get(nid) == {"tool"}:
-            continue  # used only as an Agent tool: the model supplies the inputs
-        for name, idef in ins.items():
-            if idef.required and (nid, name) not in fed and nodes[nid].params.get(name) is None:
-                problems.append(
-                    {"node": nid, "message": f"required input '{name}' is neither connected by an edge nor set as a param"}
-                )
-
-    cycle = _find_cycle(adjacency)
-    if cycle:
-        problems.append({"node": cycle[0], "message": f"cycle: {' -> '.join(cycle + [cycle[0]])}"})
-
+def apply_tweaks(spec: dict[str, Any], tweaks: dict[str, Any] | None) -> dict[str, Any]:
+    """``{node_id: {param: value}}`` merged into the nodes' params (a copy; the spec is not
+    changed). A tweak for a node the flow does not have, or whose value is not an object, is
+    FlowInvalid naming the node."""
+    if not tweaks:
+        return spec
+    spec = copy.deepcopy(spec)
+    nodes = {n.get("id"): n for n in spec.get("nodes", []) if isinstance(n, dict)}
+    problems = [
+        {"node": str(node_id), "message": f"tweaks: no node '{node_id}' in the flow (or its value is not an object)"}
+        for node_id, params in tweaks.items()
+        if node_id not in nodes or not isinstance(params, dict)
+    ]
     if problems:
-        raise FlowInvalid(problems)
-
-
-def _find_cycle(adjacency: dict[str, set[str]]) -> list[str] | None:
-    white, grey, black = 0, 1, 2
-    color = {n: white for n in adjacency}
-    stack_path: list[str] = []
-
-    for start in sorted(adjacency):
-        if color[start] != white:
-            continue
-        stack: list[tuple[str, list[str]]] = [(start, sorted(adjacency[start]))]
-        color[start] = grey
-        stack_path.append(start)
-        while stack:
-            node, children = stack[-1]
-            if children:
-                child = children.pop(0)
-                if color.get(child, black) == grey:
-                    return stack_path[stack_path.index(child):]
-                if color.get(child) == white:
-                    color[child] = grey
-                    stack_path.append(child)
-                    stack.append((child, sorted(adjacency[child])))
-            else:
-                color[node] = black
-                stack_path.pop()
-                stack.pop()
-    return None
-
-
-def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_nodes: int = MAX_NODES) -> FlowSpec:
-    spec = load_flow(source)
-    validate_flow(spec, max_nodes=max_nodes)
+        raise FlowInvalid(problems, problems[0]["message"])
+    for node_id, params in tweaks.items():
+        nodes[node_id].setdefault("params", {}).update(params)
     return spec
-
-
-def flow_has_gate(spec: FlowSpec) -> bool:
-    """True when the flow can pause: a Human Input with a downstream consumer, or a
-    tool-capable component with approval_actions wired into another node's input."""
-    from signoff.engine.components import get_component
-
-    consumers: dict[str, int] = {}
-    tool_edges: set[str] = set()
-    for e in spec.edges:
-        consumers[e.source_node] = consumers.get(e.source_node, 0) + 1
-        if e.source_output == "tool":
-            tool_edges.add(e.source_node)
-    for n in spec.nodes:
-        cls = get_component(n.type)
-        if cls is None:
-            continue
-        if cls.type_name == "HumanInput" and consumers.get(n.id):
-            return True
-        if cls.tool_capable and n.id in tool_edges and n.params.get("approval_actions"):
-            return True
-    return False

@@ -32,7 +32,8 @@ from signoff.engine.models import FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner, RunOutcome
 from signoff.engine.settings import Settings
 from signoff.periodic import periodically
-from signoff.engine.spec import FlowSpec, flow_has_gate, load_flow
+from signoff.engine.spec import FlowSpec, load_flow
+from signoff.engine.validate import flow_has_gate
 from signoff.engine.store.base import Store
 
 log = logging.getLogger("signoff.inline")
@@ -148,7 +149,7 @@ class InlineRuns:
                 return
 
     async def _run(self, job: Job, flow: FlowRecord, spec: FlowSpec) -> None:
-        from signoff.telemetry import collect_spans, install
+        from signoff.engine.tracing.sdk import collect_spans, install
 
         install(self.settings)  # idempotent: the spans need the SDK in this process
         store = self.store
@@ -244,7 +245,7 @@ async def sweep(store: Store) -> list[str]:
     """End the inline jobs whose lease ran out (their process died) as ``failed`` with
     ``run_failed`` {error: "the process running it stopped"}; close their traces. Returns the
     job ids ended."""
-    from signoff.telemetry import collect_spans
+    from signoff.engine.tracing.sdk import collect_spans
 
     ended = await store.fail_expired_leases(utcnow(), dict(LEASE_ERROR))
     if ended:

@@ -253,7 +253,7 @@ class SignoffService:
     async def _close_trace(self, job: Job) -> None:
         """The root span of a run ended here (no workflow did it), with how it ended (same ids:
         replaces the provisional one its first layer wrote), as the activities close it."""
-        from signoff.telemetry import collect_spans, install
+        from signoff.engine.tracing.sdk import collect_spans, install
 
         install(self.settings)  # idempotent: the span needs the SDK in this process
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)

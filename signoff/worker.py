@@ -34,13 +34,14 @@ def build_worker(
 ) -> Worker:
     """A worker for FlowRun. ``activities`` replaces the real ones (tests register fakes under
     the real activity names)."""
-    from signoff import telemetry
+    from signoff.engine.tracing import sdk
     from signoff.service import with_converter
+    from signoff.telemetry import SpanFlushInterceptor
 
-    telemetry.install(settings, service_name="signoff-worker")  # idempotent; spans need the SDK
+    sdk.install(settings, service_name="signoff-worker")  # idempotent; spans need the SDK
     acts = list(activities) if activities is not None else FlowActivities(store, settings).all()
     # every activity's spans reach the store before it returns (docs/tracing.md)
-    interceptors = [telemetry.SpanFlushInterceptor(store), *worker_kwargs.pop("interceptors", [])]
+    interceptors = [SpanFlushInterceptor(store), *worker_kwargs.pop("interceptors", [])]
     return Worker(
         with_converter(client),
         task_queue=task_queue or settings.task_queue,
@@ -87,7 +88,7 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
             await stop.wait()
             print("signoff worker: shutting down", flush=True)
     finally:
-        from signoff import telemetry
+        from signoff.engine.tracing import sdk as telemetry
 
         tel = telemetry.current()
         if tel is not None:

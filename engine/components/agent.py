@@ -35,7 +35,8 @@ from signoff.engine.components.base import (
     PauseRequested,
     as_text,
 )
-from signoff.engine.errors import ComponentError, InvalidDecision, SignoffError
+from signoff.engine.decisions import tool_args
+from signoff.engine.errors import ComponentError, SignoffError
 from signoff.engine.llm import ChatClient
 from signoff.engine.models import Option, PendingRequest
 
@@ -43,19 +44,6 @@ DEFAULT_MODEL = "gpt-4o-mini"
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 REJECTED_DEFAULT = "A person rejected this tool call; it did not run."
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
-
-
-def _json_args(value: Any) -> dict[str, Any] | None:
-    """``values.args`` of an edit: an object, or a JSON text of one."""
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return None
-        return parsed if isinstance(parsed, dict) else None
-    return None
 
 
 def tool_specs(descriptors: list[Any]) -> dict[str, dict[str, Any]]:
@@ -136,25 +124,6 @@ class Agent(Component):
         if isinstance(url, str) and url and not url.startswith(("http://", "https://")):
             problems.append("param 'base_url' must start with http:// or https://")
         return problems
-
-    @classmethod
-    def check_decision(cls, params: dict[str, Any], pending: PendingRequest, decision: Any) -> None:
-        """An edit needs ``values.args`` (an object), a respond needs ``values.message``; a
-        reject's ``values.message`` is optional. Refused here, the approval stays pending."""
-        if pending.kind != "tool_approval":
-            return
-        values = decision.values or {}
-        if decision.action_id == "edit" and _json_args(values.get("args")) is None:
-            raise InvalidDecision(
-                "An edit needs values.args: the tool's arguments as an object, e.g. "
-                + json.dumps({"action_id": "edit", "values": {"args": (pending.tool or {}).get("args") or {}}})
-            )
-        if decision.action_id == "respond":
-            msg = values.get("message")
-            if not isinstance(msg, str) or not msg.strip():
-                raise InvalidDecision("A respond needs values.message: the text the model gets as the tool's answer")
-        if decision.action_id == "reject" and values.get("message") is not None and not isinstance(values.get("message"), str):
-            raise InvalidDecision("values.message of a reject must be text")
 
     # ---- the loop --------------------------------------------------------------------------
 
@@ -281,7 +250,7 @@ class Agent(Component):
         if action == "approve":
             await self._run(ctx, tools[call["name"]], call, call["args"], "approved")
         elif action == "edit":
-            args = _json_args(values.get("args")) or {}
+            args = tool_args(values.get("args")) or {}
             await self._run(ctx, tools[call["name"]], call, args, "edited")
         elif action == "reject":
             message = values.get("message")

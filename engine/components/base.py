@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
+from signoff.engine.context import RunContext
 from signoff.engine.models import AppliedDecision, PendingRequest
-
-if TYPE_CHECKING:  # pragma: no cover
-    from signoff.engine.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,16 @@ class Component:
     terminal: ClassVar[bool] = False
     # True for components that can pause the run.
     can_pause: ClassVar[bool] = False
+    # True for a gate: a component whose only job is to ask a person (Human Input). A flow
+    # with a gate wired to a consumer always runs on Temporal; its trace shows the gate span
+    # ("Human In The Loop — {label}") in place of the gate's builds (the pause and the rebuild).
+    gate: ClassVar[bool] = False
+    # True for components that do no external I/O (at most a store write with a deterministic
+    # id): after a decision, layers made only of these are built inside the resume activity
+    # (docs/temporal.md). Anything that dials out, calls a model or runs a flow is not instant.
+    instant: ClassVar[bool] = False
+    # What a terminal component's output is in the API's ``outputs`` (``message`` or ``text``).
+    output_kind: ClassVar[str] = "text"
 
     # ---- declared ports (may depend on params)
     @classmethod
@@ -154,12 +162,6 @@ class Component:
                         f"approval_actions: unknown action '{a}' (use any of {', '.join(TOOL_APPROVAL_ACTIONS)})"
                     )
         return problems
-
-    @classmethod
-    def check_decision(cls, params: dict[str, Any], pending: PendingRequest, decision: Any) -> None:
-        """Refuse a decision this component could not apply (raise ``InvalidDecision``), before
-        it is consumed: the run stays paused. Called by ``apply_decision`` after the action was
-        checked against ``allowed_decisions``; ``decision`` is the ``Decision``. Default: accept."""
 
     # ---- instance
     def __init__(self, vertex_id: str, params: dict[str, Any]) -> None:
@@ -212,7 +214,7 @@ class BuildContext:
     vertex_id: str
     component_type: str
     inputs: dict[str, Any]
-    run: "RunContext"
+    run: RunContext
     state: dict[str, Any] = field(default_factory=dict)
     decision: AppliedDecision | None = None
     decisions: list[AppliedDecision] = field(default_factory=list)  # all applied to this vertex, oldest first

@@ -77,6 +77,7 @@ def evaluate(expression: str) -> int | float:
 @register
 class Calculator(Component):
     type_name = "Calculator"
+    instant = True
     display_name = "Calculator"
     description = "Evaluates an arithmetic expression, e.g. 2 * (3 + 4)."
     tool_capable = True

@@ -43,6 +43,8 @@ class HumanInput(Component):
     display_name = "Human Input"
     description = "Waits for a person to choose; the chosen branch runs, the others stop."
     can_pause = True
+    gate = True
+    instant = True
     inputs = [InputDef("prompt")]
     params = [
         ParamDef("prompt", "str", description="What the person is asked (default: the input's text)."),

@@ -47,6 +47,7 @@ def message_value(msg: Message) -> dict[str, Any]:
 @register
 class ChatInput(Component):
     type_name = "ChatInput"
+    instant = True
     display_name = "Chat Input"
     description = "The run's input as a User message, stored in the session history."
     outputs = [OutputDef("message")]
@@ -65,6 +66,7 @@ class ChatInput(Component):
 @register
 class TextInput(Component):
     type_name = "TextInput"
+    instant = True
     display_name = "Text Input"
     description = "A fixed text."
     outputs = [OutputDef("text")]
@@ -76,6 +78,7 @@ class TextInput(Component):
 
 class _Output(Component):
     terminal = True
+    instant = True
     inputs = [InputDef("input_value")]
     params = [ParamDef("text", "str", description="Shown instead of the input when set.")]
 
@@ -89,6 +92,7 @@ class _Output(Component):
 @register
 class ChatOutput(_Output):
     type_name = "ChatOutput"
+    output_kind = "message"
     display_name = "Chat Output"
     description = "Shows a message to the user and stores it in the session history."
     outputs = [OutputDef("message")]

@@ -35,6 +35,7 @@ def template_variables(template: Any) -> tuple[list[str], list[str]]:
 @register
 class Prompt(Component):
     type_name = "Prompt"
+    instant = True
     display_name = "Prompt"
     description = "Fills a template; each {variable} is an input."
     outputs = [OutputDef("prompt")]

@@ -14,6 +14,7 @@ OPERATORS = ("equals", "contains", "regex", "starts_with", "ends_with")
 @register
 class ConditionalRouter(Component):
     type_name = "ConditionalRouter"
+    instant = True
     display_name = "If-Else"
     description = "Routes the input to true_result or false_result."
     inputs = [InputDef("input_text", required=True)]

@@ -18,7 +18,7 @@ def _handle(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["api_port"] = args.port
     settings = Settings(**overrides)
-    from signoff import telemetry
+    from signoff.engine.tracing import sdk as telemetry
 
     telemetry.install(settings, service_name="signoff-api")  # OTLP export of Temporal's client spans
     app = create_app(settings)

@@ -109,7 +109,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
         )
 
     settings.home.mkdir(parents=True, exist_ok=True)
-    from signoff import telemetry
+    from signoff.engine.tracing import sdk as telemetry
 
     telemetry.install(settings, service_name="signoff-dev")
     server = None

@@ -58,7 +58,7 @@ async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] =
 
     from signoff.engine.settings import Settings
     from signoff.engine.tracing import RunTracing
-    from signoff import telemetry
+    from signoff.engine.tracing import sdk as telemetry
 
     settings = Settings()
     # the same one-trace story as a run on Temporal (docs/tracing.md): to OTLP when configured

@@ -13,7 +13,7 @@ from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import Decision
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.settings import Settings
-from signoff.engine.spec import flow_has_gate, parse_and_validate
+from signoff.engine.validate import flow_has_gate, parse_and_validate
 from tests.fixtures.fake_openai import call, calls, say
 
 from .conftest import flow

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from signoff.engine.settings import Settings
-from signoff.engine.spec import flow_has_gate, load_flow, parse_and_validate
+from signoff.engine.spec import load_flow
+from signoff.engine.validate import flow_has_gate, parse_and_validate
 from signoff.commands.run import run_file
 from tests.fixtures.fake_openai import call, say
 

@@ -180,7 +180,7 @@ async def test_tool_output_is_a_serialisable_descriptor(runner, builds):
     # TestJoin is not an Agent; the descriptor still flows and is JSON
     from signoff.engine.graph import Graph
     from signoff.engine.run import build_vertex, context_for, new_run_state
-    from signoff.engine.spec import parse_and_validate
+    from signoff.engine.validate import parse_and_validate
 
     s = parse_and_validate(spec)
     g = Graph.from_spec(s)

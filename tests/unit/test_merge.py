@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from signoff.engine.graph import Graph
 from signoff.engine.run import apply_layer, build_vertices, context_for, is_finished, new_run_state, plan_next
-from signoff.engine.spec import parse_and_validate
+from signoff.engine.validate import parse_and_validate
 
 from .conftest import flow
 

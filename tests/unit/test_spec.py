@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from signoff.engine.errors import FlowInvalid
-from signoff.engine.spec import FlowSpec, flow_has_gate, load_flow, parse_and_validate, validate_flow
+from signoff.engine.spec import FlowSpec, load_flow
+from signoff.engine.validate import flow_has_gate, parse_and_validate, validate_flow
 
 from .conftest import flow
 

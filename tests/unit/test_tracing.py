@@ -1,4 +1,4 @@
-"""engine.tracing + signoff.telemetry without services: the engine's steps driven as the
+"""engine.tracing (and its SDK side) without services: the engine's steps driven as the
 activities drive them, spans collected into a real SQLite store."""
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from signoff.engine.errors import ComponentError
 from signoff.engine.graph import Graph
 from signoff.engine.models import Decision, Option, PendingRequest, utcnow
 from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
-from signoff.engine.run import apply_decision, apply_layer, build_vertices, context_for, new_run_state, plan_next
+from signoff.engine.decisions import apply_decision
+from signoff.engine.run import apply_layer, build_vertices, context_for, new_run_state, plan_next
 from signoff.engine.runner import InProcessRunner
-from signoff.engine.spec import parse_and_validate
+from signoff.engine.validate import parse_and_validate
 from signoff.engine.store import open_store
 from signoff.engine.tracing import RunTracing
-from signoff import telemetry
+from signoff.engine.tracing import sdk as telemetry
 from tests.fixtures.fake_openai import call, fail, say
 
 GATE = {
@@ -98,7 +99,7 @@ async def test_one_trace_through_a_pause(store):
     state = await drive(store, graph, state)
     assert state.pending is not None
     pending = state.pending
-    state, applied = apply_decision(graph, state, pending.request_id, Decision(action_id="request_changes"),
+    state, applied = apply_decision(state, pending.request_id, Decision(action_id="request_changes"),
                                     utcnow() + timedelta(milliseconds=5), decided_by="bob")
     async with telemetry.collect_spans(store):
         T.record_gate(run_id=run_id, pending=pending, applied=applied, vertex_id="gate", job_id=run_id, flow_id="f1")
