@@ -9,6 +9,9 @@ URLs:
 - ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db``; query options
   ``synchronous=full|normal|extra`` (default full) and ``busy_timeout_ms`` (default 30000).
 - ``postgresql://user@host:port/db`` (or ``postgres://``); libpq parameters pass through.
+- ``memory://``: a new, empty in-memory store (engine/store/memory.py) for this process alone,
+  not durable: for tests and ``signoff run``, never for the API and the worker, which are
+  separate processes.
 """
 
 from __future__ import annotations
@@ -49,4 +52,10 @@ def open_store(url: str, **options: Any) -> Store:
         from signoff.engine.store.postgres import PostgresStore
 
         return PostgresStore(url, **options)
-    raise ValueError(f"Unsupported database URL {url!r}: use sqlite:///path.db or postgresql://...")
+    if scheme == "memory":
+        from signoff.engine.store.memory import MemoryStore
+
+        if url != "memory://":
+            raise ValueError(f"Unsupported memory URL {url!r}: use memory:// (each store is new and empty)")
+        return MemoryStore(**options)
+    raise ValueError(f"Unsupported database URL {url!r}: use sqlite:///path.db, postgresql://... or memory://")

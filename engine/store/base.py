@@ -1,11 +1,13 @@
-"""The durable store: one async interface, implemented for SQLite and PostgreSQL.
+"""The durable store: one async interface, implemented for SQLite and PostgreSQL, and in memory
+(:mod:`engine.store.memory`, the reference for one process, not durable).
 
 The engine itself only needs two narrow parts of it, :class:`CheckpointStore` and
 :class:`HistoryStore`; the full :class:`Store` is what the activities and the API use.
-Every method is async and never blocks the event loop.
+Every method is async and never blocks the event loop. Every method is abstract: each backend
+implements the whole contract, which tests/store_conformance.py checks on all of them.
 
-Claims are single conditional UPDATEs: of any number of concurrent callers exactly one wins,
-and the losers change nothing.
+Claims are atomic: of any number of concurrent callers exactly one wins, and the losers
+change nothing (in SQL each claim is one conditional UPDATE).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import abc
 from datetime import datetime
 from typing import Any, Iterable
 
+from signoff.engine.errors import SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
     Event,
@@ -28,12 +31,18 @@ from signoff.engine.models import (
 )
 
 
-class StoreError(Exception):
+class StoreError(SignoffError):
     """A store operation failed."""
+
+    code = "STORE_ERROR"
+    # the database is infrastructure: an activity that failed on it is retried (docs/temporal.md)
+    retryable = True
 
 
 class StoreConflict(StoreError):
     """A unique value is already taken (user name, API key of another user, job id)."""
+
+    code = "STORE_CONFLICT"
 
 
 class CheckpointStore(abc.ABC):
@@ -108,14 +117,14 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def user_for_api_key(self, key: str) -> User | None: ...
 
+    @abc.abstractmethod
     async def get_or_create_user(self, name: str) -> User:
-        """The user with that name, created when missing (backends make this race-free)."""
-        user = await self.get_user_by_name(name)
-        return user if user is not None else await self.create_user(name)
+        """The user with that name, created when missing; of concurrent callers with one name,
+        all get the same user."""
 
+    @abc.abstractmethod
     async def revoke_api_key(self, key: str) -> bool:
         """Forget a key; returns whether it existed."""
-        raise NotImplementedError
 
     # ---- flows and shares
     @abc.abstractmethod
@@ -169,30 +178,30 @@ class Store(CheckpointStore, HistoryStore):
         its event (``end``, ``run_failed``...) are written together or not at all."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
+    @abc.abstractmethod
     async def renew_lease(self, job_id: str, until: datetime) -> str:
         """Extend the lease of a leased (inline) job that is still ``queued``/``in_progress``.
         Returns ``"running"``, ``"cancel_requested"`` (renewed, but a stop asked the runner to
         cancel) or ``"ended"`` (nothing changed: the job ended, e.g. swept, or holds no lease)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def request_cancel(self, job_id: str) -> bool:
         """Ask the process running a leased job to cancel it (durable: seen at its next renewal).
         Returns whether the job was still running and leased."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def fail_expired_leases(
         self, now: datetime, error: dict[str, Any], *, event: str = "run_failed", limit: int = 100
     ) -> list[str]:
         """``queued|in_progress → failed`` (with ``error``) for leased jobs whose lease ended before
         ``now``, each with its ``event`` {error, type, vertex_id} in the same transaction; a lease
         renewed meanwhile wins. Returns the job ids ended."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
         """Jobs still ``queued`` without a lease (runs for Temporal) created before ``before``:
         the candidates for a workflow that was never started (the submitting process died
         between the insert and the start)."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     async def mark_suspended(

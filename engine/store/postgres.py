@@ -20,8 +20,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
-from signoff.engine.store._sql import SQLStore, Tx, as_utc, dumps
 from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.sql import SQLStore, Tx
 
 __all__ = ["PostgresStore"]
 

@@ -30,8 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from signoff.engine.store._sql import SQLStore, Tx, as_utc, dumps
 from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.sql import SQLStore, Tx
 
 __all__ = ["SQLiteStore"]
 

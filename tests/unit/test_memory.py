@@ -1,4 +1,6 @@
-"""The in-memory stores keep the semantics of the durable ones (engine/store/base.py)."""
+"""The in-memory stores keep the semantics of the durable ones (engine/store/base.py). The whole
+Store contract runs on MemoryStore in tests/integration/store/test_conformance.py; these check
+the names ``signoff run`` and the unit tests use."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import pytest
 
 from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import Message, utcnow
-from signoff.engine.store.base import StoreError
+from signoff.engine.store.base import Store, StoreError
+from signoff.engine.store.memory import MemoryStore
 
 
 async def test_checkpoints():
@@ -53,3 +56,16 @@ async def test_history_cards():
     assert got[1].card == {"request_id": "g:j1", "submitted_action": "approve"}
     assert got[2].card == {"request_id": "g:j2", "superseded": True}
     assert len(await h.list_messages("s")) == 4
+
+
+async def test_checkpoint_store_counts_every_save_and_what_is_left():
+    s = InMemoryCheckpointStore()
+    assert isinstance(s, MemoryStore) and isinstance(InMemoryHistory(), Store)
+    await s.save_checkpoint("a", {})
+    await s.save_checkpoint("a", {})
+    await s.save_checkpoint("b", {})
+    with pytest.raises(StoreError):
+        await s.save_checkpoint("b", {"x": float("nan")})  # refused: not counted
+    assert (s.saves, s.count(), s.count("a")) == (3, 3, 2)
+    await s.delete_checkpoints("a")
+    assert (s.saves, s.count(), s.count("a")) == (3, 1, 0)  # saves counts what was ever written

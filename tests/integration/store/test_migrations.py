@@ -1,5 +1,6 @@
-"""setup(): explicit, idempotent, concurrent-safe, and upgrades a database made by an older
-version without losing data. Each test gets its own empty database (schema changes)."""
+"""setup() on the SQL backends: explicit, idempotent, concurrent-safe, records the schema
+version, and upgrades a database made by an older version without losing data. The tests that
+change the schema get their own empty database."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import asyncio
 import pytest
 
 from signoff.engine.models import JobStatus, utcnow
-from signoff.engine.store import StoreError, open_store
-from signoff.engine.store import _sql
-from tests.integration.store.test_conformance import new_job
+from signoff.engine.store import Store, StoreError, open_store
+from signoff.engine.store.sql import schema
+from tests.store_conformance import new_job
+
+
+async def test_setup_twice_is_safe_and_records_the_version(store: Store) -> None:
+    await store.setup()
+    await store.setup()
+    assert await store.schema_version() == len(schema.MIGRATIONS)
+    await store.ping()
 
 
 async def test_nothing_migrates_until_setup_and_concurrent_setups_apply_once(fresh_db_url: str) -> None:
@@ -19,7 +27,7 @@ async def test_nothing_migrates_until_setup_and_concurrent_setups_apply_once(fre
         assert await stores[0].schema_version() == 0
         await asyncio.gather(*(s.setup() for s in stores))
         await stores[1].setup()
-        assert await stores[2].schema_version() == len(_sql.MIGRATIONS)
+        assert await stores[2].schema_version() == len(schema.MIGRATIONS)
     finally:
         for s in stores:
             await s.close()
@@ -35,13 +43,13 @@ async def test_setup_upgrades_an_older_database_and_keeps_its_rows(
 
     # a later signoff ships migration 2
     monkeypatch.setattr(
-        _sql, "MIGRATIONS", [*_sql.MIGRATIONS, ["ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"]]
+        schema, "MIGRATIONS", [*schema.MIGRATIONS, ["ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"]]
     )
     new = open_store(fresh_db_url)
     try:
         await new.setup()
         await new.setup()
-        assert await new.schema_version() == len(_sql.MIGRATIONS)
+        assert await new.schema_version() == len(schema.MIGRATIONS)
         job = await new.get_job(job_id)
         assert job is not None and job.status == JobStatus.queued
         assert await new.set_status(job_id, JobStatus.in_progress)
@@ -52,7 +60,7 @@ async def test_setup_upgrades_an_older_database_and_keeps_its_rows(
 async def test_a_database_newer_than_the_code_refuses_to_open(
     fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sql, "MIGRATIONS", [*_sql.MIGRATIONS, ["CREATE TABLE future_feature (id TEXT PRIMARY KEY)"]])
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, ["CREATE TABLE future_feature (id TEXT PRIMARY KEY)"]])
     newer = open_store(fresh_db_url)
     await newer.setup()
     await newer.close()
@@ -69,7 +77,7 @@ async def test_a_database_newer_than_the_code_refuses_to_open(
 async def test_schema_1_database_gains_event_dedupe_keeping_its_events(
     fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sql, "MIGRATIONS", _sql.MIGRATIONS[:1])
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     old = open_store(fresh_db_url)
     await old.setup()
     job_id = await new_job(old)
@@ -83,7 +91,7 @@ async def test_schema_1_database_gains_event_dedupe_keeping_its_events(
     new = open_store(fresh_db_url)
     try:
         await new.setup()
-        assert await new.schema_version() == len(_sql.MIGRATIONS) >= 2
+        assert await new.schema_version() == len(schema.MIGRATIONS) >= 2
         assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
         assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
         assert [e.event for e in await new.read_events(job_id)] == ["human_input_required", "human_input_decision"]

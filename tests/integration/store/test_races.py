@@ -1,6 +1,7 @@
-"""Races that really race, on both backends: many coroutines on one store, many store
-instances (separate connections) on one database, and separate processes on one database
-(the API and the worker are separate processes)."""
+"""Races that really race, on both backends: many store instances (separate connections) on one
+database, and separate processes on one database (the API and the worker are separate
+processes). Many coroutines on one store are part of the contract (tests/store_conformance.py),
+on every backend."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest_asyncio
 
 from signoff.engine.models import JobStatus, NewJob
 from signoff.engine.store import Store, open_store
-from tests.integration.store.test_conformance import new_job, new_user, suspended_job, uid
+from tests.store_conformance import new_job, new_user, suspended_job, uid
 
 REPO = Path(__file__).resolve().parents[3]
 INSTANCES = 4
@@ -34,15 +35,6 @@ async def stores(db_url: str, store: Store) -> AsyncIterator[list[Store]]:
     finally:
         for s in others:
             await s.close()
-
-
-async def test_50_concurrent_appends_on_one_store_give_seqs_1_to_50(store: Store) -> None:
-    job_id = await new_job(store)
-    seqs = await asyncio.gather(*(store.append_event(job_id, "progress", {"i": i}) for i in range(50)))
-    assert sorted(seqs) == list(range(1, 51))
-    events = await store.read_events(job_id)
-    assert [e.seq for e in events] == list(range(1, 51))
-    assert sorted(e.data["i"] for e in events) == list(range(50))
 
 
 async def test_50_concurrent_appends_across_store_instances(stores: list[Store]) -> None:

@@ -1,0 +1,34 @@
+"""The SQL that SQLite and PostgreSQL share.
+
+Both backends implement :class:`engine.store.base.Store` through :class:`SQLStore`: every
+method is written once here against a tiny transaction interface (:class:`Tx`), and the public
+classes (:mod:`engine.store.sqlite`, :mod:`engine.store.postgres`) only say how to open a
+transaction and how values are encoded. Queries use ``?`` placeholders; the PostgreSQL backend
+rewrites them to ``%s`` once per query.
+
+Correctness rests on the database, never on the process: every claim is one conditional
+UPDATE, the per-job event seq is a counter row incremented in the same transaction as the
+event insert, and the idempotency key is a unique index on (user_id, idempotency_key). This
+holds across processes (API and worker) and, on PostgreSQL, across replicas.
+
+Modules: ``schema`` (the append-only ``MIGRATIONS``), ``queries`` (the named queries ``Q``),
+``core`` (``Tx``, and ``SQLCore``: the backend's hooks, setup and migrations, ping), and one
+module per group of Store methods, combined below.
+"""
+
+from __future__ import annotations
+
+from signoff.engine.store.sql.blobs import SQLBlobs
+from signoff.engine.store.sql.checkpoints import SQLCheckpoints
+from signoff.engine.store.sql.core import Tx
+from signoff.engine.store.sql.flows import SQLFlows
+from signoff.engine.store.sql.jobs import SQLJobs
+from signoff.engine.store.sql.messages import SQLMessages
+from signoff.engine.store.sql.spans import SQLSpans
+from signoff.engine.store.sql.users import SQLUsers
+
+__all__ = ["SQLStore", "Tx"]
+
+
+class SQLStore(SQLUsers, SQLFlows, SQLJobs, SQLCheckpoints, SQLMessages, SQLSpans, SQLBlobs):
+    """Every Store method, written once. Subclasses provide transactions and value encoding."""

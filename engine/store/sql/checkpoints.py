@@ -1,0 +1,61 @@
+"""Checkpoints in SQL: the latest of a run is the one with the highest ``pos``."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from signoff.engine.models import CheckpointRecord, utcnow
+from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLCheckpoints"]
+
+
+class SQLCheckpoints(SQLCore):
+    """Part of SQLStore: checkpoints."""
+
+    def _checkpoint(self, row: dict[str, Any]) -> CheckpointRecord:
+        return CheckpointRecord(
+            id=row["id"],
+            run_id=row["run_id"],
+            job_id=row["job_id"],
+            data=self._dec_json(row["data"]),
+            created_at=self._dec_dt(row["created_at"]),
+            expires_at=self._dec_dt(row["expires_at"]),
+        )
+
+    async def save_checkpoint(
+        self, run_id: str, data: dict[str, Any], *, job_id: str | None = None, expires_at: datetime | None = None
+    ) -> str:
+        checkpoint_id = str(uuid.uuid4())
+        params = (
+            checkpoint_id,
+            run_id,
+            job_id,
+            self._enc_json(data),
+            self._enc_dt(utcnow()),
+            self._enc_dt(expires_at),
+        )
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.insert_checkpoint, params)
+        return checkpoint_id
+
+    async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.latest_checkpoint, (run_id,))
+        return self._checkpoint(row) if row else None
+
+    async def load_checkpoint(self, checkpoint_id: str) -> CheckpointRecord | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.checkpoint_by_id, (checkpoint_id,))
+        return self._checkpoint(row) if row else None
+
+    async def delete_checkpoints(self, run_id: str) -> int:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.delete_checkpoints, (run_id,))
+
+    async def delete_expired_checkpoints(self, now: datetime) -> int:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.delete_expired_checkpoints, (self._enc_dt(now),))

@@ -1,0 +1,103 @@
+"""What every SQL method stands on: the transaction interface (:class:`Tx`), the hooks a
+backend provides (transactions, value encoding, the migration lock), and the lifecycle that
+is the same on both databases (``setup`` with its migrations, ``schema_version``, ``ping``).
+
+The method groups (users.py, flows.py, jobs.py, ...) subclass :class:`SQLCore`, so each of
+them is written against these hooks only and never against a driver.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any
+
+from signoff.engine.models import utcnow
+from signoff.engine.store.base import Store, StoreError
+from signoff.engine.store.sql import schema
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLCore", "Tx"]
+
+
+class Tx(abc.ABC):
+    """One transaction (write) or one connection (read), as the shared SQL sees it."""
+
+    @abc.abstractmethod
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; returns the number of rows it changed."""
+
+    @abc.abstractmethod
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None: ...
+
+    @abc.abstractmethod
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]: ...
+
+
+class SQLCore(Store):
+    """The part of the SQL store that is not a group of Store methods. Subclasses provide
+    transactions and value encoding."""
+
+    dialect: str = ""
+    ddl_types: dict[str, str] = {}
+
+    # ---- what a backend provides
+
+    @abc.abstractmethod
+    def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
+        """A transaction that takes the write lock up front (write=True), or a read connection."""
+
+    @abc.abstractmethod
+    def _enc_json(self, value: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _dec_json(self, value: Any) -> Any: ...
+
+    @abc.abstractmethod
+    def _enc_dt(self, value: datetime | None) -> Any: ...
+
+    @abc.abstractmethod
+    def _dec_dt(self, value: Any) -> datetime | None: ...
+
+    async def _migration_lock(self, tx: Tx) -> None:
+        """Serialise concurrent setup() calls (SQLite: BEGIN IMMEDIATE already does)."""
+
+    # ---- lifecycle
+
+    async def setup(self) -> None:
+        """Apply the migrations this database has not recorded, in one transaction (docs/store.md).
+
+        ``schema.MIGRATIONS`` is read here, at call time, not bound at import: the migration
+        tests stand in for an older or a later signoff by patching that one list."""
+        migrations = schema.MIGRATIONS
+        now = self._enc_dt(utcnow())
+        async with self._tx(write=True) as tx:
+            await self._migration_lock(tx)
+            await tx.execute(schema.MIGRATIONS_TABLE.format(**self.ddl_types))
+            row = await tx.fetchone(Q.migrations_version)
+            current = int(row["version"] or 0) if row else 0
+            if current > len(migrations):
+                raise StoreError(
+                    f"The database schema is at version {current}, newer than this signoff knows "
+                    f"({len(migrations)}): upgrade signoff before using this database."
+                )
+            for version in range(current + 1, len(migrations) + 1):
+                for statement in migrations[version - 1]:
+                    await tx.execute(statement.format(**self.ddl_types))
+                await tx.execute(Q.record_migration, (version, now))
+
+    async def schema_version(self) -> int:
+        """The schema version recorded by setup() (0 before the first setup())."""
+        async with self._tx(write=True) as tx:
+            await tx.execute(schema.MIGRATIONS_TABLE.format(**self.ddl_types))
+            row = await tx.fetchone(Q.migrations_version)
+        return int(row["version"] or 0) if row else 0
+
+    async def ping(self) -> None:
+        async with self._tx(write=False) as tx:
+            await tx.fetchone(Q.ping)

@@ -1,0 +1,64 @@
+"""The per-job event log in SQL: gap-free seqs and dedupe keys.
+
+The seq comes from a counter row incremented in the same transaction as the insert; that row
+is the per-job lock (docs/store.md, "Event seq" and "Event dedupe").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from signoff.engine.models import Event, utcnow
+from signoff.engine.store.sql.core import SQLCore, Tx
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["DuplicateEvent", "SQLEvents"]
+
+
+class DuplicateEvent(Exception):
+    """Raised inside an append's transaction to roll it back: the key was used (seq inside)."""
+
+    def __init__(self, seq: int) -> None:
+        super().__init__(seq)
+        self.seq = seq
+
+
+class SQLEvents(SQLCore):
+    """Part of SQLStore: the event log."""
+
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+        """See Store.append_event. With a ``dedupe_key`` already used for this job, nothing is
+        written and the first event's seq is returned."""
+        body = self._enc_json(data)
+        try:
+            async with self._tx(write=True) as tx:
+                return await self._append(tx, job_id, event, body, dedupe_key)
+        except DuplicateEvent as dup:  # the transaction rolled back: the counter is untouched
+            return dup.seq
+
+    async def _append(self, tx: Tx, job_id: str, event: str, body: Any, dedupe_key: str | None) -> int:
+        # The counter row first: it is the per-job lock, so the duplicate check below sees any
+        # append with the same key that committed before this one took the lock.
+        row = await tx.fetchone(Q.next_seq, (job_id,))
+        assert row is not None
+        seq = int(row["last_seq"])
+        if dedupe_key is not None:
+            first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
+            if first is not None:
+                raise DuplicateEvent(int(first["seq"]))
+        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
+        return seq
+
+    async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.read_events, (job_id, after_seq, limit))
+        return [
+            Event(
+                job_id=r["job_id"],
+                seq=int(r["seq"]),
+                event=r["event"],
+                data=self._dec_json(r["data"]),
+                created_at=self._dec_dt(r["created_at"]),
+            )
+            for r in rows
+        ]

@@ -1,0 +1,85 @@
+"""Flows, their versions and their shares, in SQL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from signoff.engine.models import FlowRecord, utcnow
+from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLFlows"]
+
+
+class SQLFlows(SQLCore):
+    """Part of SQLStore: flows, flow versions and shares."""
+
+    def _flow(self, row: dict[str, Any]) -> FlowRecord:
+        return FlowRecord(
+            id=row["id"],
+            owner_id=row["owner_id"],
+            name=row["name"],
+            spec=self._dec_json(row["spec"]),
+            version=int(row["version"]),
+            created_at=self._dec_dt(row["created_at"]),
+            updated_at=self._dec_dt(row["updated_at"]),
+        )
+
+    async def save_flow(
+        self, owner_id: str, name: str, spec: dict[str, Any], *, flow_id: str | None = None
+    ) -> FlowRecord:
+        flow_id = flow_id or str(uuid.uuid4())
+        now = self._enc_dt(utcnow())
+        spec_json = self._enc_json(spec)
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.upsert_flow, (flow_id, owner_id, name, spec_json, now, now))
+            assert row is not None
+            await tx.execute(Q.insert_flow_version, (flow_id, row["version"], name, spec_json, now))
+        return self._flow(row)
+
+    async def get_flow(self, flow_id: str, *, version: int | None = None) -> FlowRecord | None:
+        """The flow (its latest version, or ``version`` when given: the spec a job ran)."""
+        async with self._tx(write=False) as tx:
+            if version is None:
+                row = await tx.fetchone(Q.flow_by_id, (flow_id,))
+            else:
+                row = await tx.fetchone(Q.flow_version, (flow_id, version))
+        return self._flow(row) if row else None
+
+    async def list_flows(self, user_id: str) -> list[FlowRecord]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.list_flows, (user_id, user_id))
+        return [self._flow(r) for r in rows]
+
+    async def delete_flow(self, flow_id: str) -> bool:
+        async with self._tx(write=True) as tx:
+            deleted = await tx.execute(Q.delete_flow, (flow_id,))
+            await tx.execute(Q.delete_flow_versions, (flow_id,))
+            await tx.execute(Q.delete_flow_shares, (flow_id,))
+        return deleted > 0
+
+    async def grant_share(self, flow_id: str, user_id: str, actions: Iterable[str]) -> None:
+        """Add ``actions`` to what the user may do with the flow (earlier grants are kept)."""
+        wanted = {str(a) for a in actions}
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.share, (flow_id, user_id))
+            if row:
+                wanted |= set(json.loads(row["actions"]))
+            await tx.execute(Q.upsert_share, (flow_id, user_id, json.dumps(sorted(wanted)), self._enc_dt(utcnow())))
+
+    async def revoke_share(self, flow_id: str, user_id: str) -> bool:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.delete_share, (flow_id, user_id)) > 0
+
+    async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
+        async with self._tx(write=False) as tx:
+            owner = await tx.fetchone(Q.flow_owner, (flow_id,))
+            if owner is None:
+                return False
+            if owner["owner_id"] == user_id:
+                return True
+            row = await tx.fetchone(Q.share, (flow_id, user_id))
+        return bool(row) and action in json.loads(row["actions"])

@@ -1,0 +1,236 @@
+"""Jobs in SQL: creation with its idempotency, status changes, the pause, the claims, and the
+leases of inline runs.
+
+Every claim is one conditional UPDATE whose changed-row count says who won (docs/store.md).
+A status change that comes with an event appends it in the same transaction, through
+:meth:`SQLEvents._append`, which is why this group extends the events group.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from signoff.engine.models import TERMINAL_STATUSES, Job, JobStatus, NewJob, PendingRequest, utcnow
+from signoff.engine.store.base import StoreConflict
+from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLJobs"]
+
+
+class SQLJobs(SQLEvents):
+    """Part of SQLStore: jobs, their claims and leases."""
+
+    def _job(self, row: dict[str, Any]) -> Job:
+        pending = self._dec_json(row["pending"]) if row["pending"] is not None else None
+        return Job(
+            job_id=row["job_id"],
+            flow_id=row["flow_id"],
+            flow_version=int(row["flow_version"]),
+            user_id=row["user_id"],
+            session_id=row["session_id"],
+            status=JobStatus(row["status"]),
+            request=self._dec_json(row["request"]),
+            result=self._dec_json(row["result"]) if row["result"] is not None else None,
+            error=self._dec_json(row["error"]) if row["error"] is not None else None,
+            pending=PendingRequest.model_validate(pending) if pending is not None else None,
+            run_id=row["run_id"],
+            idempotency_key=row["idempotency_key"],
+            created_at=self._dec_dt(row["created_at"]),
+            updated_at=self._dec_dt(row["updated_at"]),
+            finished_at=self._dec_dt(row["finished_at"]),
+        )
+
+    async def create_job(self, job: NewJob) -> tuple[Job, bool]:
+        now = utcnow()
+        status = JobStatus(job.status)
+        params = (
+            job.job_id,
+            job.flow_id,
+            job.flow_version,
+            job.user_id,
+            job.session_id,
+            status.value,
+            self._enc_json(job.request),
+            job.job_id,  # run_id = job_id (DESIGN §1.5)
+            job.idempotency_key,
+            self._enc_dt(now),
+            self._enc_dt(now),
+            self._enc_dt(now if status.terminal else None),
+        )
+        insert = Q.insert_job
+        if job.lease_until is not None:  # an inline run (docs/inline.md): born with its lease
+            insert, params = Q.insert_leased_job, (*params, self._enc_dt(job.lease_until))
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(insert, params)
+            if row is not None:
+                return self._job(row), True
+            if job.idempotency_key is not None:
+                row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
+                if row is not None:
+                    return self._job(row), False
+            row = await tx.fetchone(Q.job_by_id, (job.job_id,))
+        if row is not None and row["user_id"] == job.user_id and row["flow_id"] == job.flow_id:
+            return self._job(row), False  # the same job submitted again (e.g. an activity retry)
+        raise StoreConflict(f"A different job with id {job.job_id!r} already exists.")
+
+    async def get_job(self, job_id: str) -> Job | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.job_by_id, (job_id,))
+        return self._job(row) if row else None
+
+    async def set_status(
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        expect: Iterable[JobStatus] | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        event: tuple[str, dict[str, Any]] | None = None,
+    ) -> bool:
+        """See Store.set_status. A terminal status also clears the pending request and the claim
+        and sets finished_at; ``result``/``error`` are written only when given; ``event`` is
+        appended in the same transaction when (and only when) the row changed."""
+        status = JobStatus(status)
+        allowed = [JobStatus(s) for s in expect] if expect is not None else list(JobStatus)
+        allowed = sorted({s.value for s in allowed if s not in TERMINAL_STATUSES})
+        if not allowed:
+            return False
+        now = self._enc_dt(utcnow())
+        sets = ["status = ?", "updated_at = ?"]
+        params: list[Any] = [status.value, now]
+        if result is not None:
+            sets.append("result = ?")
+            params.append(self._enc_json(result))
+        if error is not None:
+            sets.append("error = ?")
+            params.append(self._enc_json(error))
+        if status.terminal:
+            # the claim token is kept: it records which resume claim led to this end (a retried
+            # claimant learns that its run already ended); rollback needs in_progress anyway
+            sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL"]
+            params.append(now)
+        sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
+        body = self._enc_json(event[1]) if event is not None else None
+        async with self._tx(write=True) as tx:
+            changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
+            if changed and event is not None:
+                await self._append(tx, job_id, event[0], body, None)
+        return changed
+
+    # ---- inline runs: lease, stop request, sweep (docs/inline.md)
+
+    async def renew_lease(self, job_id: str, until: datetime) -> str:
+        """See Store.renew_lease."""
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.renew_lease, (self._enc_dt(until), job_id))
+        if row is None:
+            return "ended"
+        return "cancel_requested" if row["cancel_requested_at"] is not None else "running"
+
+    async def request_cancel(self, job_id: str) -> bool:
+        """See Store.request_cancel."""
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.request_cancel, (self._enc_dt(utcnow()), job_id)) > 0
+
+    async def fail_expired_leases(
+        self, now: datetime, error: dict[str, Any], *, event: str = "run_failed", limit: int = 100
+    ) -> list[str]:
+        """See Store.fail_expired_leases."""
+        enc_now = self._enc_dt(now)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.expired_leases, (enc_now, limit))
+        ended: list[str] = []
+        body = self._enc_json(error)
+        data = self._enc_json({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+        for row in rows:
+            stamp = self._enc_dt(utcnow())
+            async with self._tx(write=True) as tx:
+                # conditional on the lease still being expired: a renewal that got in first wins
+                if await tx.execute(Q.fail_expired, (body, stamp, stamp, row["job_id"], enc_now)) > 0:
+                    await self._append(tx, row["job_id"], event, data, None)
+                    ended.append(row["job_id"])
+        return ended
+
+    async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
+        """See Store.list_unstarted."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.unstarted_jobs, (self._enc_dt(before), limit))
+        return [self._job(r) for r in rows]
+
+    async def mark_suspended(
+        self,
+        job_id: str,
+        pending: PendingRequest,
+        *,
+        event: tuple[str, dict[str, Any]] | None = None,
+        dedupe_key: str | None = None,
+    ) -> bool:
+        """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
+        ``event`` appended in the same transaction only when the row changed (see
+        Store.mark_suspended). The UPDATE comes first: it locks the job row, so a concurrent
+        terminal write (stop) either committed before (nothing changes here, no event) or waits
+        for this transaction (its terminal event comes after this one)."""
+        body = self._enc_json(pending.model_dump(mode="json"))
+        data = self._enc_json(event[1]) if event is not None else None
+        try:
+            async with self._tx(write=True) as tx:
+                changed = await tx.execute(
+                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+                if changed and event is not None:
+                    await self._append(tx, job_id, event[0], data, dedupe_key)
+                return changed
+        except DuplicateEvent:  # the event is there (an earlier attempt): the status change alone
+            async with self._tx(write=True) as tx:
+                return await tx.execute(
+                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+
+    async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
+        """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller whose
+        claim under that token is still the job's last one (job ``in_progress``, or ended since)
+        wins again: a retried activity whose first attempt committed the claim is not locked
+        out, and finds the job's real status with get_job."""
+        fresh = token or uuid.uuid4().hex
+        async with self._tx(write=True) as tx:
+            won = await tx.execute(Q.claim_resume, (fresh, self._enc_dt(utcnow()), job_id, request_id)) > 0
+            if not won and token:
+                won = await tx.fetchone(Q.claim_held, (job_id, token)) is not None
+        return fresh if won else None
+
+    async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.rollback_resume, (self._enc_dt(utcnow()), job_id, claim_token)) > 0
+
+    async def claim_suspended_for_cancel(self, job_id: str, *, event: tuple[str, dict[str, Any]] | None = None) -> bool:
+        """See Store.claim_suspended_for_cancel: ``event`` is appended in the claim's transaction,
+        only by the winner."""
+        now = self._enc_dt(utcnow())
+        body = self._enc_json(event[1]) if event is not None else None
+        async with self._tx(write=True) as tx:
+            won = await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
+            if won and event is not None:
+                await self._append(tx, job_id, event[0], body, None)
+        return won
+
+    async def clear_pending(self, job_id: str) -> None:
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.clear_pending, (self._enc_dt(utcnow()), job_id))
+
+    async def find_suspended(self, flow_id: str, user_id: str, effective_session: str) -> list[Job]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.find_suspended, (flow_id, user_id, effective_session))
+        return [self._job(r) for r in rows]
+
+    async def list_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
+        """The user's own suspended jobs that wait for a decision, oldest first."""
+        sql, params = Q.list_pending, [user_id]
+        if flow_id is not None:
+            sql += " AND flow_id = ?"
+            params.append(flow_id)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql + " ORDER BY created_at, job_id", params)
+        return [self._job(r) for r in rows]

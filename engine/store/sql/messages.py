@@ -1,0 +1,83 @@
+"""A session's chat history in SQL, with the stamps of gate cards in their own columns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from signoff.engine.models import Message
+from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLMessages"]
+
+
+class SQLMessages(SQLCore):
+    """Part of SQLStore: chat history."""
+
+    def _message(self, row: dict[str, Any]) -> Message:
+        card = self._dec_json(row["card"]) if row["card"] is not None else None
+        if card is not None:
+            if row["submitted_action"] is not None:
+                card["submitted_action"] = row["submitted_action"]
+            if row["superseded"]:
+                card["superseded"] = True
+        return Message(
+            id=row["id"],
+            session_id=row["session_id"],
+            flow_id=row["flow_id"],
+            job_id=row["job_id"],
+            sender=row["sender"],
+            sender_name=row["sender_name"],
+            text=row["text"],
+            kind=row["kind"],
+            card=card,
+            created_at=self._dec_dt(row["created_at"]),
+        )
+
+    async def add_message(self, message: Message) -> Message:
+        """Store a message; idempotent by ``message.id`` (a retried write returns the stored one).
+        A card's ``submitted_action``/``superseded`` live in their own columns so the stamps are
+        plain UPDATEs; they are merged back into ``card`` on read."""
+        card = dict(message.card) if message.card is not None else None
+        submitted = superseded = None
+        if card is not None:
+            submitted = card.pop("submitted_action", None)
+            superseded = bool(card.pop("superseded", False))
+        params = (
+            message.id,
+            message.session_id,
+            message.flow_id,
+            message.job_id,
+            message.sender,
+            message.sender_name,
+            message.text,
+            message.kind,
+            self._enc_json(card) if card is not None else None,
+            str(card["request_id"]) if card is not None and card.get("request_id") is not None else None,
+            submitted,
+            1 if superseded else 0,
+            self._enc_dt(message.created_at),
+        )
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.insert_message, params)
+            if row is None:
+                row = await tx.fetchone(Q.message_by_id, (message.id,))
+        assert row is not None
+        return self._message(row)
+
+    async def list_messages(self, session_id: str, *, flow_id: str | None = None) -> list[Message]:
+        sql, params = Q.list_messages, [session_id]
+        if flow_id is not None:
+            sql += " AND flow_id = ?"
+            params.append(flow_id)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql + " ORDER BY created_at, pos", params)
+        return [self._message(r) for r in rows]
+
+    async def stamp_card(self, request_id: str, submitted_action: str) -> int:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.stamp_card, (submitted_action, request_id))
+
+    async def supersede_cards(self, job_id: str) -> int:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.supersede_cards, (job_id,))

@@ -1,0 +1,171 @@
+"""The named queries of both SQL backends (``?`` placeholders).
+
+One text per query serves SQLite and PostgreSQL: both accept the same
+``INSERT … ON CONFLICT … DO UPDATE/NOTHING … RETURNING``, and the PostgreSQL backend rewrites
+``?`` to ``%s`` once per query. Keeping them in one class, apart from the methods, lets a
+reader check every statement that touches a table in one place.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Q"]
+
+
+class Q:
+    insert_user = "INSERT INTO users (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING *"
+    user_by_id = "SELECT * FROM users WHERE id = ?"
+    user_by_name = "SELECT * FROM users WHERE name = ?"
+    insert_api_key = (
+        "INSERT INTO api_keys (key_hash, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING key_hash"
+    )
+    api_key_owner = "SELECT user_id FROM api_keys WHERE key_hash = ?"
+    user_for_api_key = "SELECT u.* FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.key_hash = ?"
+    delete_api_key = "DELETE FROM api_keys WHERE key_hash = ?"
+
+    upsert_flow = (
+        "INSERT INTO flows (id, owner_id, name, spec, version, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
+        "version = flows.version + 1, updated_at = excluded.updated_at RETURNING *"
+    )
+    insert_flow_version = "INSERT INTO flow_versions (flow_id, version, name, spec, created_at) VALUES (?, ?, ?, ?, ?)"
+    flow_by_id = "SELECT * FROM flows WHERE id = ?"
+    flow_version = (
+        "SELECT f.id, f.owner_id, v.name, v.spec, v.version, f.created_at, v.created_at AS updated_at "
+        "FROM flows f JOIN flow_versions v ON v.flow_id = f.id WHERE f.id = ? AND v.version = ?"
+    )
+    list_flows = (
+        "SELECT f.* FROM flows f WHERE f.owner_id = ? OR EXISTS (SELECT 1 FROM flow_shares s "
+        "WHERE s.flow_id = f.id AND s.user_id = ?) ORDER BY f.created_at, f.id"
+    )
+    delete_flow = "DELETE FROM flows WHERE id = ?"
+    delete_flow_versions = "DELETE FROM flow_versions WHERE flow_id = ?"
+    delete_flow_shares = "DELETE FROM flow_shares WHERE flow_id = ?"
+    share = "SELECT actions FROM flow_shares WHERE flow_id = ? AND user_id = ?"
+    upsert_share = (
+        "INSERT INTO flow_shares (flow_id, user_id, actions, created_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (flow_id, user_id) DO UPDATE SET actions = excluded.actions"
+    )
+    delete_share = "DELETE FROM flow_shares WHERE flow_id = ? AND user_id = ?"
+    flow_owner = "SELECT owner_id FROM flows WHERE id = ?"
+
+    insert_job = (
+        "INSERT INTO jobs (job_id, flow_id, flow_version, user_id, session_id, status, request, run_id, "
+        "idempotency_key, created_at, updated_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT DO NOTHING RETURNING *"
+    )
+    insert_leased_job = (
+        "INSERT INTO jobs (job_id, flow_id, flow_version, user_id, session_id, status, request, run_id, "
+        "idempotency_key, created_at, updated_at, finished_at, lease_until) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING *"
+    )
+    # inline runs: the lease, a stop request, the sweep of expired leases
+    renew_lease = (
+        "UPDATE jobs SET lease_until = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL RETURNING cancel_requested_at"
+    )
+    request_cancel = (
+        "UPDATE jobs SET cancel_requested_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL"
+    )
+    expired_leases = (
+        "SELECT job_id FROM jobs WHERE status IN ('queued', 'in_progress') AND lease_until IS NOT NULL "
+        "AND lease_until < ? ORDER BY lease_until LIMIT ?"
+    )
+    fail_expired = (
+        "UPDATE jobs SET status = 'failed', error = ?, updated_at = ?, finished_at = ?, pending = NULL, "
+        "pending_request_id = NULL WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL AND lease_until < ?"
+    )
+    unstarted_jobs = (
+        "SELECT * FROM jobs WHERE status = 'queued' AND lease_until IS NULL AND created_at < ? "
+        "ORDER BY created_at LIMIT ?"
+    )
+    job_by_id = "SELECT * FROM jobs WHERE job_id = ?"
+    job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
+    mark_suspended = (
+        "UPDATE jobs SET status = 'suspended', pending = ?, pending_request_id = ?, claim_token = NULL, "
+        "updated_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress')"
+    )
+    claim_resume = (
+        "UPDATE jobs SET status = 'in_progress', claim_token = ?, updated_at = ? "
+        "WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
+    )
+    # the same claimant again (a retried activity): the claim it took is still the job's last
+    # (running on, or ended since: a terminal status keeps the token; a new pause clears it)
+    claim_held = "SELECT 1 AS held FROM jobs WHERE job_id = ? AND status NOT IN ('queued', 'suspended') AND claim_token = ?"
+    rollback_resume = (
+        "UPDATE jobs SET status = 'suspended', claim_token = NULL, updated_at = ? "
+        "WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+    )
+    claim_cancel = (
+        "UPDATE jobs SET status = 'cancelled', pending = NULL, pending_request_id = NULL, claim_token = NULL, "
+        "updated_at = ?, finished_at = ? WHERE job_id = ? AND status = 'suspended'"
+    )
+    clear_pending = "UPDATE jobs SET pending = NULL, pending_request_id = NULL, updated_at = ? WHERE job_id = ?"
+    find_suspended = (
+        "SELECT * FROM jobs WHERE flow_id = ? AND user_id = ? AND status = 'suspended' "
+        "AND COALESCE(session_id, flow_id) = ? ORDER BY created_at, job_id"
+    )
+    list_pending = "SELECT * FROM jobs WHERE user_id = ? AND status = 'suspended' AND pending IS NOT NULL"
+
+    next_seq = (
+        "INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1) ON CONFLICT (job_id) "
+        "DO UPDATE SET last_seq = job_event_seq.last_seq + 1 RETURNING last_seq"
+    )
+    insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
+    event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
+    read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+
+    insert_checkpoint = (
+        "INSERT INTO checkpoints (id, run_id, job_id, data, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    latest_checkpoint = "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY pos DESC LIMIT 1"
+    checkpoint_by_id = "SELECT * FROM checkpoints WHERE id = ?"
+    delete_checkpoints = "DELETE FROM checkpoints WHERE run_id = ?"
+    delete_expired_checkpoints = "DELETE FROM checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ?"
+
+    insert_message = (
+        "INSERT INTO messages (id, session_id, flow_id, job_id, sender, sender_name, text, kind, card, "
+        "card_request_id, submitted_action, superseded, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING RETURNING *"
+    )
+    message_by_id = "SELECT * FROM messages WHERE id = ?"
+    list_messages = "SELECT * FROM messages WHERE session_id = ?"
+    stamp_card = "UPDATE messages SET submitted_action = ? WHERE card_request_id = ? AND kind = 'card'"
+    supersede_cards = (
+        "UPDATE messages SET superseded = 1 WHERE job_id = ? AND kind = 'card' "
+        "AND submitted_action IS NULL AND superseded = 0"
+    )
+
+    upsert_span = (
+        "INSERT INTO spans (trace_id, span_id, parent_id, name, type, start_time, end_time, status, inputs, "
+        "outputs, attributes, run_id, flow_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (trace_id, span_id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name, "
+        "type = excluded.type, start_time = excluded.start_time, end_time = excluded.end_time, "
+        "status = excluded.status, inputs = excluded.inputs, outputs = excluded.outputs, "
+        "attributes = excluded.attributes, run_id = excluded.run_id, flow_id = excluded.flow_id"
+    )
+    trace = "SELECT * FROM spans WHERE trace_id = ? ORDER BY start_time, span_id"
+    list_traces = (
+        "SELECT s.trace_id AS trace_id, MAX(s.run_id) AS run_id, MAX(s.flow_id) AS flow_id, "
+        "MIN(s.start_time) AS start_time, MAX(s.end_time) AS end_time, "
+        "SUM(CASE WHEN s.status = 'error' THEN 1 ELSE 0 END) AS errors, "
+        "SUM(CASE WHEN s.end_time IS NULL THEN 1 ELSE 0 END) AS open_spans, "
+        "(SELECT r.name FROM spans r WHERE r.trace_id = s.trace_id ORDER BY "
+        "CASE WHEN r.parent_id IS NULL THEN 0 ELSE 1 END, r.start_time LIMIT 1) AS name, "
+        "(SELECT r.status FROM spans r WHERE r.trace_id = s.trace_id ORDER BY "
+        "CASE WHEN r.parent_id IS NULL THEN 0 ELSE 1 END, r.start_time LIMIT 1) AS root_status "
+        "FROM spans s {where} GROUP BY s.trace_id ORDER BY MIN(s.start_time) DESC, s.trace_id LIMIT ?"
+    )
+
+    put_blob = (
+        "INSERT INTO blobs (key, data, created_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET data = excluded.data, created_at = excluded.created_at"
+    )
+    get_blob = "SELECT data FROM blobs WHERE key = ?"
+    delete_blobs = "DELETE FROM blobs WHERE substr(key, 1, ?) = ?"
+
+    migrations_version = "SELECT MAX(version) AS version FROM signoff_migrations"
+    record_migration = "INSERT INTO signoff_migrations (version, applied_at) VALUES (?, ?)"
+    ping = "SELECT 1 AS one"
+

@@ -1,0 +1,155 @@
+"""The schema of both SQL backends, as migrations.
+
+``setup()`` (engine/store/sql/core.py) applies, in one transaction, the entries a database
+has not recorded yet; docs/store.md describes the procedure. Databases in the field record
+each version they applied, which is why a shipped entry is never edited.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MIGRATIONS", "MIGRATIONS_TABLE"]
+
+# Migrations: an append-only list. Position i (1-based) is schema version i. Never edit or
+# reorder an entry that has shipped; add a new one. Type names are filled in per dialect:
+# {json} JSON document (TEXT on SQLite, json on PostgreSQL: kept verbatim, key order preserved)
+# {ts}   timezone-aware UTC timestamp (ISO-8601 TEXT on SQLite, timestamptz on PostgreSQL)
+# {blob} bytes; {serial} an auto-increment primary key giving insertion order.
+
+MIGRATIONS: list[list[str]] = [
+    # 1: the initial schema
+    [
+        """CREATE TABLE users (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            created_at {ts} NOT NULL)""",
+        """CREATE TABLE api_keys (
+            key_hash TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            created_at {ts} NOT NULL)""",
+        "CREATE INDEX api_keys_user ON api_keys (user_id)",
+        """CREATE TABLE flows (
+            id TEXT PRIMARY KEY,
+            owner_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            spec {json} NOT NULL,
+            version INTEGER NOT NULL,
+            created_at {ts} NOT NULL,
+            updated_at {ts} NOT NULL)""",
+        "CREATE INDEX flows_owner ON flows (owner_id)",
+        """CREATE TABLE flow_versions (
+            flow_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            spec {json} NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (flow_id, version))""",
+        """CREATE TABLE flow_shares (
+            flow_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            actions TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (flow_id, user_id))""",
+        "CREATE INDEX flow_shares_user ON flow_shares (user_id)",
+        """CREATE TABLE jobs (
+            job_id TEXT PRIMARY KEY,
+            flow_id TEXT NOT NULL,
+            flow_version INTEGER NOT NULL,
+            user_id TEXT NOT NULL,
+            session_id TEXT,
+            status TEXT NOT NULL,
+            request {json} NOT NULL,
+            result {json},
+            error {json},
+            pending {json},
+            pending_request_id TEXT,
+            claim_token TEXT,
+            run_id TEXT NOT NULL,
+            idempotency_key TEXT,
+            created_at {ts} NOT NULL,
+            updated_at {ts} NOT NULL,
+            finished_at {ts})""",
+        "CREATE UNIQUE INDEX jobs_idempotency ON jobs (user_id, idempotency_key)",
+        "CREATE INDEX jobs_flow_user_status ON jobs (flow_id, user_id, status)",
+        "CREATE INDEX jobs_user_status ON jobs (user_id, status)",
+        """CREATE TABLE job_event_seq (
+            job_id TEXT PRIMARY KEY,
+            last_seq BIGINT NOT NULL)""",
+        """CREATE TABLE events (
+            job_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            event TEXT NOT NULL,
+            data {json} NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (job_id, seq))""",
+        """CREATE TABLE checkpoints (
+            pos {serial},
+            id TEXT NOT NULL UNIQUE,
+            run_id TEXT NOT NULL,
+            job_id TEXT,
+            data {json} NOT NULL,
+            created_at {ts} NOT NULL,
+            expires_at {ts})""",
+        "CREATE INDEX checkpoints_run ON checkpoints (run_id, pos)",
+        "CREATE INDEX checkpoints_expiry ON checkpoints (expires_at)",
+        """CREATE TABLE messages (
+            pos {serial},
+            id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            flow_id TEXT,
+            job_id TEXT,
+            sender TEXT NOT NULL,
+            sender_name TEXT NOT NULL,
+            text TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            card {json},
+            card_request_id TEXT,
+            submitted_action TEXT,
+            superseded INTEGER NOT NULL DEFAULT 0,
+            created_at {ts} NOT NULL)""",
+        "CREATE INDEX messages_session ON messages (session_id, created_at, pos)",
+        "CREATE INDEX messages_card ON messages (card_request_id)",
+        "CREATE INDEX messages_job ON messages (job_id)",
+        """CREATE TABLE spans (
+            trace_id TEXT NOT NULL,
+            span_id TEXT NOT NULL,
+            parent_id TEXT,
+            name TEXT NOT NULL,
+            type TEXT NOT NULL,
+            start_time {ts} NOT NULL,
+            end_time {ts},
+            status TEXT NOT NULL,
+            inputs {json} NOT NULL,
+            outputs {json} NOT NULL,
+            attributes {json} NOT NULL,
+            run_id TEXT,
+            flow_id TEXT,
+            PRIMARY KEY (trace_id, span_id))""",
+        "CREATE INDEX spans_flow ON spans (flow_id)",
+        "CREATE INDEX spans_start ON spans (start_time)",
+        """CREATE TABLE blobs (
+            key TEXT PRIMARY KEY,
+            data {blob} NOT NULL,
+            created_at {ts} NOT NULL)""",
+    ],
+    # 2: idempotent event appends (a retried activity writes its event once)
+    [
+        "ALTER TABLE events ADD COLUMN dedupe_key TEXT",
+        "CREATE UNIQUE INDEX events_dedupe ON events (job_id, dedupe_key)",
+    ],
+    # 3: inline runs (docs/inline.md): a lease renewed by the process running the job, and a
+    # durable stop request that process checks
+    [
+        "ALTER TABLE jobs ADD COLUMN lease_until {ts}",
+        "ALTER TABLE jobs ADD COLUMN cancel_requested_at {ts}",
+        "CREATE INDEX jobs_lease ON jobs (lease_until)",
+    ],
+    # 4: finding runs whose workflow was never started (list_unstarted)
+    [
+        "CREATE INDEX jobs_status_created ON jobs (status, created_at)",
+    ],
+]
+
+MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at {ts} NOT NULL)"""
+

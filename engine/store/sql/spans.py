@@ -1,0 +1,92 @@
+"""Spans and the traces they make, in SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from signoff.engine.models import SpanRecord
+from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLSpans"]
+
+
+class SQLSpans(SQLCore):
+    """Part of SQLStore: spans and traces."""
+
+    def _span(self, row: dict[str, Any]) -> SpanRecord:
+        return SpanRecord(
+            trace_id=row["trace_id"],
+            span_id=row["span_id"],
+            parent_id=row["parent_id"],
+            name=row["name"],
+            type=row["type"],
+            start_time=self._dec_dt(row["start_time"]),
+            end_time=self._dec_dt(row["end_time"]),
+            status=row["status"],
+            inputs=self._dec_json(row["inputs"]),
+            outputs=self._dec_json(row["outputs"]),
+            attributes=self._dec_json(row["attributes"]),
+            run_id=row["run_id"],
+            flow_id=row["flow_id"],
+        )
+
+    async def save_spans(self, spans: list[SpanRecord]) -> None:
+        if not spans:
+            return
+        rows = [
+            (
+                s.trace_id,
+                s.span_id,
+                s.parent_id,
+                s.name,
+                s.type,
+                self._enc_dt(s.start_time),
+                self._enc_dt(s.end_time),
+                s.status,
+                self._enc_json(s.inputs),
+                self._enc_json(s.outputs),
+                self._enc_json(s.attributes),
+                s.run_id,
+                s.flow_id,
+            )
+            for s in spans
+        ]
+        async with self._tx(write=True) as tx:
+            await tx.executemany(Q.upsert_span, rows)
+
+    async def get_trace(self, trace_id: str) -> list[SpanRecord]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.trace, (trace_id,))
+        return [self._span(r) for r in rows]
+
+    async def list_traces(self, *, flow_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Newest first. ``status`` is "error" when any span failed, else the root span's status,
+        else "ok" once every span has ended."""
+        where, params = "", []
+        if flow_id is not None:
+            where = "WHERE s.trace_id IN (SELECT f.trace_id FROM spans f WHERE f.flow_id = ?)"
+            params.append(flow_id)
+        params.append(limit)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.list_traces.format(where=where), params)
+        out = []
+        for r in rows:
+            if int(r["errors"] or 0) > 0:
+                status = "error"
+            elif r["root_status"] and r["root_status"] != "unset":
+                status = r["root_status"]
+            else:
+                status = "ok" if int(r["open_spans"] or 0) == 0 else "unset"
+            out.append(
+                {
+                    "trace_id": r["trace_id"],
+                    "run_id": r["run_id"],
+                    "flow_id": r["flow_id"],
+                    "name": r["name"],
+                    "status": status,
+                    "start_time": self._dec_dt(r["start_time"]),
+                    "end_time": self._dec_dt(r["end_time"]) if int(r["open_spans"] or 0) == 0 else None,
+                }
+            )
+        return out

@@ -1,0 +1,68 @@
+"""Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key)."""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from typing import Any
+
+from signoff.engine.models import User, utcnow
+from signoff.engine.store.base import StoreConflict
+from signoff.engine.store.encoding import hash_api_key
+from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLUsers"]
+
+
+class SQLUsers(SQLCore):
+    """Part of SQLStore: users and API keys."""
+
+    def _user(self, row: dict[str, Any]) -> User:
+        return User(id=row["id"], name=row["name"], created_at=self._dec_dt(row["created_at"]))
+
+    async def create_user(self, name: str) -> User:
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.insert_user, (str(uuid.uuid4()), name, self._enc_dt(utcnow())))
+        if row is None:
+            raise StoreConflict(f"A user named {name!r} already exists.")
+        return self._user(row)
+
+    async def get_or_create_user(self, name: str) -> User:
+        """The user with that name, created when missing (safe under concurrent callers)."""
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.insert_user, (str(uuid.uuid4()), name, self._enc_dt(utcnow())))
+            if row is None:
+                row = await tx.fetchone(Q.user_by_name, (name,))
+        assert row is not None
+        return self._user(row)
+
+    async def get_user(self, user_id: str) -> User | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.user_by_id, (user_id,))
+        return self._user(row) if row else None
+
+    async def get_user_by_name(self, name: str) -> User | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.user_by_name, (name,))
+        return self._user(row) if row else None
+
+    async def create_api_key(self, user_id: str, key: str | None = None) -> str:
+        key = key or "sk-" + secrets.token_urlsafe(32)
+        key_hash = hash_api_key(key)
+        async with self._tx(write=True) as tx:
+            row = await tx.fetchone(Q.insert_api_key, (key_hash, user_id, self._enc_dt(utcnow())))
+            if row is None:
+                owner = await tx.fetchone(Q.api_key_owner, (key_hash,))
+                if owner is None or owner["user_id"] != user_id:
+                    raise StoreConflict("That API key already belongs to another user.")
+        return key
+
+    async def user_for_api_key(self, key: str) -> User | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.user_for_api_key, (hash_api_key(key),))
+        return self._user(row) if row else None
+
+    async def revoke_api_key(self, key: str) -> bool:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.delete_api_key, (hash_api_key(key),)) > 0
