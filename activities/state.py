@@ -12,19 +12,16 @@ import hashlib
 import json
 from typing import Any
 
+from signoff.activities.types import StateRef
+from signoff.engine.lifecycle import run_blob_prefix
 from signoff.engine.run import check_checkpointable
 from signoff.engine.state import RunState
 from signoff.engine.store.base import Store
-from signoff.workflows.types import StateRef
 
 BLOB = "$signoff_blob"
 # Whole-state budget: beyond it the state itself travels by reference.
 STATE_INLINE_FACTOR = 8
 STATE_INLINE_MIN = 64 * 1024
-
-
-def blob_prefix(job_id: str) -> str:
-    return f"runs/{job_id}/"
 
 
 class StateCodec:
@@ -43,7 +40,7 @@ class StateCodec:
                 if len(raw) <= self.limit:
                     continue
                 digest = hashlib.sha256(raw).hexdigest()[:32]
-                key = f"{blob_prefix(job)}out/{digest}"
+                key = f"{run_blob_prefix(job)}out/{digest}"
                 await self.store.put_blob(key, raw)
                 outs[name] = {BLOB: key}
         return data
@@ -65,7 +62,7 @@ class StateCodec:
         raw = json.dumps(data, separators=(",", ":")).encode()
         if len(raw) <= self.state_limit:
             return StateRef(inline=data), data
-        key = f"{blob_prefix(state.job_id or state.run_id)}state/{step}"
+        key = f"{run_blob_prefix(state.job_id or state.run_id)}state/{step}"
         await self.store.put_blob(key, raw)
         return StateRef(blob_key=key), data
 

@@ -1,6 +1,6 @@
-"""Temporal's side of tracing: the worker interceptor that writes every activity's spans to the
-store before it returns, and Temporal's own OpenTelemetry interceptor for clients. The SDK
-itself is :mod:`signoff.engine.tracing.sdk`."""
+"""The worker's side of tracing: every activity's spans are written to the store before it
+returns (the SDK itself is :mod:`signoff.engine.tracing.sdk`; Temporal's own client spans come
+from :func:`signoff.service.temporal.client_interceptors`)."""
 
 from __future__ import annotations
 
@@ -36,24 +36,4 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             return await self.next.execute_activity(input)
 
 
-def client_interceptors() -> list[Any]:
-    """Temporal's OpenTelemetry interceptor, for ``Client.connect(interceptors=...)``: client,
-    workflow and activity spans, propagated through Temporal headers."""
-    from temporalio.contrib.opentelemetry import TracingInterceptor
-
-    return [TracingInterceptor()]
-
-
-def with_tracing(client: Any) -> Any:
-    """The same connection with Temporal's tracing interceptor (unchanged when it has one)."""
-    from temporalio.client import Client
-    from temporalio.contrib.opentelemetry import TracingInterceptor
-
-    config = client.config()
-    if any(isinstance(i, TracingInterceptor) for i in config.get("interceptors", [])):
-        return client
-    config["interceptors"] = [*config.get("interceptors", []), *client_interceptors()]
-    return Client(**config)
-
-
-__all__ = ["SpanFlushInterceptor", "client_interceptors", "with_tracing"]
+__all__ = ["SpanFlushInterceptor"]

@@ -1,19 +1,21 @@
 """The FastAPI app factory: ``create_app(settings, store=None, service=None)``.
 
 The lifespan opens what was not handed in: the store (``open_store`` + ``setup()``), the
-Temporal client and the ``SignoffService``; it loads SIGNOFF_FLOWS_DIR. Routes stay thin.
+Temporal client and the application layer (:class:`~signoff.service.RunService`); it loads
+SIGNOFF_FLOWS_DIR. Routes stay thin: they call the service.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from fastapi import FastAPI
 
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
+from signoff.service import RunService, connect_client
 
 from signoff.api.auth import AuthMiddleware
 from signoff.api.errors import install_error_handlers
@@ -23,7 +25,8 @@ from signoff.api.routes import flows, health, monitor, workflows
 log = logging.getLogger("signoff.api")
 
 
-def create_app(settings: Settings | None = None, *, store: Store | None = None, service: Any = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, store: Store | None = None,
+               service: RunService | None = None) -> FastAPI:
     settings = settings or Settings()
 
     @contextlib.asynccontextmanager
@@ -42,12 +45,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None, 
 
             the_service = service
             if the_service is None:
-                from signoff.service import SignoffService, connect_client
-
                 client = await connect_client(settings)
-                the_service = SignoffService(settings, the_store, client)
+                the_service = RunService(settings, the_store, client)
+            the_service.public_owner = app.state.public_owner_id
             app.state.service = the_service
-            app.state.temporal_client = getattr(the_service, "client", None)
+            app.state.temporal_client = the_service.client
             # now and periodically: inline runs of a dead API process end as failed (docs/inline.md),
             # runs left queued without their workflow get it
             await stack.enter_async_context(the_service.sweeping())

@@ -93,7 +93,9 @@ def _jsonable(value: Any) -> Any:
 
 async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
     status = STATUS_BY_CODE.get(exc.code, 500)
-    if status >= 500:
+    if status == 500:  # not one the API answers on purpose (e.g. the database failed): no details out
+        return await _unexpected(request, exc)
+    if status > 500:
         log.error("signoff error %s: %s", exc.code, exc.message, exc_info=exc)
     extra = {k: _jsonable(v) for k, v in exc.details.items()}
     return error_response(status, exc.code, exc.message, error=type(exc).__name__, **extra)

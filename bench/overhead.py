@@ -2,7 +2,8 @@
 same run on the same dev server. Prints JSON.
 
 - per layer: a 50-layer flow of no-op components vs a bare workflow executing 50 no-op
-  activities of the same kind (regular and local activities);
+  activities of the same kind (regular activities, as FlowRun uses: docs/temporal.md says why
+  not local ones);
 - gate latency: submit→suspended and resume→completed (p50, p95 over --runs runs) vs a bare
   workflow shaped like a gate flow (two activities, wait for an Update, one activity).
 
@@ -31,7 +32,7 @@ from signoff.engine.models import Decision, JobStatus  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
-from signoff.service import SignoffService, with_converter  # noqa: E402
+from signoff.service import RunService, with_converter  # noqa: E402
 from signoff.worker import build_worker  # noqa: E402
 
 # ---- flows -------------------------------------------------------------------------------
@@ -107,54 +108,52 @@ async def main() -> None:
         bare_worker = Worker(client, task_queue=queue + "-bare", workflows=[BareLayers, BareGate],
                              activities=[noop, mark_waiting])
         async with bare_worker, build_worker(client, store, settings):
-            for kind, local in (("regular", False), ("local", True)):
-                service = SignoffService(settings, store, client, local_activities=local)
-                bare, ours = [], []
-                for _ in range(args.reps):
-                    t = time.perf_counter()
-                    await client.execute_workflow("BareLayers", args=[args.layers, local], id=str(uuid.uuid4()),
-                                                  task_queue=queue + "-bare")
-                    bare.append((time.perf_counter() - t) / args.layers)
-                    t = time.perf_counter()
-                    job, _ = await service.submit(user, chain, input_value="x", session_id=str(uuid.uuid4()),
-                                                  tweaks=None, idempotency_key=None, mode="background")
-                    await client.get_workflow_handle(job.job_id).result()
-                    ours.append((time.perf_counter() - t) / args.layers)
-                b, o = statistics.median(bare), statistics.median(ours)
-                out["per_layer_ms"][kind] = {"bare": round(b * 1000, 2), "signoff": round(o * 1000, 2),
-                                             "ratio": round(o / b, 3), "target": 1.25}
+            service = RunService(settings, store, client)
+            kind, local = "regular", False
+            bare, ours = [], []
+            for _ in range(args.reps):
+                t = time.perf_counter()
+                await client.execute_workflow("BareLayers", args=[args.layers, local], id=str(uuid.uuid4()),
+                                              task_queue=queue + "-bare")
+                bare.append((time.perf_counter() - t) / args.layers)
+                t = time.perf_counter()
+                job, _ = await service.submit(user, chain, input_value="x", session_id=str(uuid.uuid4()),
+                                              tweaks=None, idempotency_key=None, mode="background")
+                await client.get_workflow_handle(job.job_id).result()
+                ours.append((time.perf_counter() - t) / args.layers)
+            b, o = statistics.median(bare), statistics.median(ours)
+            out["per_layer_ms"][kind] = {"bare": round(b * 1000, 2), "signoff": round(o * 1000, 2),
+                                         "ratio": round(o / b, 3), "target": 1.25}
 
-            for kind, local in (("regular", False), ("local", True)):
-                service = SignoffService(settings, store, client, local_activities=local)
-                b_sub, b_res, o_sub, o_res = [], [], [], []
-                for _ in range(args.runs):
-                    wf_id = str(uuid.uuid4())
-                    t = time.perf_counter()
-                    h = await client.start_workflow("BareGate", local, id=wf_id, task_queue=queue + "-bare")
-                    await poll(lambda: wf_id in _waiting)
-                    b_sub.append(_waiting.pop(wf_id) - t)
-                    t = time.perf_counter()
-                    await h.execute_update("resume", "approve")
-                    await h.result()
-                    b_res.append(time.perf_counter() - t)
+            b_sub, b_res, o_sub, o_res = [], [], [], []
+            for _ in range(args.runs):
+                wf_id = str(uuid.uuid4())
+                t = time.perf_counter()
+                h = await client.start_workflow("BareGate", local, id=wf_id, task_queue=queue + "-bare")
+                await poll(lambda: wf_id in _waiting)
+                b_sub.append(_waiting.pop(wf_id) - t)
+                t = time.perf_counter()
+                await h.execute_update("resume", "approve")
+                await h.result()
+                b_res.append(time.perf_counter() - t)
 
-                    t = time.perf_counter()
-                    job, _ = await service.submit(user, gate, input_value="x", session_id=str(uuid.uuid4()),
-                                                  tweaks=None, idempotency_key=None, mode="background")
-                    job = await poll(lambda: _suspended(store, job.job_id))
-                    o_sub.append(time.perf_counter() - t)
-                    t = time.perf_counter()
-                    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
-                    await poll(lambda: _completed(store, job.job_id))
-                    o_res.append(time.perf_counter() - t)
-                bs, br, os_, or_ = summary(b_sub), summary(b_res), summary(o_sub), summary(o_res)
-                out["gate"][kind] = {
-                    "bare": {"submit_to_waiting": bs, "resume_to_completed": br},
-                    "signoff": {"submit_to_suspended": os_, "resume_to_completed": or_},
-                    "ratio_p50": {"submit": round(os_["p50_ms"] / bs["p50_ms"], 3),
-                                  "resume": round(or_["p50_ms"] / br["p50_ms"], 3)},
-                    "target": 1.5,
-                }
+                t = time.perf_counter()
+                job, _ = await service.submit(user, gate, input_value="x", session_id=str(uuid.uuid4()),
+                                              tweaks=None, idempotency_key=None, mode="background")
+                job = await poll(lambda: _suspended(store, job.job_id))
+                o_sub.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+                await poll(lambda: _completed(store, job.job_id))
+                o_res.append(time.perf_counter() - t)
+            bs, br, os_, or_ = summary(b_sub), summary(b_res), summary(o_sub), summary(o_res)
+            out["gate"][kind] = {
+                "bare": {"submit_to_waiting": bs, "resume_to_completed": br},
+                "signoff": {"submit_to_suspended": os_, "resume_to_completed": or_},
+                "ratio_p50": {"submit": round(os_["p50_ms"] / bs["p50_ms"], 3),
+                              "resume": round(or_["p50_ms"] / br["p50_ms"], 3)},
+                "target": 1.5,
+            }
         await store.close()
         print(json.dumps(out, indent=2))
     finally:

@@ -37,7 +37,7 @@ from signoff.engine.models import Decision, JobStatus  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
-from signoff.service import SignoffService, with_converter  # noqa: E402
+from signoff.service import RunService, with_converter  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -119,7 +119,7 @@ async def main() -> None:
                "SIGNOFF_MAX_CACHED_WORKFLOWS": str(args.cache), "PYTHONPATH": str(ROOT)}
         worker = subprocess.Popen([sys.executable, "-m", "signoff.cli", "worker"], cwd=ROOT, env=env,
                                   stdout=open(tmp / "worker.log", "ab"), stderr=subprocess.STDOUT)
-        service = SignoffService(settings, store, client)
+        service = RunService(settings, store, client)
         user = await store.create_user(f"bench-{uuid.uuid4()}")
         flow = await store.save_flow(user.id, "gate", GATE_FLOW)
         rss_idle = await settle_rss(worker.pid, 3.0)

@@ -6,7 +6,7 @@ Flow: Chat Input → Prompt → Chat Output (three layers, no gate). Over --runs
 - (a) the in-process engine: ``InProcessRunner`` on the same store, with the same tracing (spans
   written to the store, as ``signoff run`` does) — the baseline; (a0) the same without tracing,
   for information;
-- (b) ``SignoffService.submit(mode="sync")``: the job row, the run inline, status + events, chat
+- (b) ``RunService.submit(mode="sync")``: the job row, the run inline, status + events, chat
   history, trace (docs/inline.md);
 - (c) the same through HTTP to a real ``signoff api`` process, for information;
 - (d) the same sync submit forced onto Temporal (``SIGNOFF_INLINE_SYNC=false``, an in-process
@@ -42,7 +42,7 @@ from signoff.engine.store import open_store  # noqa: E402
 from signoff.engine.tracing import RunTracing  # noqa: E402
 from signoff.engine.tracing import sdk as telemetry  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
-from signoff.service import SignoffService, with_converter  # noqa: E402
+from signoff.service import RunService, with_converter  # noqa: E402
 from signoff.worker import build_worker  # noqa: E402
 
 FLOW = {
@@ -100,7 +100,7 @@ async def main() -> None:
         await store.setup()
         user = await store.get_or_create_user(f"bench-{uuid.uuid4().hex[:8]}")
         flow = await store.save_flow(user.id, FLOW["name"], FLOW)
-        service = SignoffService(settings, store, client)
+        service = RunService(settings, store, client)
         results: dict = {"flow": "ChatInput -> Prompt -> ChatOutput", "database": url.split(":")[0], "runs": args.runs}
 
         async def loader(flow_id: str):
@@ -160,7 +160,7 @@ async def main() -> None:
             results["c_http_sync"] = summary(await timed(args.runs, http_run))
 
         # (d) the same sync submit on Temporal (how every sync run went before)
-        temporal = SignoffService(settings.model_copy(update={"inline_sync": False}), store, client)
+        temporal = RunService(settings.model_copy(update={"inline_sync": False}), store, client)
         async with build_worker(client, store, settings):
             async def temporal_run() -> None:
                 job, _ = await temporal.submit(user, flow, input_value="hello", session_id=f"bench-d-{uuid.uuid4()}",

@@ -1,5 +1,5 @@
 """Where a sync inline run spends its store time: every store call of N runs counted and timed,
-for the in-process engine and for ``SignoffService.submit(mode="sync")``, on the same SQLite
+for the in-process engine and for ``RunService.submit(mode="sync")``, on the same SQLite
 store (docs/inline.md, "Where the difference goes"). Prints JSON.
 
     .venv/bin/python bench/sync_calls.py [--runs 50]
@@ -25,7 +25,7 @@ from signoff.engine.store import open_store  # noqa: E402
 from signoff.engine.tracing import RunTracing  # noqa: E402
 from signoff.engine.tracing import sdk as telemetry  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
-from signoff.service import SignoffService, with_converter  # noqa: E402
+from signoff.service import RunService, with_converter  # noqa: E402
 
 FLOW = {
     "name": "bench sync",
@@ -75,7 +75,7 @@ async def main() -> None:
         calls, times = count_calls(store)
         user = await store.get_or_create_user("bench")
         flow = await store.save_flow(user.id, FLOW["name"], FLOW)
-        service = SignoffService(settings, store, client)
+        service = RunService(settings, store, client)
 
         async def loader(flow_id: str):
             f = await store.get_flow(flow_id)

@@ -3,10 +3,11 @@ nested flows, an HTTP client factory, the clock, and hooks for observability."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, AsyncContextManager, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable, ContextManager
 
 import httpx
 
@@ -22,6 +23,23 @@ BuildWrapper = Callable[[str, str], AsyncContextManager[Any]]
 VertexHook = Callable[[VertexResult], "Awaitable[None] | None"]
 # Runs a nested flow to its end (Run Flow): (ctx, flow_id, spec, input_value, vertex_id=) -> result.
 ChildRunner = Callable[..., Awaitable[dict[str, Any]]]
+# Opens the span of one of a component's own calls (a model request, a tool run): keyword
+# attributes -> context manager yielding the span (``outputs``, ``model_result``, ``fail``).
+SpanFactory = Callable[..., ContextManager[Any]]
+
+
+class NoSpan:
+    """The span of a call when the run is not traced: every method does nothing."""
+
+    recording = False
+
+    def set(self, key: str, value: Any) -> None: ...
+
+    def outputs(self, values: dict[str, Any]) -> None: ...
+
+    def model_result(self, result: Any) -> None: ...
+
+    def fail(self, message: str) -> None: ...
 
 
 @dataclass
@@ -45,9 +63,21 @@ class RunContext:
     # Set by engine.run.context_for: components run nested flows through it, so they need not
     # import the engine's steps (which import the components).
     run_child: ChildRunner | None = None
+    # Set by the run's tracer (engine.tracing): the spans of a component's model and tool calls.
+    model_span: SpanFactory | None = None
+    tool_span: SpanFactory | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else utcnow()
+
+    def model_call(self, **attributes: Any) -> ContextManager[Any]:
+        """``with ctx.run.model_call(model=..., number=n) as span: ...; span.model_result(r)``:
+        the span of one model request of the component being built (docs/tracing.md)."""
+        return self.model_span(**attributes) if self.model_span else contextlib.nullcontext(NoSpan())
+
+    def tool_call(self, **attributes: Any) -> ContextManager[Any]:
+        """The span of one tool run of the component being built (an Agent's tool call)."""
+        return self.tool_span(**attributes) if self.tool_span else contextlib.nullcontext(NoSpan())
 
     def http_client(self) -> httpx.AsyncClient:
         """A client to use as ``async with ctx.http_client() as client``."""

@@ -91,3 +91,14 @@ class CheckpointError(SignoffError):
     """The checkpoint could not be written."""
 
     code = "CHECKPOINT_ERROR"
+
+
+def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:
+    """The SignoffError subclass whose ``code`` is ``code`` (``default`` when none is)."""
+    stack = [SignoffError]
+    while stack:
+        cls = stack.pop()
+        if cls.code == code:
+            return cls
+        stack.extend(cls.__subclasses__())
+    return default

@@ -76,10 +76,12 @@ class InProcessRunner:
     def context(self, state: RunState, graph: Graph | None = None) -> RunContext:
         """The context for building a layer from ``state`` (with tracing: that layer's spans)."""
         wrap_build, on_vertex_built = self.wrap_build, self.on_vertex_built
+        spans: dict[str, Any] = {}
         if self.tracing is not None and graph is not None:
             hooks = self.tracing.hooks(graph, state)
-            wrap_build = _outer_wrap(hooks["wrap_build"], wrap_build)
-            on_vertex_built = _both_hooks(hooks["on_vertex_built"], on_vertex_built)
+            wrap_build = _outer_wrap(hooks.pop("wrap_build"), wrap_build)
+            on_vertex_built = _both_hooks(hooks.pop("on_vertex_built"), on_vertex_built)
+            spans = hooks  # the components' model and tool call spans
         return context_for(
             state,
             history=self.history,
@@ -89,6 +91,7 @@ class InProcessRunner:
             on_vertex_built=on_vertex_built,
             wrap_build=wrap_build,
             settings=self.settings,
+            **spans,
         )
 
     async def start(

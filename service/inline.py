@@ -2,10 +2,9 @@
 engine's in-process runner instead of a Temporal workflow (DESIGN §8; docs/inline.md).
 
 Such a run never pauses, so it needs none of what Temporal gives a run that waits for a person.
-It keeps everything a job promises: the job row (``queued → in_progress →
-completed|failed|cancelled``), the events (``end``, ``run_failed``, ``run_cancelled``, each
-written with its status in one transaction), the chat history, one trace per run, stop, and no
-job left ``in_progress`` forever:
+It keeps everything a job promises: the job row (``in_progress → completed|failed|cancelled``),
+the events (each written with its status in one transaction, by :func:`end_run`), the chat
+history, one trace per run, stop, and no job left ``in_progress`` forever:
 
 - the job is created with a **lease** (``lease_until``); while the run goes, a heartbeat renews it
   every ``inline_heartbeat_seconds`` and reads the job's **stop request**;
@@ -24,17 +23,20 @@ import logging
 from collections import OrderedDict
 from collections.abc import Coroutine
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from signoff.engine import tracing
-from signoff.engine.errors import SignoffError
-from signoff.engine.models import FlowRecord, Job, JobStatus, utcnow
+from signoff.engine.errors import NotResumable, SignoffError
+from signoff.engine.lifecycle import RunEnd, end_run, settle_ended
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner, RunOutcome
 from signoff.engine.settings import Settings
-from signoff.periodic import periodically
-from signoff.engine.spec import FlowSpec, load_flow
-from signoff.engine.validate import flow_has_gate
+from signoff.engine.spec import FlowSpec, apply_tweaks, load_flow
 from signoff.engine.store.base import Store
+from signoff.engine.tracing.sdk import collect_spans
+from signoff.engine.validate import flow_has_gate
+from signoff.service.backend import RunBackend, poll_job
+from signoff.service.periodic import periodically
 
 log = logging.getLogger("signoff.inline")
 
@@ -42,19 +44,11 @@ PROCESS_STOPPED = "the process running it stopped"
 LEASE_ERROR: dict[str, Any] = {"error": PROCESS_STOPPED, "type": "ProcessStopped", "vertex_id": None}
 
 _SPEC_CACHE_SIZE = 256
-RUNNER_INLINE = "inline"
-RUNNER_TEMPORAL = "temporal"
-
-
-def is_inline(job: Job) -> bool:
-    return job.request.get("runner") == RUNNER_INLINE
 
 
 def inline_spec(flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
     """The flow (tweaks applied) when it can run inline: valid and without a gate. None sends the
     run to Temporal, which also reports a bad tweak or an invalid flow exactly as before."""
-    from signoff.activities.flow import apply_tweaks
-
     try:
         spec = load_flow(apply_tweaks(flow.spec, tweaks))
     except Exception:  # noqa: BLE001 - the workflow path reports it (run_failed)
@@ -71,8 +65,11 @@ def _error(err: BaseException) -> dict[str, Any]:
     }
 
 
-class InlineRuns:
+class InlineBackend(RunBackend):
     """The inline runs of this process: start, wait, stop."""
+
+    name: ClassVar[str] = "inline"
+    initial_status: ClassVar[JobStatus] = JobStatus.in_progress  # it starts at once
 
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
@@ -81,9 +78,12 @@ class InlineRuns:
         self._stopping: set[str] = set()  # stop asked: a cancel of these tasks is a stop
         self._specs: OrderedDict[tuple[str, int], FlowSpec | None] = OrderedDict()
 
-    def spec_for(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
-        """:func:`inline_spec`, remembered per flow version when there are no tweaks (a flow
-        version never changes)."""
+    def accepts(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> bool:
+        """Whether a sync run of this flow (with these tweaks) runs inline: :func:`inline_spec`,
+        remembered per flow version when there are no tweaks (a flow version never changes)."""
+        return self._spec(flow, tweaks) is not None
+
+    def _spec(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> FlowSpec | None:
         if tweaks:
             return inline_spec(flow, tweaks)
         key = (flow.id, flow.version)
@@ -98,7 +98,14 @@ class InlineRuns:
     def lease_until(self) -> datetime:
         return utcnow() + timedelta(seconds=self.settings.inline_lease_seconds)
 
-    def start(self, job: Job, flow: FlowRecord, spec: FlowSpec) -> asyncio.Task[None]:
+    async def start(self, job: Job, flow: FlowRecord) -> None:
+        if job.job_id in self._tasks:
+            return
+        spec = self._spec(flow, job.request.get("tweaks"))
+        if spec is None:  # accepts() said it could: never leave the job hanging
+            await self._failed(job, flow, {"error": "the flow cannot run inline", "type": "InlineRefused",
+                                           "vertex_id": None})
+            return
         task = asyncio.create_task(self._run(job, flow, spec), name=f"signoff-inline-{job.job_id}")
         self._tasks[job.job_id] = task
 
@@ -109,29 +116,46 @@ class InlineRuns:
                 log.error("inline run %s: %r", job.job_id, t.exception())
 
         task.add_done_callback(done)
-        return task
+
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
+        raise NotResumable("An inline run never waits for a decision", job_id=job.job_id)
+
+    async def release(self, job_id: str) -> None:
+        """Nothing to let go of: an inline run is never suspended."""
 
     def running(self, job_id: str) -> asyncio.Task[None] | None:
         return self._tasks.get(job_id)
 
+    def runs_here(self, job_id: str) -> bool:
+        return job_id in self._tasks
+
     async def wait(self, job_id: str, timeout: float) -> bool:
-        """Wait (at most ``timeout``) for this process's run of the job to end; whether it did.
-        The run is never cancelled by the wait (a caller that goes away leaves it running)."""
         task = self._tasks.get(job_id)
         if task is None:
             return True
         done, _ = await asyncio.wait({task}, timeout=timeout)
         return bool(done)
 
-    async def stop(self, job_id: str, timeout: float = 10.0) -> None:
-        """Ask for the stop durably (the owner, in any process, sees it at its next heartbeat), and
-        cancel the run at once when it runs here."""
-        await self.store.request_cancel(job_id)
-        task = self._tasks.get(job_id)
+    async def stop(self, job: Job) -> Job:
+        """Ask for the stop durably (the owner, in any process, sees it at its next heartbeat),
+        cancel the run at once when it runs here, and wait for it to record its end; a run whose
+        process died is ended by the sweep now."""
+        await self.store.request_cancel(job.job_id)
+        task = self._tasks.get(job.job_id)
         if task is not None:
-            self._stopping.add(job_id)
+            self._stopping.add(job.job_id)
             task.cancel()
-            await asyncio.wait({task}, timeout=timeout)
+            await asyncio.wait({task}, timeout=10.0)
+        current = await poll_job(self.store, job.job_id, 10.0, lambda j: j.status.terminal)
+        if not current.status.terminal:
+            await sweep(self.store)  # its process may be dead: an expired lease ends it now
+            current = await poll_job(self.store, job.job_id, 0, lambda j: True)
+        return current
+
+    async def recover(self) -> None:
+        await sweep(self.store)
+
+    # ---- the run -----------------------------------------------------------------------------
 
     async def _heartbeat(self, job_id: str, run: asyncio.Task[Any]) -> None:
         every = self.settings.inline_heartbeat_seconds
@@ -149,14 +173,11 @@ class InlineRuns:
                 return
 
     async def _run(self, job: Job, flow: FlowRecord, spec: FlowSpec) -> None:
-        from signoff.engine.tracing.sdk import collect_spans, install
-
-        install(self.settings)  # idempotent: the spans need the SDK in this process
         store = self.store
         async with collect_spans(store):  # the run's spans go to the store (flushed at its end)
             beat = asyncio.create_task(self._heartbeat(job.job_id, asyncio.current_task()))  # type: ignore[arg-type]
             try:
-                # the job was created in_progress (SignoffService.submit): no status write here
+                # the job was created in_progress (RunService.submit): no status write here
                 runner = InProcessRunner(
                     store, store, self._flow_loader, settings=self.settings,
                     tracing=tracing.RunTracing(store, started_at=lambda _s: job.created_at, name=flow.name),
@@ -171,7 +192,7 @@ class InlineRuns:
                 raise
             except Exception as err:  # noqa: BLE001 - e.g. the database: the run fails, said so
                 beat.cancel()
-                await _to_the_end(self._failed(job, flow, _error(err), close_trace=True))
+                await _to_the_end(self._failed(job, flow, _error(err)))
                 return
             finally:
                 beat.cancel()
@@ -185,33 +206,28 @@ class InlineRuns:
         # the runner emitted and flushed the root span before returning: the trace is whole
         # before the status says the run ended (docs/tracing.md)
         if outcome.status == "completed":
-            await self.store.set_status(job.job_id, JobStatus.completed, expect=[JobStatus.in_progress],
-                                        result=outcome.result, event=("end", {"status": "completed"}))
+            await end_run(self.store, job.job_id, RunEnd(JobStatus.completed, result=outcome.result),
+                          expect=[JobStatus.in_progress], traced=True, name=flow.name)
         elif outcome.status == "failed":
             err = outcome.error or {}
             await self._failed(job, flow, {"error": err.get("error"), "type": err.get("type"),
-                                           "vertex_id": err.get("vertex_id")})
+                                           "vertex_id": err.get("vertex_id")}, traced=True)
         else:  # paused: flow_has_gate said it could not; never leave it hanging
             await self._failed(job, flow, {"error": "the run paused, but it was run without Temporal",
-                                           "type": "InlinePause", "vertex_id": outcome.state.pending_vertex},
-                               close_trace=True)
+                                           "type": "InlinePause", "vertex_id": outcome.state.pending_vertex})
 
-    async def _failed(self, job: Job, flow: FlowRecord, error: dict[str, Any], *, close_trace: bool = False) -> None:
-        if close_trace:
-            await _close_trace(job, flow.name, "failed", error)
-        await self.store.set_status(job.job_id, JobStatus.failed, expect=[JobStatus.queued, JobStatus.in_progress],
-                                    error=error, event=("run_failed", error))
+    async def _failed(self, job: Job, flow: FlowRecord, error: dict[str, Any], *, traced: bool = False) -> None:
+        await end_run(self.store, job.job_id, RunEnd(JobStatus.failed, error=error),
+                      expect=[JobStatus.queued, JobStatus.in_progress], traced=traced, name=flow.name)
 
     async def _cancelled(self, job: Job, flow: FlowRecord) -> None:
         """A stop (here or from another replica) ends the job ``cancelled``; any other cancel of
         the task (the process shutting down) ends it ``failed``, as the sweep would."""
         if job.job_id in self._stopping:
-            await _close_trace(job, flow.name, "cancelled", None)
-            await self.store.set_status(job.job_id, JobStatus.cancelled,
-                                        expect=[JobStatus.queued, JobStatus.in_progress],
-                                        event=("run_cancelled", {"reason": "stopped"}))
+            await end_run(self.store, job.job_id, RunEnd(JobStatus.cancelled),
+                          expect=[JobStatus.queued, JobStatus.in_progress], name=flow.name)
         else:
-            await self._failed(job, flow, dict(LEASE_ERROR), close_trace=True)
+            await self._failed(job, flow, dict(LEASE_ERROR))
 
 
 async def _to_the_end(write: Coroutine[Any, Any, None]) -> None:
@@ -231,13 +247,6 @@ async def _to_the_end(write: Coroutine[Any, Any, None]) -> None:
     task.result()
 
 
-async def _close_trace(job: Job, name: str, status: str, error: dict[str, Any] | None) -> None:
-    """The root span with how the run really ended (same ids: replaces any earlier one)."""
-    tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=name, start=job.created_at,
-                      end=utcnow(), status=status, error=error)
-    await tracing.flush()
-
-
 # ---- the sweep ---------------------------------------------------------------------------------
 
 
@@ -245,19 +254,12 @@ async def sweep(store: Store) -> list[str]:
     """End the inline jobs whose lease ran out (their process died) as ``failed`` with
     ``run_failed`` {error: "the process running it stopped"}; close their traces. Returns the
     job ids ended."""
-    from signoff.engine.tracing.sdk import collect_spans
-
     ended = await store.fail_expired_leases(utcnow(), dict(LEASE_ERROR))
+    for job_id in ended:
+        job = await store.get_job(job_id)
+        if job is not None:
+            await settle_ended(store, job)
     if ended:
-        async with collect_spans(store):
-            for job_id in ended:
-                job = await store.get_job(job_id)
-                if job is None:
-                    continue
-                flow = await store.get_flow(job.flow_id, version=job.flow_version)
-                tracing.close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id,
-                                  name=flow.name if flow else job.flow_id, start=job.created_at,
-                                  end=job.finished_at or utcnow(), status="failed", error=dict(LEASE_ERROR))
         log.warning("ended %d inline job(s) whose process stopped: %s", len(ended), ", ".join(ended))
     return ended
 
@@ -267,14 +269,4 @@ def sweeping(store: Store, settings: Settings) -> contextlib.AbstractAsyncContex
     return periodically(lambda: sweep(store), settings.inline_sweep_seconds, name="inline-sweep")
 
 
-__all__ = [
-    "InlineRuns",
-    "LEASE_ERROR",
-    "PROCESS_STOPPED",
-    "RUNNER_INLINE",
-    "RUNNER_TEMPORAL",
-    "inline_spec",
-    "is_inline",
-    "sweep",
-    "sweeping",
-]
+__all__ = ["InlineBackend", "LEASE_ERROR", "PROCESS_STOPPED", "inline_spec", "sweep", "sweeping"]

@@ -31,14 +31,7 @@ import temporalio.client
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 
-# The search attributes of DESIGN §7; all Keyword so that `SignoffStatus = "suspended"` works.
-SEARCH_ATTRIBUTES: tuple[str, ...] = (
-    "SignoffFlowId",
-    "SignoffSessionId",
-    "SignoffUserId",
-    "SignoffStatus",
-    "SignoffRequestId",
-)
+from signoff.workflows.types import SEARCH_ATTRIBUTES
 
 
 class DevServerError(RuntimeError):

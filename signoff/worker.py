@@ -35,8 +35,8 @@ def build_worker(
     """A worker for FlowRun. ``activities`` replaces the real ones (tests register fakes under
     the real activity names)."""
     from signoff.engine.tracing import sdk
+    from signoff.activities.telemetry import SpanFlushInterceptor
     from signoff.service import with_converter
-    from signoff.telemetry import SpanFlushInterceptor
 
     sdk.install(settings, service_name="signoff-worker")  # idempotent; spans need the SDK
     acts = list(activities) if activities is not None else FlowActivities(store, settings).all()
@@ -79,7 +79,7 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
         except (NotImplementedError, RuntimeError):  # not the main thread
             pass
     worker = build_worker(client, store, settings)
-    from signoff.inline import sweeping
+    from signoff.service.inline import sweeping
 
     try:
         async with worker, sweeping(store, settings):  # ends inline jobs whose API process died

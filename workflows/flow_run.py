@@ -4,34 +4,33 @@
 Loop: run one layer (activity) → when the layer asked for a pause (the checkpoint is saved),
 persist the pause and wait for the decision by Update or Signal ``resume``, bounded by the
 deployment's maximum suspension (a durable timer). A decision is one activity (``resume_run``:
-claim, apply, and the following instant layers inline) → next layer → ... → the last layer
-records the completion; finish (status + terminal event) for the other ends.
+claim, apply, and the following instant layers) → next layer → ... → the last layer records the
+completion; ``finish`` (status + terminal event) for the other ends.
+
+A decision is checked by the engine's one rule (:func:`~signoff.engine.decisions.check_decision`)
+in the Update's validator, so a refused one writes no history; at most one decision is in
+flight at a time (:class:`_Decision`, one slot).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from signoff.engine.models import PendingRequest
-    from signoff.workflows.types import (
-        PENDING_QUERY,
-        REJECTED_QUERY,
-        RESUME,
-        WORKFLOW_TYPE,
+    from signoff.activities.failures import failure_error, refusal
+    from signoff.activities.flow import FlowActivities
+    from signoff.activities.types import (
         FinishInput,
         FinishOutput,
-        FlowRunInput,
         PersistPauseInput,
         RecordEventInput,
-        ResumeInput,
-        ResumeResult,
         ResumeRunInput,
         ResumeRunOutput,
         RollbackResumeInput,
@@ -39,12 +38,20 @@ with workflow.unsafe.imports_passed_through():
         RunLayerOutput,
         StateRef,
     )
-
-SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
-SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")
-SA_USER = SearchAttributeKey.for_keyword("SignoffUserId")
-SA_STATUS = SearchAttributeKey.for_keyword("SignoffStatus")
-SA_REQUEST = SearchAttributeKey.for_keyword("SignoffRequestId")
+    from signoff.engine.decisions import check_decision
+    from signoff.engine.errors import SignoffError
+    from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest
+    from signoff.workflows.types import (
+        PENDING_QUERY,
+        REJECTED_QUERY,
+        RESUME,
+        SA_REQUEST,
+        SA_STATUS,
+        WORKFLOW_TYPE,
+        FlowRunInput,
+        ResumeInput,
+        ResumeResult,
+    )
 
 # Retry policy (docs/temporal.md): component errors marked non-retryable and validation errors
 # fail at once; a retryable component error or an infrastructure error (database, network) is
@@ -67,13 +74,23 @@ STORE_RETRY = RetryPolicy(
     maximum_attempts=20,
     non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
+STORE_TIMEOUT = timedelta(seconds=30)
 
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
 # spamming bad Signals cannot grow the workflow's history without bound (docs/temporal.md).
 MAX_RECORDED_REJECTIONS = 20
 
-_ENDED = frozenset({"completed", "failed", "cancelled", "timed_out"})
+
+@dataclass
+class _Decision:
+    """The run's one decision slot: the decision being applied, applied (``out``: where the run is
+    after it, until the run loop takes it) or failed (rolled back; the run waits again). The
+    validator refuses a decision while the slot holds one that is not failed; a new decision
+    replaces a failed one, so "a decision came and went" is "the slot holds another object"."""
+
+    out: RunLayerOutput | None = None
+    failed: bool = False
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -82,11 +99,9 @@ class FlowRun:
         self._inp: FlowRunInput | None = None
         self._pending: PendingRequest | None = None
         self._state: StateRef | None = None
-        self._resumed: RunLayerOutput | None = None  # where the run is after the applied decision
         self._step = 0
-        self._in_flight = 0  # resume handlers between claim and outcome
-        self._settled = 0  # resume handlers done (applied, refused or rolled back)
-        self._status = "queued"
+        self._decision: _Decision | None = None
+        self._status = JobStatus.queued.value
         self._rejections: dict[str | None, int] = {}  # rejected resume Signals per pending request id
 
     # ---- the run -----------------------------------------------------------------------
@@ -112,36 +127,38 @@ class FlowRun:
         return {"job_id": inp.job_id, "status": status}
 
     async def _cancelled(self, inp: FlowRunInput) -> None:
-        fin = await self._finish(FinishInput(job_id=inp.job_id, status="cancelled", state=self._state))
+        fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.cancelled.value, state=self._state))
         self._set_status(fin.status)
         await workflow.wait_condition(workflow.all_handlers_finished)
 
     async def _drive(self, inp: FlowRunInput) -> str:
-        self._set_status("in_progress")
+        self._set_status(JobStatus.in_progress.value)
         out: RunLayerOutput | None = None
         while True:
             if out is None:
                 try:
-                    out = await self._activity(
-                        "run_layer",
+                    out = await workflow.execute_activity_method(
+                        FlowActivities.run_layer,
                         RunLayerInput(job_id=inp.job_id, step=self._step, state=self._state, now=workflow.now()),
-                        RunLayerOutput,
-                        timeout=inp.layer_timeout_seconds,
-                        retry=LAYER_RETRY,
-                        heartbeat=LAYER_HEARTBEAT,
+                        start_to_close_timeout=timedelta(seconds=inp.layer_timeout_seconds),
+                        retry_policy=LAYER_RETRY,
+                        heartbeat_timeout=LAYER_HEARTBEAT,
                     )
                 except ActivityError as err:
                     if isinstance(err.cause, CancelledError):
                         raise asyncio.CancelledError() from err
-                    return await self._fail(inp, err)
+                    fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.failed.value,
+                                                         state=self._state, error=failure_error(err)))
+                    self._set_status(fin.status)
+                    return fin.status
             if out.cancelled:  # the job had already ended: keep what it really is
-                ended = out.status or "cancelled"
+                ended = out.status or JobStatus.cancelled.value
                 self._set_status(ended)
                 return ended
             self._step, self._state = out.step, out.state
             if out.done:  # the last layer already recorded the completion (one activity less)
                 status = out.status or (await self._finish(
-                    FinishInput(job_id=inp.job_id, status="completed", state=self._state))).status
+                    FinishInput(job_id=inp.job_id, status=JobStatus.completed.value, state=self._state))).status
                 self._set_status(status)
                 return status
             if out.pending is None:
@@ -150,7 +167,7 @@ class FlowRun:
             ended = await self._wait_for_decision(inp, out.pending)
             if ended is not None:
                 return ended
-            out = self._take_resumed()  # where the decision left the run (maybe further layers on)
+            out = self._take_decision()  # where the decision left the run (maybe further layers on)
 
     async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
         """Wait until a decision has been applied; None then, else the terminal status."""
@@ -158,32 +175,32 @@ class FlowRun:
         # knows its pending request, so a decision sent as soon as the job shows `suspended`
         # always finds the run waiting.
         self._pending = pending
-        await self._activity("persist_pause", PersistPauseInput(
-            job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"), None,
-            retry=STORE_RETRY)
-        self._set_status("suspended", request_id=pending.request_id)
+        await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
+            job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"))
+        self._set_status(JobStatus.suspended.value, request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
         timeout = timedelta(seconds=inp.max_suspend_seconds) if inp.max_suspend_seconds else None
-        while self._resumed is None:
+        while not self._applied:
             try:
-                await workflow.wait_condition(lambda: self._resumed is not None, timeout=timeout)
+                await workflow.wait_condition(lambda: self._applied, timeout=timeout)
             except asyncio.TimeoutError:
                 while True:
-                    # The maximum suspension is over. Ends the run unless a resume claim won first.
-                    await workflow.wait_condition(lambda: not self._resuming)
-                    if self._resumed is not None:
+                    # The maximum suspension is over. Ends the run unless a decision got in first.
+                    await workflow.wait_condition(lambda: not self._applying)
+                    if self._applied:
                         break
-                    settled = self._settled
-                    fin = await self._finish(FinishInput(job_id=inp.job_id, status="timed_out", state=self._state))
-                    if fin.status in _ENDED:
+                    before = self._decision
+                    fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.timed_out.value,
+                                                         state=self._state))
+                    if fin.status in TERMINAL_STATUSES:
                         self._pending = None
                         self._set_status(fin.status)
                         workflow.set_current_details(f"Ended: {fin.status}")
                         return fin.status
                     # A claim got in before finish wrote. Its decision goes on (the run continues)
                     # or fails and is rolled back: the job is suspended again, and its maximum
-                    # suspension is still over, so finish again once that handler is done.
-                    if self._resuming or self._settled != settled:
+                    # suspension is still over, so finish again once that decision is settled.
+                    if self._decision is not before or self._applying:
                         continue
                     timeout = None  # a claim is being applied: its outcome resumes the run
                     break
@@ -191,41 +208,25 @@ class FlowRun:
         workflow.set_current_details("Running")
         return None
 
-    def _take_resumed(self) -> RunLayerOutput:
-        out, self._resumed = self._resumed, None
-        assert out is not None
-        return out
-
-    async def _fail(self, inp: FlowRunInput, err: ActivityError) -> str:
-        cause = err.cause
-        error: dict[str, Any] = {"error": str(cause or err), "type": "ActivityError"}
-        if isinstance(cause, ApplicationError):
-            error["type"] = cause.type or "ApplicationError"
-            if cause.details and isinstance(cause.details[0], dict):
-                error.update({k: v for k, v in cause.details[0].items() if k in ("vertex_id", "type", "error")})
-        fin = await self._finish(FinishInput(job_id=inp.job_id, status="failed", state=self._state, error=error))
-        self._set_status(fin.status)
-        return fin.status
+    @property
+    def _applying(self) -> bool:
+        return self._decision is not None and self._decision.out is None and not self._decision.failed
 
     @property
-    def _resuming(self) -> bool:
-        return self._in_flight > 0
+    def _applied(self) -> bool:
+        return self._decision is not None and self._decision.out is not None
+
+    def _take_decision(self) -> RunLayerOutput:
+        assert self._decision is not None and self._decision.out is not None
+        out, self._decision = self._decision.out, None
+        return out
 
     # ---- decisions -----------------------------------------------------------------------
 
-    def _problem(self, inp: ResumeInput) -> tuple[str, str] | None:
-        """(code, message) when this decision cannot be applied now, else None."""
-        pending = self._pending
-        if pending is None or self._resuming:
-            return "NOT_RESUMABLE", "The run is not waiting for a decision"
-        if inp.request_id != pending.request_id:
-            return "NOT_RESUMABLE", f"Stale request_id {inp.request_id!r}: the run waits for {pending.request_id!r}"
-        if inp.decision.action_id not in pending.allowed_decisions:
-            return (
-                "INVALID_DECISION",
-                f"action_id {inp.decision.action_id!r} is not one of {pending.allowed_decisions}",
-            )
-        return None
+    def _check(self, inp: ResumeInput) -> None:
+        """The engine's one decision check against what this run waits for (SignoffError)."""
+        check_decision(self._pending, inp.request_id, inp.decision,
+                       waiting=self._decision is None or self._decision.failed)
 
     @workflow.update(name=RESUME)
     async def resume(self, inp: ResumeInput) -> ResumeResult:
@@ -233,19 +234,21 @@ class FlowRun:
 
     @resume.validator
     def _validate_resume(self, inp: ResumeInput) -> None:
-        problem = self._problem(inp)
-        if problem is not None:
-            raise ApplicationError(problem[1], type=problem[0], non_retryable=True)
+        try:
+            self._check(inp)
+        except SignoffError as err:
+            raise refusal(err) from None
 
     @workflow.signal(name=RESUME)
     async def resume_signal(self, inp: ResumeInput) -> None:
-        problem = self._problem(inp)
-        if problem is None:
-            try:
-                await self._apply(inp)
-                return
-            except ApplicationError as err:
-                problem = (err.type or "NOT_RESUMABLE", err.message)
+        try:
+            self._check(inp)
+            await self._apply(inp)
+            return
+        except SignoffError as err:
+            problem = (err.code, err.message)
+        except ApplicationError as err:
+            problem = (err.type or "NOT_RESUMABLE", err.message)
         assert self._inp is not None
         key = self._pending.request_id if self._pending is not None else None
         seen = self._rejections[key] = self._rejections.get(key, 0) + 1
@@ -254,61 +257,50 @@ class FlowRun:
             workflow.logger.warning("resume Signal rejected (%s, %d for pending request %s): %s",
                                     problem[0], seen, key, problem[1])
             return
-        await self._activity(
-            "record_event",
-            RecordEventInput(
-                job_id=self._inp.job_id,
-                event="resume_rejected",
-                data={"request_id": inp.request_id, "action_id": inp.decision.action_id, "via": "signal",
-                      "code": problem[0], "message": problem[1]},
-            ),
-            None,
-            retry=STORE_RETRY,
-        )
+        await self._store_activity(FlowActivities.record_event, RecordEventInput(
+            job_id=self._inp.job_id,
+            event="resume_rejected",
+            data={"request_id": inp.request_id, "action_id": inp.decision.action_id, "via": "signal",
+                  "code": problem[0], "message": problem[1]},
+        ))
 
     async def _apply(self, inp: ResumeInput) -> ResumeResult:
         """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
         deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
-        and the dedupe keys of its events; concurrent handlers have different tokens, and the
-        store's conditional claim lets exactly one of them win."""
+        and the dedupe keys of its events; the store's conditional claim lets exactly one
+        decision win, whichever surface (API, CLI, Web UI) sent it."""
         assert self._inp is not None
         job_id = self._inp.job_id
         token = f"wf-{workflow.uuid4().hex}"
-        self._in_flight += 1
+        decision = self._decision = _Decision()
         try:
-            try:
-                res: ResumeRunOutput = await self._activity(
-                    "resume_run",
-                    ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
-                                   decided_by=inp.decided_by, now=workflow.now(), state=self._state,
-                                   step=self._step),
-                    ResumeRunOutput,
-                    retry=LAYER_RETRY,
-                )
-            except ActivityError as err:
-                await self._activity("rollback_resume", RollbackResumeInput(job_id=job_id, claim_token=token),
-                                     None, retry=STORE_RETRY)
-                cause = err.cause
-                code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
-                raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
-                                       non_retryable=True) from None
-            if not res.claimed or res.out is None:
-                raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
-                                       type="NOT_RESUMABLE", non_retryable=True)
-            self._resumed = res.out
-            self._decision_applied()
-            return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
-        finally:
-            self._in_flight -= 1
-            self._settled += 1
-
-    def _decision_applied(self) -> None:
-        """The run goes on: ``in_progress``, unless it ended while the decision was being applied
-        (stopped meanwhile: the workflow's cancellation recorded the end first), whose status
-        stays."""
-        if self._status in _ENDED:
-            return
-        self._set_status("in_progress")
+            res: ResumeRunOutput = await workflow.execute_activity_method(
+                FlowActivities.resume_run,
+                ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
+                               decided_by=inp.decided_by, now=workflow.now(), state=self._state, step=self._step),
+                start_to_close_timeout=STORE_TIMEOUT,
+                retry_policy=LAYER_RETRY,
+            )
+        except ActivityError as err:
+            try:  # the claim goes back; until it has, the run takes no other decision
+                await self._store_activity(FlowActivities.rollback_resume,
+                                           RollbackResumeInput(job_id=job_id, claim_token=token))
+            finally:
+                decision.failed = True
+            cause = err.cause
+            code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
+            raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
+                                   non_retryable=True) from None
+        if not res.claimed or res.out is None:
+            decision.failed = True
+            raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
+                                   type="NOT_RESUMABLE", non_retryable=True)
+        decision.out = res.out
+        # The run goes on: in_progress, unless it ended while the decision was being applied
+        # (stopped meanwhile: the workflow's cancellation recorded the end first).
+        if self._status not in TERMINAL_STATUSES:
+            self._set_status(JobStatus.in_progress.value)
+        return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
 
     @workflow.query(name=REJECTED_QUERY)
     def rejected(self) -> dict[str, int]:
@@ -323,26 +315,20 @@ class FlowRun:
     # ---- helpers -------------------------------------------------------------------------
 
     async def _finish(self, fin: FinishInput) -> FinishOutput:
-        return await self._activity("finish", fin, FinishOutput, retry=STORE_RETRY)
+        return await self._store_activity(FlowActivities.finish, fin)
 
-    async def _activity(self, name: str, arg: Any, result_type: Any, *, timeout: float = 30.0,
-                        retry: RetryPolicy = STORE_RETRY, heartbeat: timedelta | None = None) -> Any:
-        assert self._inp is not None
-        if self._inp.local_activities:
-            return await workflow.execute_local_activity(
-                name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=timeout),
-                retry_policy=retry,
-            )
-        return await workflow.execute_activity(
-            name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=timeout),
-            retry_policy=retry, heartbeat_timeout=heartbeat,
-        )
+    @staticmethod
+    async def _store_activity(activity: Callable[..., Any], arg: Any) -> Any:
+        """A bookkeeping activity: it only touches the store, so it is retried longer."""
+        return await workflow.execute_activity_method(activity, arg, start_to_close_timeout=STORE_TIMEOUT,
+                                                      retry_policy=STORE_RETRY)
 
     def _set_status(self, status: str, *, request_id: str | None = None) -> None:
         self._status = status
-        updates: list[Any] = [SA_STATUS.value_set(status)]
-        updates.append(SA_REQUEST.value_set(request_id) if request_id else SA_REQUEST.value_unset())
-        workflow.upsert_search_attributes(updates)
+        workflow.upsert_search_attributes([
+            SA_STATUS.value_set(status),
+            SA_REQUEST.value_set(request_id) if request_id else SA_REQUEST.value_unset(),
+        ])
 
     @staticmethod
     def _details(pending: PendingRequest) -> str:
@@ -355,4 +341,3 @@ class FlowRun:
             f'{{"request_id": "{pending.request_id}", "decision": {{"action_id": "..."}}}}',
         ]
         return "\n".join(x for x in lines if x)
-

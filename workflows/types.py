@@ -1,28 +1,30 @@
-"""The data that crosses the workflow boundary: workflow, Update/Signal and activity inputs and
-outputs. One pydantic model per call, named ``<Verb>Input``/``<Verb>Output``, so fields can be
-added without breaking running workflows. Plain data only (the sandbox passes it through)."""
+"""The data of the workflow's own surface: its input, the ``resume`` Update/Signal and their
+answer, the queries' names and the search attributes. One pydantic model per call, named
+``<Verb>Input``/``<Verb>Output``, so fields can be added without breaking running workflows.
+Plain data only (the sandbox passes it through). The activities' inputs and outputs are in
+:mod:`signoff.activities.types`."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
+from temporalio.common import SearchAttributeKey
 
-from signoff.engine.models import Decision, PendingRequest
+from signoff.engine.models import Decision
 
 WORKFLOW_TYPE = "FlowRun"
 RESUME = "resume"
 PENDING_QUERY = "pending"
 REJECTED_QUERY = "rejected_signals"  # rejected resume Signals per pending request id (FlowRun)
 
-
-class StateRef(BaseModel):
-    """Where a run's state (the engine's RunState) is: inline when its JSON is at most
-    ``settings.inline_output_bytes``, else a store blob key (the payload stays small)."""
-
-    inline: dict[str, Any] | None = None
-    blob_key: str | None = None
+# The search attributes of DESIGN §7, all Keyword (so that `SignoffStatus = "suspended"` works):
+# set at the start (flow, session, user, status) and by the workflow (status, request id).
+SA_FLOW = SearchAttributeKey.for_keyword("SignoffFlowId")
+SA_SESSION = SearchAttributeKey.for_keyword("SignoffSessionId")
+SA_USER = SearchAttributeKey.for_keyword("SignoffUserId")
+SA_STATUS = SearchAttributeKey.for_keyword("SignoffStatus")
+SA_REQUEST = SearchAttributeKey.for_keyword("SignoffRequestId")
+SEARCH_ATTRIBUTES: tuple[str, ...] = tuple(k.name for k in (SA_FLOW, SA_SESSION, SA_USER, SA_STATUS, SA_REQUEST))
 
 
 class FlowRunInput(BaseModel):
@@ -32,33 +34,7 @@ class FlowRunInput(BaseModel):
     user_id: str
     session_id: str | None = None
     max_suspend_seconds: int = 0  # 0 = wait forever
-    # Regular activities by default: their results are in history the moment they complete, so a
-    # failed workflow task never re-runs a claim or a layer (docs/temporal.md has the figures).
-    local_activities: bool = False
     layer_timeout_seconds: float = 3600.0
-
-
-class RunLayerInput(BaseModel):
-    job_id: str
-    step: int
-    state: StateRef | None = None  # None: the first layer (the activity creates the state)
-    now: datetime
-
-
-class RunLayerOutput(BaseModel):
-    step: int
-    state: StateRef
-    done: bool = False
-    pending: PendingRequest | None = None
-    built: list[str] = Field(default_factory=list)
-    cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
-    status: str | None = None  # when done or cancelled: what the job really is
-
-
-class PersistPauseInput(BaseModel):
-    job_id: str
-    pending: PendingRequest
-    dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
 
 
 class ResumeInput(BaseModel):
@@ -76,47 +52,3 @@ class ResumeResult(BaseModel):
     status: str = "resuming"
     request_id: str
     action_id: str
-
-
-class ResumeRunInput(BaseModel):
-    """One activity for a decision: claim (with the workflow's deterministic ``token``, so a retry
-    finds its own claim), apply, then build the following layers inline while they are instant
-    (no external I/O), up to the next pause or the end."""
-
-    job_id: str
-    token: str
-    request_id: str
-    decision: Decision
-    decided_by: str | None = None
-    now: datetime
-    state: StateRef | None = None
-    step: int = 0
-    inline: bool = True
-
-
-class ResumeRunOutput(BaseModel):
-    claimed: bool
-    action_id: str | None = None
-    out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
-
-
-class RollbackResumeInput(BaseModel):
-    job_id: str
-    claim_token: str
-
-
-class FinishInput(BaseModel):
-    job_id: str
-    status: str  # completed | failed | cancelled | timed_out
-    state: StateRef | None = None
-    error: dict[str, Any] | None = None
-
-
-class FinishOutput(BaseModel):
-    status: str  # what the job really is afterwards
-
-
-class RecordEventInput(BaseModel):
-    job_id: str
-    event: str
-    data: dict[str, Any] = Field(default_factory=dict)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from signoff.engine.errors import JobNotFound, NoPendingRequest
+from signoff.engine.errors import NoPendingRequest
 
 from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
 from signoff.api.limits import check_strings
@@ -54,10 +54,6 @@ async def submit(
     `stream` returns the run's events as SSE until the end or a pause."""
     check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("input_value", "tweaks"))
     flow = await runnable_flow(store, user, body.flow_id, public_owner)
-    if flow.owner_id == public_owner and flow.owner_id != user.id:
-        # Flows from SIGNOFF_FLOWS_DIR are open to every user: the first run records the
-        # execute share that resume checks again later.
-        await store.grant_share(flow.id, user.id, ["execute"])
     timeout = body.timeout or settings.sync_timeout_seconds
     deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
     job, _created = await service.submit(
@@ -92,11 +88,9 @@ async def status_by_query(
 
 
 @router.post("/stop", response_model=StopResponse)
-async def stop(body: StopRequest, store: StoreDep, service: ServiceDep, settings: SettingsDep,
-               user: CurrentUser) -> StopResponse:
+async def stop(body: StopRequest, service: ServiceDep, settings: SettingsDep, user: CurrentUser) -> StopResponse:
     """Stop a job. `status` is what the job really is afterwards."""
     check_strings(body.model_dump(mode="json"), settings.max_string_chars)
-    await visible_job(store, user, body.job_id)
     job = await service.stop(user, body.job_id)
     if job.status == JobStatus.cancelled:
         message = "Job cancelled"
@@ -136,8 +130,6 @@ async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings
                  user: CurrentUser) -> ResumeResponse:
     """Answer the pending request: 404, 403 (no execute permission), 422 INVALID_DECISION,
     409 NOT_RESUMABLE, in that order."""
-    if not valid_id(job_id):
-        raise JobNotFound(f"Job {job_id[:100]!r} not found")
     check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("decision",))
     job = await service.resume(user, job_id, body.request_id, body.decision)
     return ResumeResponse(job_id=job.job_id)

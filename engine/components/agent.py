@@ -23,7 +23,6 @@ import json
 import re
 from typing import Any
 
-from signoff.engine import tracing
 from signoff.engine.components import get_component, register
 from signoff.engine.components.base import (
     TOOL_APPROVAL_ACTIONS,
@@ -190,7 +189,7 @@ class Agent(Component):
                 )
             client = client or self._client(ctx)
             # a child span of this vertex's span (type llm): model, token usage, error status
-            with tracing.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.url,
+            with ctx.run.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.url,
                                     messages=st["messages"], tools=list(tools)) as span:
                 result = await client.chat(st["messages"], [t["schema"] for t in tools.values()] or None)
                 span.model_result(result)
@@ -280,7 +279,7 @@ class Agent(Component):
         )
         try:
             # a child span of this vertex's span (type tool): name, arguments (truncated), result
-            with tracing.tool_call(name=call["name"], args=args, number=st["tool_runs"], component_type=cls.type_name,
+            with ctx.run.tool_call(name=call["name"], args=args, number=st["tool_runs"], component_type=cls.type_name,
                                    call_id=call["id"], outcome=how) as span:
                 outputs = await component.build(tctx)
                 span.outputs({first: (outputs or {}).get(first)})

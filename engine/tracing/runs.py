@@ -65,7 +65,7 @@ class RunTracing:
                            name=self.root_name(state), start=self.start_of(state))
 
     def hooks(self, graph: Graph, state: RunState) -> dict[str, Any]:
-        """``wrap_build`` and ``on_vertex_built`` for one layer built from ``state``."""
+        """The context hooks (:meth:`RunTracer.hooks`) for one layer built from ``state``."""
         return RunTracer(graph, state, limit=self.limit).hooks()
 
     def decided(self, state: RunState, applied: AppliedDecision) -> None:

@@ -61,7 +61,10 @@ class RunTracer:
         self.run_id = state.run_id
 
     def hooks(self) -> dict[str, Any]:
-        return {"wrap_build": self.wrap_build, "on_vertex_built": self.on_vertex_built}
+        """The run context's tracing hooks (``context_for(state, **tracer.hooks())``): a span per
+        built vertex, and the spans of the components' model and tool calls."""
+        return {"wrap_build": self.wrap_build, "on_vertex_built": self.on_vertex_built,
+                "model_span": model_call, "tool_span": tool_call}
 
     def _is_gate_build(self, vertex_id: str, component_type: str) -> bool:
         vertex = self.graph.vertices.get(vertex_id)

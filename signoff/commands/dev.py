@@ -54,13 +54,9 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
 
     from signoff.engine.store import open_store
     from signoff.devserver import DevServerError, live_owner, port_free, start_or_reuse
-    from signoff.service import SignoffService, with_converter
+    from signoff.service import RunService, with_converter
+    from signoff.api.app import create_app
     from signoff.worker import build_worker
-
-    try:
-        from signoff.api.app import create_app
-    except ImportError:  # the API package is not there yet: worker and server only
-        create_app = None
 
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -125,7 +121,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
                     owned.append(server)
                     stack.callback(server.stop)
                 client = with_converter(client)
-                from signoff.telemetry import with_tracing
+                from signoff.service import with_tracing
 
                 client = with_tracing(client)  # Temporal's spans in the runs' traces
             else:
@@ -140,7 +136,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             worker = build_worker(client, store, settings)
             await stack.enter_async_context(worker)
 
-            service = SignoffService(settings, store, client)
+            service = RunService(settings, store, client)
             api_task = None
             api_server = None
             if create_app is not None:

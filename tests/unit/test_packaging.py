@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = ("signoff", "engine", "workflows", "activities", "api")
+FOLDERS = ("signoff", "engine", "workflows", "activities", "service", "api")
 
 
 def _config() -> dict:
@@ -35,11 +35,11 @@ import importlib, pkgutil, sys
 import signoff
 for info in pkgutil.walk_packages(signoff.__path__, "signoff."):
     importlib.import_module(info.name)
-for pkg in ("signoff.engine", "signoff.workflows", "signoff.activities", "signoff.api"):
+for pkg in ("signoff.engine", "signoff.workflows", "signoff.activities", "signoff.service", "signoff.api"):
     mod = importlib.import_module(pkg)
     for info in pkgutil.walk_packages(mod.__path__, pkg + "."):
         importlib.import_module(info.name)
-print(sorted({m.split(".")[0] for m in sys.modules} & {"engine", "workflows", "activities", "api"}))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"engine", "workflows", "activities", "service", "api"}))
 """
 
 

@@ -191,7 +191,7 @@ def tree(spans):
 async def test_an_in_process_run_paused_and_resumed_in_a_new_runner_is_one_trace(store):
     run_id = str(uuid.uuid4())
     checkpoints = InMemoryCheckpointStore()
-    async with telemetry.collect_spans(store):  # what a process does around its run (signoff/inline.py)
+    async with telemetry.collect_spans(store):  # what a process does around its run (service/inline.py)
         out = await InProcessRunner(checkpoints, tracing=RunTracing(store)).start(
             GATE, run_id=run_id, input_value="my order", flow_id="f-in")
     assert out.status == "paused"

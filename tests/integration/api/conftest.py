@@ -25,7 +25,7 @@ from signoff.engine.models import Job, JobStatus
 from signoff.engine.settings import Settings
 from signoff.engine.store import open_store
 from signoff.engine.store.base import Store
-from signoff.service import SignoffService
+from signoff.service import RunService
 from signoff.worker import build_worker
 from tests.helpers import LocalHTTPServer
 
@@ -38,7 +38,7 @@ PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
 class Harness:
     settings: Settings
     store: Store
-    service: SignoffService
+    service: RunService
     app: Any
     users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (user_id, key)
     flows: dict[str, str] = field(default_factory=dict)
@@ -113,7 +113,7 @@ async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) 
         store = open_store(url)
         await store.setup()
         try:
-            service = SignoffService(settings, store, temporal_client)
+            service = RunService(settings, store, temporal_client)
             app = create_app(settings, store=store, service=service)
             worker = build_worker(temporal_client, store, settings)
             async with worker, app.router.lifespan_context(app):

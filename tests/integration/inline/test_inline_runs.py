@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from signoff.api.models import workflow_response
 from signoff.engine.models import Job, JobStatus
-from signoff.service import SignoffService
+from signoff.service import RunService
 from tests.fixtures.world import BACKENDS
 from tests.helpers import GATE_FLOW, eventually, wait_status
 
@@ -31,7 +31,7 @@ async def no_workflow(client, job_id: str) -> None:
     assert [w.id async for w in client.list_workflows(f"WorkflowId = '{job_id}'")] == []
 
 
-async def submit(service: SignoffService, user, flow, mode: str, text: str = "hello", **kw: Any) -> Job:
+async def submit(service: RunService, user, flow, mode: str, text: str = "hello", **kw: Any) -> Job:
     job, created = await service.submit(user, flow, input_value=text, session_id=kw.pop("session_id", None),
                                         tweaks=None, idempotency_key=kw.pop("idempotency_key", None), mode=mode, **kw)
     return job
@@ -139,7 +139,7 @@ async def test_stop_from_another_replica_reaches_the_owner(service, store, user,
     flow = await make_flow(blocking_flow(f"{http_counter.url}/block/{uuid.uuid4()}"))
     job = await submit(service, user, flow, "sync", sync_timeout=0.05)
     await eventually(lambda: sum(http_counter.counts.values()) == 1, what="the HTTP call to start")
-    other = SignoffService(settings, store, client)  # another API replica: the run is not its task
+    other = RunService(settings, store, client)  # another API replica: the run is not its task
     assert other.inline.running(job.job_id) is None
     stopped = await other.stop(user, job.job_id)
     assert stopped.status == JobStatus.cancelled

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from signoff.engine.models import JobStatus
-from signoff.service import SignoffService
+from signoff.service import RunService
 from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually
 
@@ -39,7 +39,7 @@ class HeldEnd:
 
 async def test_a_stop_during_the_completed_write_leaves_the_job_completed(settings, store, client, user, make_flow):
     held = HeldEnd(store)
-    service = SignoffService(settings, held, client)  # type: ignore[arg-type]
+    service = RunService(settings, held, client)  # type: ignore[arg-type]
     flow = await make_flow(chat_flow())
     job, _ = await service.submit(user, flow, input_value="hello", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="sync", sync_timeout=0.01)

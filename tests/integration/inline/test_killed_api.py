@@ -18,7 +18,7 @@ import pytest
 
 from signoff.engine.models import JobStatus
 from signoff.devserver import free_port
-from signoff.inline import PROCESS_STOPPED
+from signoff.service.inline import PROCESS_STOPPED
 from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually, wait_status
 

@@ -15,7 +15,7 @@ from signoff.worker import build_worker
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
 from tests.integration.temporal.test_stop_races import replayer
-from signoff.workflows.types import PersistPauseInput
+from signoff.activities.types import PersistPauseInput
 
 # ---- 1. no event after the terminal one ---------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pytest
 
 from signoff.engine.errors import NotResumable, Unavailable
 from signoff.engine.models import Decision, JobStatus, NewJob
-from signoff.service import SignoffService
+from signoff.service import RunService
 from signoff.worker import build_worker
 from tests.helpers import event_names, wait_status
 
@@ -47,7 +47,7 @@ async def test_the_sweep_starts_runs_left_queued_and_only_once(worker, service, 
 
 
 async def test_a_resume_while_no_worker_runs_is_503_then_applied_once(client, store, settings, user, make_flow):
-    service = SignoffService(settings.model_copy(update={"resume_timeout_seconds": 1.0}), store, client)
+    service = RunService(settings.model_copy(update={"resume_timeout_seconds": 1.0}), store, client)
     async with build_worker(client, store, settings):
         job, _ = await service.submit(user, await make_flow(), input_value="refund 42", session_id=None, tweaks=None,
                                       idempotency_key=None, mode="background")

@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from signoff.engine.models import Decision, JobStatus
-from signoff.service import SignoffService
+from signoff.service import RunService
 from signoff.workflows.flow_run import MAX_RECORDED_REJECTIONS, FlowRun
 from signoff.workflows.types import RESUME, ResumeInput
 
@@ -69,7 +69,7 @@ def held_http_flow(url: str) -> dict[str, Any]:
     }
 
 
-async def submit(service: SignoffService, user, flow, *, session_id: str | None = None, text: str = "refund 42"):
+async def submit(service: RunService, user, flow, *, session_id: str | None = None, text: str = "refund 42"):
     job, _ = await service.submit(user, flow, input_value=text, session_id=session_id, tweaks=None,
                                   idempotency_key=None, mode="background")
     return job.job_id
@@ -184,7 +184,7 @@ async def test_histories_of_the_main_paths_replay(worker, service, client, setti
     histories["failed"] = job_id
 
     # the maximum suspension (a durable timer of 1 s here)
-    short = SignoffService(settings.model_copy(update={"max_suspend_seconds": 1}), store, client)
+    short = RunService(settings.model_copy(update={"max_suspend_seconds": 1}), store, client)
     job_id = await submit(short, user, gate, session_id="s-timeout")
     await wait_status(store, job_id, JobStatus.timed_out)
     histories["timed out"] = job_id

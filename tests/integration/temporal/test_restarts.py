@@ -16,7 +16,7 @@ import pytest_asyncio
 from signoff.engine.models import Decision, JobStatus
 from signoff.engine.settings import Settings
 from signoff.devserver import DevServer, free_port
-from signoff.service import SignoffService, with_converter
+from signoff.service import RunService, with_converter
 from signoff.worker import build_worker
 
 from tests.helpers import eventually, wait_status
@@ -130,7 +130,7 @@ async def test_dev_server_killed_while_suspended(settings, store, user, make_flo
     try:
         settings = settings.model_copy(update={"temporal_address": server.address})
         client = with_converter(await server.wait_healthy())
-        service = SignoffService(settings, store, client)
+        service = RunService(settings, store, client)
         flow = await make_flow(counted_gate_flow(http_counter.url))
         async with build_worker(client, store, settings):
             jobs = []
@@ -143,7 +143,7 @@ async def test_dev_server_killed_while_suspended(settings, store, user, make_flo
         server.kill()
         server.start()  # same port, same SQLite file
         client = with_converter(await server.wait_healthy())
-        service = SignoffService(settings, store, client)
+        service = RunService(settings, store, client)
         async with build_worker(client, store, settings):
             for j in jobs:
                 await service.resume(user, j.job_id, j.pending.request_id, Decision(action_id="approve"))

@@ -10,7 +10,7 @@ from temporalio.testing import ActivityEnvironment
 
 from signoff.activities.flow import FlowActivities
 from signoff.engine.models import Decision, JobStatus, utcnow
-from signoff.workflows.types import ResumeRunInput, RunLayerInput
+from signoff.activities.types import ResumeRunInput, RunLayerInput
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names

@@ -16,13 +16,13 @@ from temporalio.exceptions import ApplicationError
 from signoff.activities.flow import FlowActivities
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import Decision, JobStatus, NewJob
-from signoff.service import SignoffService
+from signoff.service import RunService
 from signoff.worker import build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from signoff.workflows.flow_run import SA_STATUS, FlowRun
-from signoff.workflows.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
+from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
 
 from tests.fixtures.world import BACKENDS
@@ -205,7 +205,7 @@ class TimeoutRace:
 async def test_a_failed_decision_racing_the_maximum_suspension_still_ends_the_run(
         client, store, settings, user, make_flow):
     settings = settings.model_copy(update={"max_suspend_seconds": 1})
-    service = SignoffService(settings, store, client)
+    service = RunService(settings, store, client)
     real = FlowActivities(store, settings)
     race = TimeoutRace(real, store)
     swap = {"finish": race.finish, "resume_run": race.resume_run}

@@ -10,7 +10,7 @@ import pytest_asyncio
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 
 from signoff.engine.models import Decision, JobStatus
-from signoff.service import SignoffService
+from signoff.service import RunService
 
 from tests.helpers import event_names, wait_status
 
@@ -38,7 +38,7 @@ async def skipper(client) -> TimeSkipper:
 
 
 async def test_late_answer_rerouted_to_fallback(worker, settings, store, user, make_flow, skipper):
-    service = SignoffService(settings, store, skipper.client)
+    service = RunService(settings, store, skipper.client)
     flow = await make_flow(LATE_FLOW)
     job, _ = await service.submit(user, flow, input_value="refund", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")
@@ -58,7 +58,7 @@ async def test_late_answer_rerouted_to_fallback(worker, settings, store, user, m
 
 async def test_max_suspension_ends_timed_out(worker, settings, store, user, make_flow, skipper):
     settings = settings.model_copy(update={"max_suspend_seconds": 7 * 24 * 3600})
-    service = SignoffService(settings, store, skipper.client)
+    service = RunService(settings, store, skipper.client)
     flow = await make_flow()
     job, _ = await service.submit(user, flow, input_value="refund", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")

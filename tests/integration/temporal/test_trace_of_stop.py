@@ -1,4 +1,4 @@
-"""The stop of a job with no running workflow (SignoffService.stop ends it itself) closes the
+"""The stop of a job with no running workflow (RunService.stop ends it itself) closes the
 run's root span with the status it ended with (SQLite and PostgreSQL, real Temporal)."""
 
 from __future__ import annotations

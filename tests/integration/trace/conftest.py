@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from signoff.engine.models import SpanRecord
 from signoff.service import with_converter
-from signoff.telemetry import with_tracing
+from signoff.service import with_tracing
 from tests.fixtures.world import (  # noqa: F401 - fixtures
     database_url,
     make_flow,

@@ -15,7 +15,7 @@ from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from signoff.engine.models import Decision, JobStatus
 from signoff.engine.store.sqlite import SQLiteStore
 from signoff.engine.tracing import hex_span, root_span_id
-from signoff.service import SignoffService
+from signoff.service import RunService
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say
 
@@ -167,7 +167,7 @@ async def answer_late(service, skipper, store, user, flow):
 
 async def test_a_late_answer_rerouted_to_fallback_is_the_fallback_gate(worker, settings, store, user, make_flow,
                                                                         skipper):
-    service = SignoffService(settings, store, skipper.client)
+    service = RunService(settings, store, skipper.client)
     done, spans = await answer_late(service, skipper, store, user, await make_flow(late_flow(fallback=True)))
     assert done.result["output"]["text"] == "too late: escalated"
     assert story(spans) == ["Chat Input", "Human In The Loop — Fallback", "Escalated"]
@@ -181,7 +181,7 @@ async def test_a_late_answer_rerouted_to_fallback_is_the_fallback_gate(worker, s
 
 async def test_a_late_answer_without_fallback_is_the_expired_gate_and_no_branch(worker, settings, store, user,
                                                                                make_flow, skipper):
-    service = SignoffService(settings, store, skipper.client)
+    service = RunService(settings, store, skipper.client)
     done, spans = await answer_late(service, skipper, store, user, await make_flow(late_flow(fallback=False)))
     assert story(spans) == ["Chat Input", "Human In The Loop — Expired"]  # no branch span at all
     (gate,) = [s for s in spans if s.type == "gate"]

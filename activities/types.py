@@ -1,0 +1,87 @@
+"""The activities' inputs and outputs (what the workflow sends them and gets back). One pydantic
+model per call, named ``<Verb>Input``/``<Verb>Output``, so fields can be added without breaking
+running workflows. Plain data only: the workflow sandbox passes it through."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from signoff.engine.models import Decision, PendingRequest
+
+
+class StateRef(BaseModel):
+    """Where a run's state (the engine's RunState) is: inline when its JSON is at most
+    ``settings.inline_output_bytes``, else a store blob key (the payload stays small)."""
+
+    inline: dict[str, Any] | None = None
+    blob_key: str | None = None
+
+
+class RunLayerInput(BaseModel):
+    job_id: str
+    step: int
+    state: StateRef | None = None  # None: the first layer (the activity creates the state)
+    now: datetime
+
+
+class RunLayerOutput(BaseModel):
+    step: int
+    state: StateRef
+    done: bool = False
+    pending: PendingRequest | None = None
+    built: list[str] = Field(default_factory=list)
+    cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
+    status: str | None = None  # when done or cancelled: what the job really is
+
+
+class PersistPauseInput(BaseModel):
+    job_id: str
+    pending: PendingRequest
+    dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
+
+
+class ResumeRunInput(BaseModel):
+    """One activity for a decision: claim (with the workflow's deterministic ``token``, so a retry
+    finds its own claim), apply, then build the following layers inline while they are instant
+    (no external I/O), up to the next pause or the end."""
+
+    job_id: str
+    token: str
+    request_id: str
+    decision: Decision
+    decided_by: str | None = None
+    now: datetime
+    state: StateRef | None = None
+    step: int = 0
+    inline: bool = True
+
+
+class ResumeRunOutput(BaseModel):
+    claimed: bool
+    action_id: str | None = None
+    out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
+
+
+class RollbackResumeInput(BaseModel):
+    job_id: str
+    claim_token: str
+
+
+class FinishInput(BaseModel):
+    job_id: str
+    status: str  # completed | failed | cancelled | timed_out
+    state: StateRef | None = None
+    error: dict[str, Any] | None = None
+
+
+class FinishOutput(BaseModel):
+    status: str  # what the job really is afterwards
+
+
+class RecordEventInput(BaseModel):
+    job_id: str
+    event: str
+    data: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,46 @@
+"""Who may see and do what: one ownership rule and one execute rule, for every surface (the HTTP
+API, the pages, the service's own calls). Anything a caller may not see is "not found" (404),
+never "forbidden" (403): a 403 would confirm that it exists (DESIGN §6)."""
+
+from __future__ import annotations
+
+import re
+
+from signoff.engine.errors import FlowNotFound, JobNotFound
+from signoff.engine.models import FlowRecord, Job, User
+from signoff.engine.store.base import Store
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")
+
+
+def valid_id(value: str) -> bool:
+    """The shape of every id a caller names (job, flow, session): a malformed one is unknown."""
+    return isinstance(value, str) and bool(_ID_RE.match(value))
+
+
+async def visible_job(store: Store, user: User, job_id: str) -> Job:
+    """The job if the caller may see it (they submitted it); anything else is JobNotFound."""
+    if not valid_id(job_id):
+        raise JobNotFound(f"Job {job_id[:100]!r} not found")
+    job = await store.get_job(job_id)
+    if job is None or job.user_id != user.id:
+        raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
+    return job
+
+
+async def may_execute(store: Store, user: User, flow: FlowRecord, public_owner: str | None = None) -> bool:
+    """The owner, a user the flow is shared with (``execute``), and everyone for a flow from
+    SIGNOFF_FLOWS_DIR (owned by ``public_owner``) may run it and decide its runs' requests."""
+    if flow.owner_id == user.id or (public_owner is not None and flow.owner_id == public_owner):
+        return True
+    return await store.has_permission(flow.id, user.id, "execute")
+
+
+async def runnable_flow(store: Store, user: User, flow_id: str, public_owner: str | None = None) -> FlowRecord:
+    """The flow if the caller may execute it; anything else is FlowNotFound."""
+    if not valid_id(flow_id):
+        raise FlowNotFound(f"Flow {flow_id[:100]!r} not found")
+    flow = await store.get_flow(flow_id)
+    if flow is None or not await may_execute(store, user, flow, public_owner):
+        raise FlowNotFound(f"Flow {flow_id!r} not found")
+    return flow

@@ -1,0 +1,79 @@
+"""What runs a job: one interface, two implementations (docs/architecture.md).
+
+- :class:`~signoff.service.temporal.TemporalBackend`: a durable FlowRun workflow per run, the
+  default, and the only one for a run that can pause.
+- :class:`~signoff.service.inline.InlineBackend`: a sync run of a flow with no gate, in the API
+  process (docs/inline.md).
+
+The service picks one when a job is created and records it in ``job.request["runner"]``; every
+later call on the job goes to the same one (:meth:`RunService.backend_of`).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import ClassVar
+
+from signoff.engine.errors import JobNotFound
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus
+from signoff.engine.store.base import Store
+
+
+class RunBackend(abc.ABC):
+    name: ClassVar[str]
+    # the job's first status: a run that starts at once is born in_progress (one write less)
+    initial_status: ClassVar[JobStatus] = JobStatus.queued
+
+    def lease_until(self) -> datetime | None:
+        """The lease a new job of this backend holds (an inline run's), or None."""
+        return None
+
+    @abc.abstractmethod
+    async def start(self, job: Job, flow: FlowRecord) -> None:
+        """Start the job's run. Idempotent: a second start of the same job starts nothing."""
+
+    @abc.abstractmethod
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
+        """Deliver a decision the service checked; returns the job afterwards. Raises what the
+        run answers (NotResumable when another decision won, Unavailable...)."""
+
+    @abc.abstractmethod
+    async def release(self, job_id: str) -> None:
+        """The service ended a suspended job (stop or supersede claim): let go of what runs it."""
+
+    @abc.abstractmethod
+    async def stop(self, job: Job) -> Job:
+        """Stop a job that is not suspended (queued or in progress); returns what it really is
+        afterwards (cancelled, or the end it reached first)."""
+
+    def runs_here(self, job_id: str) -> bool:
+        """Whether this process runs the job (then :meth:`wait` waits for it without polling)."""
+        return False
+
+    async def wait(self, job_id: str, timeout: float) -> bool:
+        """Wait (at most ``timeout``) for this process's run of the job to end; whether no run of
+        it is left going here. The run is never cancelled by the wait."""
+        return True
+
+    @abc.abstractmethod
+    async def recover(self) -> None:
+        """One round of the sweep: runs this backend lost (a process that died) are settled."""
+
+
+async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Job], bool]) -> Job:
+    """Read the job until ``done(job)`` or ``timeout`` passes (then the job as it is): a short
+    first delay, growing to 100 ms, so a run that ends at once is seen at once."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        job = await store.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id=job_id)
+        if done(job) or time.monotonic() >= deadline:
+            return job
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, 0.1)

@@ -1,0 +1,193 @@
+"""The application layer: what the HTTP API, the pages and the CLI ask of signoff (submit, resume,
+stop, supersede, status), each written once, over one :class:`~signoff.service.backend.RunBackend`
+per way of running a job (Temporal, inline).
+
+The job table (store) is the source of truth for what a job is; a backend runs it. Every rule
+a call must pass is the engine's or :mod:`~signoff.service.access`'s, checked here before
+anything is sent: who may see the job (404), who may execute the flow (403), the decision
+(:func:`~signoff.engine.decisions.check_decision`: 422, 409). Every end of a run goes through
+:func:`~signoff.engine.lifecycle.end_run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import temporalio.client
+
+from signoff.engine.decisions import check_decision
+from signoff.engine.errors import Forbidden, JobNotFound, SignoffError
+from signoff.engine.lifecycle import RunEnd, end_run
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
+from signoff.engine.tracing import sdk
+from signoff.service.access import may_execute, visible_job
+from signoff.service.backend import RunBackend, poll_job
+from signoff.service.inline import InlineBackend
+from signoff.service.periodic import periodically
+from signoff.service.temporal import TemporalBackend
+
+
+class RunService:
+    def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client, *,
+                 public_owner: str | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.public_owner = public_owner  # the owner of SIGNOFF_FLOWS_DIR's flows (everyone runs them)
+        self.temporal = TemporalBackend(settings, store, client)
+        self.inline = InlineBackend(store, settings)  # sync runs of gate-less flows (docs/inline.md)
+        self.backends: dict[str, RunBackend] = {b.name: b for b in (self.temporal, self.inline)}
+        sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
+
+    @property
+    def client(self) -> temporalio.client.Client:
+        return self.temporal.client
+
+    def backend_of(self, job: Job) -> RunBackend:
+        return self.backends.get(job.request.get("runner", TemporalBackend.name), self.temporal)
+
+    # ---- submit ----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        user: User,
+        flow: FlowRecord,
+        *,
+        input_value: str,
+        session_id: str | None,
+        tweaks: dict | None,
+        idempotency_key: str | None,
+        mode: str,
+        sync_timeout: float | None = None,
+    ) -> tuple[Job, bool]:
+        """Create the job and start its run. A repeated idempotency key returns (the first job,
+        False) and starts nothing new. Supersedes this user's suspended runs of this flow in the
+        same effective session first.
+
+        A ``sync`` run of a flow with no gate runs in this process (docs/inline.md); the call
+        returns once it ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed."""
+        inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
+        backend: RunBackend = self.inline if inline else self.temporal
+        new = NewJob(
+            job_id=str(uuid.uuid4()),
+            flow_id=flow.id,
+            flow_version=flow.version,
+            user_id=user.id,
+            session_id=session_id,
+            request={"input_value": input_value, "tweaks": tweaks or {}, "mode": mode, "session_id": session_id,
+                     "runner": backend.name},
+            idempotency_key=idempotency_key,
+            lease_until=backend.lease_until(),
+            status=backend.initial_status,
+        )
+        job, created = await self.store.create_job(new)
+        if not created:
+            if job.status == JobStatus.queued:
+                # the first submit may have died between the insert and the start: the retry
+                # with its idempotency key finishes the job (starting is idempotent)
+                await self.backend_of(job).start(job, flow)
+            return job, False
+        await self.supersede(job)
+        await backend.start(job, flow)
+        if inline:
+            await backend.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
+            return await self._job(job.job_id), True
+        return job, True
+
+    async def supersede(self, job: Job) -> list[str]:
+        """Cancel this user's suspended runs of this flow in the same effective session (never
+        others). Only the winner of each cancel claim writes; returns the job ids cancelled."""
+        cancelled: list[str] = []
+        for old in await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session):
+            if old.job_id == job.job_id:
+                continue
+            if await self._end_suspended(old, RunEnd(JobStatus.cancelled, reason="superseded",
+                                                     superseded_by=job.job_id)):
+                cancelled.append(old.job_id)
+        return cancelled
+
+    # ---- resume ----------------------------------------------------------------------------
+
+    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Job:
+        """Apply a decision to the job's pending request. Raises, in this order, JobNotFound
+        (404), Forbidden (403), InvalidDecision (422), NotResumable (409); the job stays
+        suspended in every case."""
+        job = await visible_job(self.store, user, job_id)
+        if not await self.may_execute(user, job.flow_id):
+            raise Forbidden("You may no longer execute this flow, so you may not decide its runs", job_id=job_id)
+        try:
+            check_decision(job.pending, request_id, decision, waiting=job.status == JobStatus.suspended)
+        except SignoffError as err:
+            err.details.setdefault("job_id", job_id)  # the error body names the job
+            raise
+        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id)
+
+    async def may_execute(self, user: User, flow_id: str) -> bool:
+        flow = await self.store.get_flow(flow_id)
+        return flow is not None and await may_execute(self.store, user, flow, self.public_owner)
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    async def stop(self, user: User, job_id: str) -> Job:
+        """Suspended: take the cancel claim (the loser, a resume that got in first, changes
+        nothing). Running: the backend stops it. Returns what the job really is afterwards."""
+        job = await visible_job(self.store, user, job_id)
+        if job.status.terminal:
+            return job
+        if job.status == JobStatus.suspended:
+            if await self._end_suspended(job, RunEnd(JobStatus.cancelled)):
+                return await self._job(job_id)
+            job = await self._job(job_id)  # a resume won the race: it is running now
+            if job.status.terminal:
+                return job
+        return await self.backend_of(job).stop(job)
+
+    async def _end_suspended(self, job: Job, end: RunEnd) -> bool:
+        """End a suspended job by the cancel claim; the winner lets go of its run. Whether this
+        call won."""
+        ended = await end_run(self.store, job.job_id, end, from_suspended=True)
+        if ended.won:
+            await self.backend_of(job).release(job.job_id)
+        return ended.won
+
+    # ---- status ------------------------------------------------------------------------------
+
+    async def get_job(self, user: User, job_id: str) -> Job:
+        return await visible_job(self.store, user, job_id)
+
+    async def wait_for_pause_or_end(self, job_id: str, timeout: float) -> Job:
+        """The job once it is suspended or ended, or as it is after ``timeout``."""
+        for backend in self.backends.values():
+            if backend.runs_here(job_id):  # a run of this process: no polling
+                await backend.wait(job_id, timeout)
+                return await self._job(job_id)
+        return await poll_job(self.store, job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal)
+
+    async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
+        return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal)
+
+    async def _job(self, job_id: str) -> Job:
+        job = await self.store.get_job(job_id)
+        if job is None:
+            raise JobNotFound(job_id=job_id)
+        return job
+
+    # ---- recovery ----------------------------------------------------------------------------
+
+    async def start_unstarted(self, *, older_than: float | None = None) -> list[str]:
+        """Start the workflow of runs left ``queued`` by a submit that died (TemporalBackend)."""
+        return await self.temporal.recover(older_than=older_than)
+
+    async def recover(self) -> None:
+        """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
+        dead process end as ``failed``, runs left without their workflow get it), and
+        checkpoints past ``checkpoint_ttl_seconds`` are deleted."""
+        for backend in self.backends.values():
+            await backend.recover()
+        await self.store.delete_expired_checkpoints(utcnow())
+
+    def sweeping(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """``recover()`` now and every ``inline_sweep_seconds`` while the block runs (the API)."""
+        return periodically(self.recover, self.settings.inline_sweep_seconds, name="sweep")

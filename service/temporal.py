@@ -1,0 +1,230 @@
+"""The Temporal backend: each run is a FlowRun workflow whose id is the job id (DESIGN §2, §7).
+
+A decision is the workflow's ``resume`` Update, whose handler takes the same single-flight
+claim as any other caller, so the API, the CLI and the Web UI can never apply two decisions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import temporalio.client
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from signoff.activities.failures import from_failure
+from signoff.engine.errors import Forbidden, InvalidDecision, NotResumable, Unavailable
+from signoff.engine.lifecycle import RunEnd, end_run
+from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
+from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
+from signoff.engine.tracing import run_context
+from signoff.service.backend import RunBackend, poll_job
+from signoff.workflows.types import (
+    RESUME,
+    SA_FLOW,
+    SA_SESSION,
+    SA_STATUS,
+    SA_USER,
+    WORKFLOW_TYPE,
+    FlowRunInput,
+    ResumeInput,
+)
+
+log = logging.getLogger("signoff.service")
+
+# What a decision's Update may be refused with, answered to the caller as such (anything else:
+# NOT_RESUMABLE, the decision was not applied).
+DECISION_REFUSALS = (NotResumable, InvalidDecision, Forbidden)
+
+
+def client_interceptors() -> list[Any]:
+    """Temporal's OpenTelemetry interceptor, for ``Client.connect(interceptors=...)``: client,
+    workflow and activity spans, propagated through Temporal headers (docs/tracing.md)."""
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    return [TracingInterceptor()]
+
+
+async def connect_client(settings: Settings) -> temporalio.client.Client:
+    """A Temporal client with the data converter the workflow and activities expect."""
+    return await temporalio.client.Client.connect(
+        settings.effective_temporal_address,
+        namespace=settings.temporal_namespace,
+        data_converter=pydantic_data_converter,
+        interceptors=client_interceptors(),  # Temporal's spans, in the run's trace
+    )
+
+
+def with_converter(client: temporalio.client.Client) -> temporalio.client.Client:
+    """The same connection, using signoff's (pydantic) data converter."""
+    if client.data_converter is pydantic_data_converter:
+        return client
+    config = client.config()
+    config["data_converter"] = pydantic_data_converter
+    return temporalio.client.Client(**config)
+
+
+def with_tracing(client: temporalio.client.Client) -> temporalio.client.Client:
+    """The same connection with Temporal's tracing interceptor (unchanged when it has one)."""
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    config = client.config()
+    if any(isinstance(i, TracingInterceptor) for i in config.get("interceptors", [])):
+        return client
+    config["interceptors"] = [*config.get("interceptors", []), *client_interceptors()]
+    return temporalio.client.Client(**config)
+
+
+class TemporalBackend(RunBackend):
+    name: ClassVar[str] = "temporal"
+
+    def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client) -> None:
+        self.settings = settings
+        self.store = store
+        self.client = with_converter(client)
+
+    # ---- start -------------------------------------------------------------------------------
+
+    async def start(self, job: Job, flow: FlowRecord) -> None:
+        session = job.effective_session
+        with run_context(job.run_id), contextlib.suppress(WorkflowAlreadyStartedError):
+            # the start's spans join the run's trace; a workflow that exists (running or closed)
+            # is this job's: starting is idempotent
+            await self.client.start_workflow(
+                WORKFLOW_TYPE,
+                FlowRunInput(
+                    job_id=job.job_id,
+                    flow_id=job.flow_id,
+                    flow_name=flow.name,
+                    user_id=job.user_id,
+                    session_id=job.session_id,
+                    max_suspend_seconds=self.settings.max_suspend_seconds,
+                ),
+                id=job.job_id,
+                task_queue=self.settings.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes([
+                    SearchAttributePair(SA_FLOW, job.flow_id),
+                    SearchAttributePair(SA_SESSION, session),
+                    SearchAttributePair(SA_USER, job.user_id),
+                    SearchAttributePair(SA_STATUS, JobStatus.queued.value),
+                ]),
+                static_summary=f"{flow.name} · session {session}",
+                static_details=f"Flow `{flow.name}` ({flow.id} v{flow.version}) run by user {job.user_id}",
+            )
+
+    async def recover(self, *, older_than: float | None = None) -> list[str]:
+        """Start the workflow of runs still ``queued`` ``older_than`` seconds (default
+        ``start_grace_seconds``) after their submit: the process that submitted them died
+        between the insert and the start. Returns the job ids handled."""
+        grace = self.settings.start_grace_seconds if older_than is None else older_than
+        handled = []
+        for job in await self.store.list_unstarted(utcnow() - timedelta(seconds=grace)):
+            flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+            if flow is None:  # deleted meanwhile: the first layer reports it as the run's failure
+                flow = FlowRecord(id=job.flow_id, owner_id=job.user_id, name=job.flow_id, spec={}, version=0,
+                                  created_at=job.created_at, updated_at=job.created_at)
+            await self.start(job, flow)
+            handled.append(job.job_id)
+        if handled:
+            log.warning("started the workflow of %d run(s) left queued: %s", len(handled), ", ".join(handled))
+        return handled
+
+    # ---- decisions ---------------------------------------------------------------------------
+
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
+        handle = self.client.get_workflow_handle(job.job_id)
+        update_id = f"resume-{uuid.uuid4()}"
+        try:
+            with run_context(job.run_id):  # the Update's spans join the run's trace
+                await handle.execute_update(
+                    RESUME,
+                    ResumeInput(request_id=request_id, decision=decision, decided_by=decided_by),
+                    id=update_id,
+                    rpc_timeout=timedelta(seconds=self.settings.resume_timeout_seconds),
+                )
+        except WorkflowUpdateFailedError as err:
+            raise from_failure(err, DECISION_REFUSALS, job_id=job.job_id) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            return await self._settle_update(handle, update_id, job.job_id)
+        except RPCError:
+            # the workflow is gone or closed: that is NOT_RESUMABLE unless the job still waits
+            if (await self._job(job.job_id)).status == JobStatus.suspended:
+                raise
+            raise NotResumable("The run is over", job_id=job.job_id) from None
+        return await self._job(job.job_id)
+
+    async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Job:
+        """The Update did not answer in time: find out what became of it, by its own id."""
+        try:
+            await handle.get_update_handle(update_id).result(rpc_timeout=timedelta(seconds=2))
+        except WorkflowUpdateFailedError as err:
+            raise from_failure(err, DECISION_REFUSALS, job_id=job_id) from None
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
+            if isinstance(err, RPCError) and err.status == RPCStatusCode.NOT_FOUND:
+                # never admitted: the run ended (another decision won) or it is not running
+                if (await self._job(job_id)).status != JobStatus.suspended:
+                    raise NotResumable("Another decision was applied first", job_id=job_id) from None
+            raise Unavailable(
+                f"No worker took the decision within {self.settings.resume_timeout_seconds:g} s (is a worker "
+                "running?). It has not been applied yet and may still be, once a worker runs: check the job's "
+                "status before sending it again.",
+                job_id=job_id,
+            ) from None
+        return await self._job(job_id)
+
+    # ---- stop --------------------------------------------------------------------------------
+
+    async def release(self, job_id: str) -> None:
+        """Cancel the workflow of a job the service ended. A crash before this leaves the job
+        ended with its event; the workflow ends at its maximum-suspension timer (its finish sees
+        the job already ended and writes nothing)."""
+        try:
+            await self.client.get_workflow_handle(job_id).cancel()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+
+    async def stop(self, job: Job) -> Job:
+        if await self._workflow_running(job.job_id):
+            await self.release(job.job_id)  # the workflow records the end (finish: cancelled)
+            return await self._wait_terminal(job.job_id, timeout=10.0)
+        # No running workflow will ever end this job: its submit died before starting it
+        # (queued; the sweep would start it later), or it was ended from Temporal's side
+        # (terminated, timed out). End it here, as a stop; a workflow that starts after this
+        # finds the job ended at its first layer.
+        ended = await end_run(self.store, job.job_id, RunEnd(JobStatus.cancelled),
+                              expect=[JobStatus.queued, JobStatus.in_progress, JobStatus.suspended])
+        return ended.job or await self._job(job.job_id)
+
+    async def _workflow_running(self, job_id: str) -> bool:
+        """Whether the job's workflow exists and is still running (a cancel of a closed one is
+        accepted by the server and does nothing)."""
+        try:
+            desc = await self.client.get_workflow_handle(job_id).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return False
+        return desc.status == temporalio.client.WorkflowExecutionStatus.RUNNING
+
+    async def _wait_terminal(self, job_id: str, timeout: float) -> Job:
+        return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal)
+
+    async def _job(self, job_id: str) -> Job:
+        job = await self.store.get_job(job_id)
+        if job is None:
+            raise NotResumable(f"Job {job_id!r} is gone", job_id=job_id)
+        return job
+
+
+__all__ = ["TemporalBackend", "client_interceptors", "connect_client", "with_converter", "with_tracing"]
