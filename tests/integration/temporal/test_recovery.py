@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from datetime import timedelta
 
 import pytest
 
 from signoff.engine.errors import NotResumable, Unavailable
-from signoff.engine.models import Decision, JobStatus, NewJob
+from signoff.engine.models import Decision, JobStatus, NewJob, utcnow
 from signoff.service import RunService
 from signoff.worker import build_worker
+from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
 
 
@@ -74,3 +76,27 @@ async def test_a_resume_while_no_worker_runs_is_503_then_applied_once(client, st
         with pytest.raises(NotResumable):
             await service.resume(user, job.job_id, f"gate:{job.job_id}", Decision(action_id="reject"))
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_the_sweep_deletes_checkpoints_past_their_time_to_live(worker, service, store, user, make_flow,
+                                                                    settings):
+    """A paused run's checkpoint carries ``expires_at`` = pause + SIGNOFF_CHECKPOINT_TTL_SECONDS;
+    the API's sweep (``recover``) deletes the expired ones and keeps the rest."""
+    flow = await make_flow()
+    job, _ = await service.submit(user, flow, input_value="refund 42", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    paused = await wait_status(store, job.job_id, JobStatus.suspended)
+    live = await store.load_latest_checkpoint(paused.run_id)
+    assert live is not None and live.expires_at is not None
+    ttl = (live.expires_at - paused.pending.paused_at).total_seconds()
+    assert abs(ttl - settings.checkpoint_ttl_seconds) < 60
+    run = f"expired-{uuid.uuid4()}"
+    expired = await store.save_checkpoint(run, {"x": 1}, expires_at=utcnow() - timedelta(seconds=1))
+    forever = await store.save_checkpoint(f"forever-{uuid.uuid4()}", {"x": 2}, expires_at=None)
+    await service.recover()
+    assert await store.load_checkpoint(expired) is None and await store.load_latest_checkpoint(run) is None
+    assert await store.load_checkpoint(forever) is not None
+    assert await store.load_checkpoint(live.id) is not None  # the waiting run keeps its own
+    await service.resume(user, job.job_id, paused.pending.request_id, Decision(action_id="approve"))
+    await wait_status(store, job.job_id, JobStatus.completed)

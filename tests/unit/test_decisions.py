@@ -1,0 +1,67 @@
+"""The one decision check (engine/decisions.py): every surface (the service, the workflow's Update
+validator and Signal, the in-process runner) refuses a decision with the same code and message."""
+
+from __future__ import annotations
+
+import pytest
+
+from signoff.engine.decisions import check_decision
+from signoff.engine.errors import InvalidDecision, NotResumable
+from signoff.engine.models import Decision, Option, PendingRequest, utcnow
+
+
+def gate(request_id: str = "gate:run") -> PendingRequest:
+    return PendingRequest(request_id=request_id, options=[Option(action_id="approve", label="Approve"),
+                                                          Option(action_id="reject", label="Reject")],
+                          allowed_decisions=["approve", "reject"], paused_at=utcnow())
+
+
+def tool(request_id: str = "agent:run:1") -> PendingRequest:
+    return PendingRequest(request_id=request_id, kind="tool_approval", allowed_decisions=["approve", "edit", "respond",
+                                                                                          "reject"],
+                          paused_at=utcnow(), tool={"name": "refund", "args": {"amount": "5"}})
+
+
+def test_a_decision_for_the_pending_request_passes():
+    check_decision(gate(), "gate:run", Decision(action_id="approve"))
+
+
+def test_an_action_outside_the_allowed_ones_is_invalid_before_anything_else():
+    with pytest.raises(InvalidDecision) as e:
+        check_decision(gate(), "gate:stale", Decision(action_id="maybe"))  # even for a stale id (422 before 409)
+    assert e.value.message == "action_id 'maybe' is not one of the allowed decisions: approve, reject"
+    assert e.value.details["allowed_decisions"] == ["approve", "reject"]
+
+
+@pytest.mark.parametrize(("pending", "waiting", "request_id", "message"), [
+    (None, True, "gate:run", "The run is not waiting for request 'gate:run'"),
+    (gate(), True, "gate:old", "The run is not waiting for request 'gate:old' (it waits for 'gate:run')"),
+    (gate(), False, "gate:run", "The run is not waiting for request 'gate:run'"),  # a claim is in flight
+])
+def test_not_resumable_when_the_run_does_not_wait_for_this_request(pending, waiting, request_id, message):
+    with pytest.raises(NotResumable) as e:
+        check_decision(pending, request_id, Decision(action_id="approve"), waiting=waiting)
+    assert e.value.message == message
+
+
+@pytest.mark.parametrize(("decision", "fault"), [
+    (Decision(action_id="edit"), "An edit needs values.args"),
+    (Decision(action_id="edit", values={"args": "[1]"}), "An edit needs values.args"),
+    (Decision(action_id="respond", values={"message": "  "}), "A respond needs values.message"),
+    (Decision(action_id="reject", values={"message": 3}), "values.message of a reject must be text"),
+])
+def test_a_tool_approval_refuses_values_it_cannot_apply(decision, fault):
+    with pytest.raises(InvalidDecision) as e:
+        check_decision(tool(), "agent:run:1", decision)
+    assert e.value.message.startswith(fault)
+
+
+@pytest.mark.parametrize("decision", [
+    Decision(action_id="edit", values={"args": {"amount": "3"}}),
+    Decision(action_id="edit", values={"args": '{"amount": "3"}'}),
+    Decision(action_id="respond", values={"message": "not now"}),
+    Decision(action_id="reject"),
+    Decision(action_id="approve"),
+])
+def test_a_tool_approval_takes_what_it_can_apply(decision):
+    check_decision(tool(), "agent:run:1", decision)
