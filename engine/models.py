@@ -99,6 +99,27 @@ class FlowRecord(BaseModel):
     updated_at: datetime
 
 
+class SecretInfo(BaseModel):
+    """A user's named secret as listed: its name and times, never its value."""
+
+    owner_id: str
+    name: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SecretRecord(BaseModel):
+    """A user's named secret with its value, encrypted by the caller (the store keeps opaque
+    bytes). Not a SecretInfo on purpose: a record is never where a listing is expected, and
+    ``ciphertext`` stays out of its repr (logs, tracebacks)."""
+
+    owner_id: str
+    name: str
+    ciphertext: bytes = Field(repr=False)
+    created_at: datetime
+    updated_at: datetime
+
+
 class NewJob(BaseModel):
     job_id: str
     flow_id: str

@@ -26,7 +26,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from signoff.engine.models import JobStatus, Message, NewJob, Option, PendingRequest, SpanRecord, utcnow
+from signoff.engine.models import (
+    JobStatus,
+    Message,
+    NewJob,
+    Option,
+    PendingRequest,
+    SecretInfo,
+    SecretRecord,
+    SpanRecord,
+    utcnow,
+)
 from signoff.engine.store import Store, StoreConflict, StoreError
 
 
@@ -136,6 +146,170 @@ async def test_users_and_hashed_api_keys(store: Store) -> None:
     assert await store.user_for_api_key(chosen) is None
 
 
+async def test_revoke_api_keys_forgets_every_key_of_the_user_only(store: Store) -> None:
+    user, other = await new_user(store), await new_user(store)
+    keys = [await store.create_api_key(user.id) for _ in range(3)]
+    kept = await store.create_api_key(other.id)
+    assert await store.revoke_api_keys(user.id) == 3
+    assert [await store.user_for_api_key(k) for k in keys] == [None, None, None]
+    assert await store.user_for_api_key(kept) == other
+    assert await store.revoke_api_keys(user.id) == 0
+    assert await store.revoke_api_keys(uid("nobody-")) == 0
+    assert await store.get_user(user.id) == user  # the user stays
+    again = await store.create_api_key(user.id)  # and may get a new key
+    assert await store.user_for_api_key(again) == user
+
+
+async def test_delete_user_takes_keys_shares_and_secrets_and_leaves_flows_and_jobs(store: Store) -> None:
+    doomed, friend, bystander = await new_user(store), await new_user(store), await new_user(store)
+    key = await store.create_api_key(doomed.id)
+    friend_key = await store.create_api_key(friend.id)
+    own_flow = await store.save_flow(doomed.id, "mine", {"nodes": []})
+    friend_flow = await store.save_flow(friend.id, "theirs", {"nodes": []})
+    await store.grant_share(own_flow.id, friend.id, ["execute"])  # a share of a flow they own
+    await store.grant_share(friend_flow.id, doomed.id, ["execute"])  # a share granted to them
+    await store.grant_share(friend_flow.id, bystander.id, ["view"])  # nothing to do with them
+    await store.put_secret(doomed.id, "OPENAI_KEY", b"c1")
+    await store.put_secret(friend.id, "OPENAI_KEY", b"c2")
+    job_id = await new_job(store, doomed.id, flow_id=own_flow.id)
+
+    assert await store.delete_user(doomed.id)
+    assert await store.get_user(doomed.id) is None
+    assert await store.get_user_by_name(doomed.name) is None
+    assert await store.user_for_api_key(key) is None
+    assert await store.revoke_api_keys(doomed.id) == 0
+    assert not await store.has_permission(friend_flow.id, doomed.id)
+    assert not await store.revoke_share(friend_flow.id, doomed.id)
+    assert not await store.has_permission(own_flow.id, friend.id)  # the shares of their flows went
+    assert not await store.revoke_share(own_flow.id, friend.id)
+    assert [f.id for f in await store.list_flows(friend.id)] == [friend_flow.id]
+    assert await store.list_secrets(doomed.id) == [] and await store.get_secret(doomed.id, "OPENAI_KEY") is None
+    # everyone else's rows are untouched
+    assert await store.user_for_api_key(friend_key) == friend
+    assert await store.has_permission(friend_flow.id, bystander.id, "view")
+    assert (await store.get_secret(friend.id, "OPENAI_KEY")).ciphertext == b"c2"
+    # flows and jobs are the caller's: still there
+    assert (await store.get_flow(own_flow.id)).owner_id == doomed.id
+    assert (await store.get_job(job_id)).user_id == doomed.id
+
+    assert not await store.delete_user(doomed.id)  # once
+    # the name is free again, for a new user with a new id who inherits nothing
+    reborn = await store.create_user(doomed.name)
+    assert reborn.id != doomed.id
+    assert await store.user_for_api_key(key) is None and await store.list_secrets(reborn.id) == []
+
+
+async def test_delete_user_of_an_unknown_id_still_clears_what_hangs_on_it(store: Store) -> None:
+    ghost = uid("ghost-")  # rows under an id without a user row (e.g. a caller that wrote them first)
+    key = await store.create_api_key(ghost)
+    flow = await store.save_flow(ghost, "orphan", {})
+    other = await new_user(store)
+    await store.grant_share(flow.id, other.id, ["execute"])
+    await store.put_secret(ghost, "s", b"x")
+    assert not await store.delete_user(ghost)
+    assert await store.revoke_api_keys(ghost) == 0 and await store.revoke_api_key(key) is False
+    assert not await store.has_permission(flow.id, other.id)
+    assert await store.list_secrets(ghost) == []
+    assert not await store.delete_user(uid("nobody-"))
+
+
+# ---- secrets --------------------------------------------------------------------------------
+
+
+async def test_put_secret_creates_then_replaces_keeping_created_at(store: Store) -> None:
+    owner = await new_user(store)
+    first = await store.put_secret(owner.id, "GITHUB_TOKEN", b"cipher-1")
+    assert isinstance(first, SecretRecord)
+    assert (first.owner_id, first.name, first.ciphertext) == (owner.id, "GITHUB_TOKEN", b"cipher-1")
+    assert utc(first.created_at) and first.updated_at == first.created_at
+    assert await store.get_secret(owner.id, "GITHUB_TOKEN") == first
+
+    await asyncio.sleep(0.002)  # timestamps have microseconds: make "changes" observable everywhere
+    second = await store.put_secret(owner.id, "GITHUB_TOKEN", b"cipher-2")
+    assert second.ciphertext == b"cipher-2"
+    assert second.created_at == first.created_at and second.updated_at > first.updated_at
+    assert await store.get_secret(owner.id, "GITHUB_TOKEN") == second
+    assert [(i.name, i.created_at, i.updated_at) for i in await store.list_secrets(owner.id)] == [
+        ("GITHUB_TOKEN", first.created_at, second.updated_at)]
+
+    assert await store.delete_secret(owner.id, "GITHUB_TOKEN")
+    assert not await store.delete_secret(owner.id, "GITHUB_TOKEN")
+    assert await store.get_secret(owner.id, "GITHUB_TOKEN") is None
+    assert await store.list_secrets(owner.id) == []
+    # put again after a delete: a new secret, with a new created_at
+    await asyncio.sleep(0.002)
+    third = await store.put_secret(owner.id, "GITHUB_TOKEN", b"cipher-3")
+    assert third.created_at > first.created_at and third.updated_at == third.created_at
+
+
+async def test_secrets_of_one_owner_are_invisible_to_another(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    await store.put_secret(alice.id, "API_KEY", b"alice's")
+    assert await store.get_secret(bob.id, "API_KEY") is None
+    assert await store.list_secrets(bob.id) == []
+    assert not await store.delete_secret(bob.id, "API_KEY")
+    # the same name under another owner is another secret: neither replaces the other
+    await store.put_secret(bob.id, "API_KEY", b"bob's")
+    assert (await store.get_secret(alice.id, "API_KEY")).ciphertext == b"alice's"
+    assert (await store.get_secret(bob.id, "API_KEY")).ciphertext == b"bob's"
+    assert await store.delete_secret(bob.id, "API_KEY")
+    assert (await store.get_secret(alice.id, "API_KEY")).ciphertext == b"alice's"
+    # an owner id or name that looks like a pattern matches nothing
+    for hostile in ("%", "_", "*", "' OR '1'='1", ""):
+        assert await store.get_secret(hostile, "API_KEY") is None
+        assert await store.get_secret(alice.id, hostile) is None
+        assert await store.list_secrets(hostile) == []
+        assert not await store.delete_secret(alice.id, hostile)
+    assert await store.get_secret(alice.id, "api_key") is None  # names are exact: case counts
+    assert await store.get_secret(alice.id, "API_KEY ") is None  # and so do spaces
+    assert [s.name for s in await store.list_secrets(alice.id)] == ["API_KEY"]
+
+
+async def test_list_secrets_gives_names_and_times_sorted_never_the_ciphertext(store: Store) -> None:
+    owner = await new_user(store)
+    names = ["b", "B", "a", "a b", "ab", "A", "_x", "é", "z", "😀", "10", "9"]
+    for name in names:
+        await store.put_secret(owner.id, name, f"never listed {name}".encode())
+    listed = await store.list_secrets(owner.id)
+    assert [s.name for s in listed] == sorted(names)  # code-point order, whatever the collation
+    assert [s.name for s in listed][:4] == ["10", "9", "A", "B"]
+    for info in listed:
+        assert type(info) is SecretInfo and info.owner_id == owner.id and utc(info.created_at)
+        assert "ciphertext" not in info.model_dump() and "never listed" not in repr(info)
+    record = await store.get_secret(owner.id, "a")
+    assert "never listed" not in repr(record) and "never listed" not in str(record)  # not in logs either
+
+
+async def test_secret_ciphertext_is_kept_as_opaque_bytes(store: Store) -> None:
+    owner = await new_user(store)
+    every_byte = bytes(range(256)) * 16
+    big = bytes(range(256)) * 4096  # 1 MiB
+    for name, value in [("every", every_byte), ("empty", b""), ("nul", b"\x00"), ("big", big),
+                        ("not-utf8", b"\xff\xfe\xc3\x28"), ("bytearray", bytearray(b"ba")),
+                        ("memoryview", memoryview(b"mv"))]:
+        record = await store.put_secret(owner.id, name, value)
+        assert type(record.ciphertext) is bytes and record.ciphertext == bytes(value)
+        got = await store.get_secret(owner.id, name)
+        assert type(got.ciphertext) is bytes and got.ciphertext == bytes(value)
+    # anything but bytes is refused before a change: a str is a value nobody encrypted
+    await store.put_secret(owner.id, "kept", b"original")
+    for wrong in ("plain text", None, 42, ["a"]):
+        with pytest.raises(TypeError):
+            await store.put_secret(owner.id, "kept", wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await store.put_secret(owner.id, "new-" + str(wrong), wrong)  # type: ignore[arg-type]
+    assert (await store.get_secret(owner.id, "kept")).ciphertext == b"original"
+    assert len(await store.list_secrets(owner.id)) == 8
+
+
+async def test_concurrent_puts_of_one_secret_make_one(store: Store) -> None:
+    owner = await new_user(store)
+    records = await asyncio.gather(*(store.put_secret(owner.id, "shared", bytes([i])) for i in range(12)))
+    [info] = await store.list_secrets(owner.id)
+    assert len({r.created_at for r in records}) == 1 and info.created_at == records[0].created_at
+    assert (await store.get_secret(owner.id, "shared")).ciphertext in {bytes([i]) for i in range(12)}
+
+
 # ---- flows and shares -----------------------------------------------------------------------
 
 
@@ -168,6 +342,32 @@ async def test_flows_versions_and_shares(store: Store) -> None:
     assert await store.get_flow(flow.id) is None
     assert not await store.has_permission(flow.id, owner.id)
     assert not await store.delete_flow(flow.id)
+
+
+async def test_deleting_a_flow_keeps_its_jobs_and_their_pending_requests(store: Store) -> None:
+    owner, guest = await new_user(store), await new_user(store)
+    flow = await store.save_flow(owner.id, "Refund", {"nodes": [{"id": "a"}]})
+    await store.save_flow(owner.id, "Refund", {"nodes": [{"id": "b"}]}, flow_id=flow.id)
+    await store.grant_share(flow.id, guest.id, ["execute"])
+    job_id, request_id = await suspended_job(store, user_id=guest.id, flow_id=flow.id)
+    running = await new_job(store, owner.id, flow_id=flow.id)
+
+    assert await store.delete_flow(flow.id)
+    assert await store.get_flow(flow.id) is None and await store.get_flow(flow.id, version=1) is None
+    assert not await store.has_permission(flow.id, guest.id) and await store.list_flows(guest.id) == []
+    # the jobs are the caller's: the waiting one still waits with its request, and can be ended
+    [waiting] = await store.list_pending(guest.id, flow_id=flow.id)
+    assert waiting.job_id == job_id and waiting.pending.request_id == request_id
+    assert [j.job_id for j in await store.find_suspended(flow.id, guest.id, flow.id)] == [job_id]
+    assert {j.job_id for j in await store.list_active_jobs(flow.id)} == {job_id, running}
+    assert await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "flow deleted"}))
+    assert await store.list_pending(guest.id) == []
+    assert [j.job_id for j in await store.list_active_jobs(flow.id)] == [running]
+
+    # a flow saved again under the deleted id starts over: version 1, no old versions nor shares
+    again = await store.save_flow(owner.id, "Refund again", {"nodes": []}, flow_id=flow.id)
+    assert again.version == 1 and await store.get_flow(flow.id, version=2) is None
+    assert not await store.has_permission(flow.id, guest.id)
 
 
 # ---- jobs and claims ------------------------------------------------------------------------
@@ -375,6 +575,62 @@ async def test_find_suspended_by_effective_session(store: Store) -> None:
     assert len(mine) == 5 and all(j.user_id == alice.id and j.pending for j in mine)
     assert len(await store.list_pending(alice.id, flow_id=other_flow)) == 1
     assert len(await store.list_pending(bob.id)) == 1
+
+
+async def _jobs_in_every_status(store: Store, flow_id: str, user_id: str, tag: str) -> dict[JobStatus, str]:
+    """One job per status, created in the order of JobStatus; ids sort in that order too (a tie
+    on created_at falls back on job_id)."""
+    jobs = {}
+    for i, status in enumerate(JobStatus):
+        job_id = await new_job(store, user_id, flow_id=flow_id, job_id=f"{tag}-{i}-{uuid.uuid4()}")
+        if status != JobStatus.queued:
+            assert await store.set_status(job_id, JobStatus.in_progress)
+        if status == JobStatus.suspended:
+            assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"))
+        elif status not in (JobStatus.queued, JobStatus.in_progress):
+            assert await store.set_status(job_id, status)
+        jobs[status] = job_id
+    return jobs
+
+
+ACTIVE = [JobStatus.queued, JobStatus.in_progress, JobStatus.suspended]
+
+
+async def test_list_active_jobs_of_a_flow_every_user_oldest_first(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    flow_id, other_flow = uid("flow-"), uid("flow-")
+    a = await _jobs_in_every_status(store, flow_id, alice.id, "a")
+    b = await _jobs_in_every_status(store, flow_id, bob.id, "b")
+    await _jobs_in_every_status(store, other_flow, alice.id, "c")
+
+    active = await store.list_active_jobs(flow_id)
+    assert [j.job_id for j in active] == [a[s] for s in ACTIVE] + [b[s] for s in ACTIVE]
+    assert all(j.flow_id == flow_id and j.status in ACTIVE for j in active)
+    assert [j.job_id for j in active] == [j.job_id for j in sorted(active, key=lambda j: (j.created_at, j.job_id))]
+    assert active[2].pending is not None and active[2].pending.request_id == f"gate:{a[JobStatus.suspended]}"
+    # a job that ends leaves the list; a resumed one stays
+    assert await store.claim_suspended_for_resume(a[JobStatus.suspended], f"gate:{a[JobStatus.suspended]}")
+    assert await store.set_status(b[JobStatus.queued], JobStatus.cancelled)
+    assert [j.job_id for j in await store.list_active_jobs(flow_id)] == [
+        a[JobStatus.queued], a[JobStatus.in_progress], a[JobStatus.suspended], b[JobStatus.in_progress],
+        b[JobStatus.suspended]]
+    assert await store.list_active_jobs(uid("flow-")) == []
+    assert await store.list_active_jobs("%") == [] and await store.list_active_jobs("") == []
+
+
+async def test_list_user_active_jobs_of_every_flow_oldest_first(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    first_flow, second_flow = uid("flow-"), uid("flow-")
+    one = await _jobs_in_every_status(store, first_flow, alice.id, "a")
+    two = await _jobs_in_every_status(store, second_flow, alice.id, "b")
+    await _jobs_in_every_status(store, first_flow, bob.id, "c")
+
+    active = await store.list_user_active_jobs(alice.id)
+    assert [j.job_id for j in active] == [one[s] for s in ACTIVE] + [two[s] for s in ACTIVE]
+    assert all(j.user_id == alice.id for j in active)
+    assert len(await store.list_user_active_jobs(bob.id)) == 3
+    assert await store.list_user_active_jobs(uid("user-")) == []
+    assert await store.list_user_active_jobs("%") == []
 
 
 # ---- the pause and its event ----------------------------------------------------------------
@@ -687,6 +943,67 @@ async def test_spans_upsert_and_traces(store: Store) -> None:
     assert len(await store.list_traces(flow_id=flow_id, limit=1)) == 1
 
 
+TRACE_ROW = {"trace_id", "run_id", "flow_id", "name", "status", "start_time", "end_time"}
+
+
+async def _run_trace(store: Store, user_id: str, flow_id: str, start: datetime, **span) -> str:
+    """A job of the user and its trace (trace id = run id = job id), spans as the tracer writes them."""
+    job_id = await new_job(store, user_id, flow_id=flow_id)
+    await store.save_spans([SpanRecord(trace_id=span.pop("trace_id", job_id), span_id="root", name="run",
+                                       start_time=start, end_time=start + timedelta(seconds=1), status="ok",
+                                       flow_id=flow_id, **{"run_id": job_id, **span})])
+    return job_id
+
+
+async def test_list_traces_of_a_user_is_filtered_before_the_limit(store: Store) -> None:
+    mine, others = await new_user(store), await new_user(store)
+    flow_id = uid("flow-")
+    t0 = utcnow()
+    # two runs of mine, then many more recent runs of someone else on the same flow
+    old, new = [await _run_trace(store, mine.id, flow_id, t0 + timedelta(seconds=i)) for i in (1, 2)]
+    theirs = [await _run_trace(store, others.id, flow_id, t0 + timedelta(minutes=i)) for i in range(1, 8)]
+
+    # without the user, the limit is filled with their runs: filtering afterwards would find none
+    assert {t["trace_id"] for t in await store.list_traces(flow_id=flow_id, limit=2)} <= set(theirs)
+    listed = await store.list_traces(user_id=mine.id, limit=2)
+    assert [t["trace_id"] for t in listed] == [new, old]
+    assert set(listed[0]) == TRACE_ROW
+    assert listed[0] == {"trace_id": new, "run_id": new, "flow_id": flow_id, "name": "run", "status": "ok",
+                         "start_time": t0 + timedelta(seconds=2), "end_time": t0 + timedelta(seconds=3)}
+    assert [t["trace_id"] for t in await store.list_traces(user_id=mine.id, limit=1)] == [new]
+    assert [t["trace_id"] for t in await store.list_traces(flow_id=flow_id, user_id=mine.id, limit=2)] == [new, old]
+    assert await store.list_traces(flow_id=uid("flow-"), user_id=mine.id) == []  # both filters hold
+    assert [t["trace_id"] for t in await store.list_traces(user_id=others.id, limit=3)] == theirs[::-1][:3]
+    assert len(await store.list_traces(user_id=others.id)) == 7
+    for nobody in (uid("user-"), "%", "' OR '1'='1", ""):
+        assert await store.list_traces(user_id=nobody) == []
+
+
+async def test_list_traces_of_a_user_follows_the_run_of_each_trace(store: Store) -> None:
+    mine, others = await new_user(store), await new_user(store)
+    flow_id = uid("flow-")
+    t0 = utcnow()
+    # spans without a run id: the trace id is the run
+    bare = await _run_trace(store, mine.id, flow_id, t0, run_id=None)
+    # a trace id that is my job's, but whose spans say they belong to their run: theirs
+    their_job = await new_job(store, others.id, flow_id=flow_id)
+    my_job = await _run_trace(store, mine.id, flow_id, t0 + timedelta(seconds=1), run_id=their_job)
+    # spans of no job at all: nobody's
+    await store.save_spans([SpanRecord(trace_id=uid("orphan-"), span_id="r", name="x", start_time=t0,
+                                       end_time=t0, status="ok", flow_id=flow_id)])
+    # a run with many spans is one row, whatever spans the limit would have counted
+    many = await _run_trace(store, mine.id, flow_id, t0 + timedelta(seconds=2))
+    await store.save_spans([SpanRecord(trace_id=many, span_id=f"c{i}", parent_id="root", name=f"c{i}",
+                                       start_time=t0 + timedelta(seconds=3), run_id=many, flow_id=flow_id)
+                            for i in range(5)])
+
+    listed = await store.list_traces(user_id=mine.id)
+    assert [t["trace_id"] for t in listed] == [many, bare]
+    assert listed[0]["end_time"] is None and listed[1]["run_id"] is None
+    assert [(t["trace_id"], t["run_id"]) for t in await store.list_traces(user_id=others.id)] == [(my_job, their_job)]
+    assert len(await store.list_traces(flow_id=flow_id)) == 4
+
+
 # ---- blobs ----------------------------------------------------------------------------------
 
 
@@ -779,6 +1096,16 @@ async def test_hostile_strings_round_trip(store: Store) -> None:
         await store.put_blob(key, text.encode())
         assert await store.get_blob(key) == text.encode()
         assert await store.delete_blobs(key) == 1
+
+        assert [j.job_id for j in await store.list_active_jobs(flow.id)] == [job.job_id]
+        assert [j.job_id for j in await store.list_user_active_jobs(user.id)] == [job.job_id]
+        assert [t["trace_id"] for t in await store.list_traces(user_id=user.id)] == [job.job_id]
+
+        secret = (await store.put_secret(user.id, text[:100], text.encode())).model_copy()
+        assert await store.get_secret(user.id, text[:100]) == secret and secret.ciphertext == text.encode()
+        assert [s.name for s in await store.list_secrets(user.id)] == [text[:100]]
+        assert await store.delete_user(user.id)
+        assert await store.get_secret(user.id, text[:100]) is None and await store.get_user_by_name(name) is None
 
 
 async def test_nul_inside_json_documents_round_trips(store: Store) -> None:

@@ -26,6 +26,8 @@ from signoff.engine.models import (
     Message,
     NewJob,
     PendingRequest,
+    SecretInfo,
+    SecretRecord,
     SpanRecord,
     User,
 )
@@ -125,6 +127,41 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def revoke_api_key(self, key: str) -> bool:
         """Forget a key; returns whether it existed."""
+
+    @abc.abstractmethod
+    async def revoke_api_keys(self, user_id: str) -> int:
+        """Forget every key of the user; returns how many there were (other users' keys stay)."""
+
+    @abc.abstractmethod
+    async def delete_user(self, user_id: str) -> bool:
+        """Delete the user and what is theirs alone, in one transaction: the user row (its name
+        is free again), every API key of the user, the shares granted to the user, the shares of
+        the flows the user owns (granted to others) and the user's secrets. Returns whether the
+        user existed; the keys, shares and secrets recorded under that id go even when it did
+        not. Flows and jobs are the caller's to delete or keep: they are not touched."""
+
+    # ---- secrets: named credentials of a user, encrypted by the caller (DESIGN §13)
+    @abc.abstractmethod
+    async def put_secret(self, owner_id: str, name: str, ciphertext: bytes) -> SecretRecord:
+        """Create the owner's secret ``name``, or replace its value. A name is unique per owner
+        (compared exactly: case and spaces count). The store keeps ``ciphertext`` as opaque
+        bytes, byte for byte (empty included) and never decrypts it. A replace keeps
+        ``created_at`` and sets ``updated_at`` to now. ``ciphertext`` that is not bytes
+        (bytearray and memoryview are taken as bytes) raises TypeError before any change."""
+
+    @abc.abstractmethod
+    async def get_secret(self, owner_id: str, name: str) -> SecretRecord | None:
+        """The owner's secret with its ciphertext; None when that owner has no secret by that name
+        (another owner's secret of the same name is never returned)."""
+
+    @abc.abstractmethod
+    async def list_secrets(self, owner_id: str) -> list[SecretInfo]:
+        """The owner's secrets, names and times only (never a ciphertext), sorted by name in
+        code-point order (the same on every backend, whatever the database's collation)."""
+
+    @abc.abstractmethod
+    async def delete_secret(self, owner_id: str, name: str) -> bool:
+        """Delete the owner's secret; returns whether it existed (another owner's is untouched)."""
 
     # ---- flows and shares
     @abc.abstractmethod
@@ -253,6 +290,17 @@ class Store(CheckpointStore, HistoryStore):
     async def list_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
         """Suspended jobs with a pending request visible to the user."""
 
+    @abc.abstractmethod
+    async def list_active_jobs(self, flow_id: str) -> list[Job]:
+        """The flow's jobs that are not over (``queued``, ``in_progress`` or ``suspended``), of
+        every user, oldest first (``created_at``, then ``job_id``). Jobs of a deleted flow are
+        still listed: the store never deletes jobs with their flow."""
+
+    @abc.abstractmethod
+    async def list_user_active_jobs(self, user_id: str) -> list[Job]:
+        """The user's jobs that are not over (``queued``, ``in_progress`` or ``suspended``), of
+        every flow, oldest first (``created_at``, then ``job_id``)."""
+
     # ---- events
     @abc.abstractmethod
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
@@ -272,8 +320,15 @@ class Store(CheckpointStore, HistoryStore):
     async def get_trace(self, trace_id: str) -> list[SpanRecord]: ...
 
     @abc.abstractmethod
-    async def list_traces(self, *, flow_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """One row per trace: trace_id, run_id, flow_id, name, status, start_time, end_time."""
+    async def list_traces(
+        self, *, flow_id: str | None = None, user_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """One row per trace, newest first: trace_id, run_id, flow_id, name, status, start_time,
+        end_time. ``flow_id``: only traces with a span of that flow. ``user_id``: only traces of
+        that user's runs, i.e. whose run (the spans' ``run_id``, or the trace id when no span
+        has one) is the ``run_id`` of a job of that user; a trace without a job is nobody's.
+        Both filters apply before ``limit``, so a user with few runs among many gets all of
+        them up to the limit."""
 
     # ---- blobs (large vertex outputs kept out of Temporal history)
     @abc.abstractmethod

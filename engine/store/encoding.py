@@ -1,5 +1,5 @@
 """How values are kept, the same for every backend: JSON text without NaN, UTC timestamps,
-hashed API keys.
+hashed API keys, secrets' ciphertext as bytes.
 
 The SQL backends and the in-memory store both encode through these, so a document, a
 timestamp or a key that one backend accepts and returns is accepted and returned the same
@@ -18,12 +18,21 @@ from pydantic import BaseModel
 
 from signoff.engine.store.base import StoreError
 
-__all__ = ["as_utc", "dumps", "hash_api_key"]
+__all__ = ["as_utc", "ciphertext_bytes", "dumps", "hash_api_key"]
 
 
 def hash_api_key(key: str) -> str:
     """API keys are random and high-entropy, so one SHA-256 is enough (no salt/KDF needed)."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def ciphertext_bytes(value: Any) -> bytes:
+    """A secret's ciphertext as stored: bytes (a bytearray or memoryview is copied to bytes).
+    Anything else is refused, a str above all (most likely a value nobody encrypted): TypeError,
+    a caller's bug that no retry fixes, rather than the retryable StoreError."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"A secret's ciphertext must be bytes, not {type(value).__name__}.")
+    return bytes(value)
 
 
 def _json_default(value: Any) -> Any:

@@ -39,18 +39,21 @@ from signoff.engine.models import (
     Message,
     NewJob,
     PendingRequest,
+    SecretInfo,
+    SecretRecord,
     SpanRecord,
     User,
     utcnow,
 )
 from signoff.engine.store.base import Store, StoreConflict, StoreError
-from signoff.engine.store.encoding import as_utc, dumps, hash_api_key
+from signoff.engine.store.encoding import as_utc, ciphertext_bytes, dumps, hash_api_key
 
 __all__ = ["MemoryStore"]
 
 T = TypeVar("T")
 
 _RUNNING = (JobStatus.queued, JobStatus.in_progress)  # what a lease, a stop request and a pause act on
+_ACTIVE = (JobStatus.queued, JobStatus.in_progress, JobStatus.suspended)  # a job that is not over
 
 
 def _same(stored: Any, wanted: Any) -> bool:
@@ -84,6 +87,13 @@ class _FlowVersion:
     name: str
     spec: str
     created_at: datetime
+
+
+@dataclass
+class _Secret:
+    ciphertext: bytes
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass
@@ -176,6 +186,7 @@ class _Tables:
     flows: dict[str, _Flow] = field(default_factory=dict)
     flow_versions: dict[tuple[str, int], _FlowVersion] = field(default_factory=dict)
     shares: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (flow, user) -> actions
+    secrets: dict[tuple[str, str], _Secret] = field(default_factory=dict)  # (owner, name) -> secret
     jobs: dict[str, _Job] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], str] = field(default_factory=dict)  # (user, key) -> job id
     events: dict[str, list[_Event]] = field(default_factory=dict)  # job id -> events, seq 1, 2, ...
@@ -258,6 +269,65 @@ class MemoryStore(Store):
 
     async def revoke_api_key(self, key: str) -> bool:
         return self._tables().api_keys.pop(hash_api_key(key), None) is not None
+
+    @staticmethod
+    def _revoke_keys(t: _Tables, user_id: str) -> int:
+        doomed = [k for k, owner in t.api_keys.items() if owner == user_id]
+        for key_hash in doomed:
+            del t.api_keys[key_hash]
+        return len(doomed)
+
+    async def revoke_api_keys(self, user_id: str) -> int:
+        return self._revoke_keys(self._tables(), user_id)
+
+    async def delete_user(self, user_id: str) -> bool:
+        """See Store.delete_user: the user, keys, shares to them and of their flows, secrets."""
+        t = self._tables()
+        user = t.users.pop(user_id, None)
+        if user is not None:
+            del t.user_by_name[user.name]
+        self._revoke_keys(t, user_id)
+        owned = {f.id for f in t.flows.values() if f.owner_id == user_id}
+        for share in [k for k in t.shares if k[1] == user_id or k[0] in owned]:
+            del t.shares[share]
+        for secret in [k for k in t.secrets if k[0] == user_id]:
+            del t.secrets[secret]
+        return user is not None
+
+    # ---- secrets (opaque bytes: encrypted by the caller)
+
+    @staticmethod
+    def _secret(owner_id: str, name: str, row: _Secret) -> SecretRecord:
+        return SecretRecord(
+            owner_id=owner_id, name=name, ciphertext=row.ciphertext, created_at=row.created_at, updated_at=row.updated_at
+        )
+
+    async def put_secret(self, owner_id: str, name: str, ciphertext: bytes) -> SecretRecord:
+        """Create or replace; a replace keeps created_at (see Store.put_secret)."""
+        data = ciphertext_bytes(ciphertext)
+        now = utcnow()
+        t = self._tables()
+        row = t.secrets.get((owner_id, name))
+        if row is None:
+            row = t.secrets[(owner_id, name)] = _Secret(data, now, now)
+        else:
+            row.ciphertext, row.updated_at = data, now
+        return self._secret(owner_id, name, row)
+
+    async def get_secret(self, owner_id: str, name: str) -> SecretRecord | None:
+        row = self._tables().secrets.get((owner_id, name))
+        return self._secret(owner_id, name, row) if row is not None else None
+
+    async def list_secrets(self, owner_id: str) -> list[SecretInfo]:
+        """Names and times only, by name (code-point order, as the SQL backends sort them)."""
+        mine = sorted((k[1], row) for k, row in self._tables().secrets.items() if k[0] == owner_id)
+        return [
+            SecretInfo(owner_id=owner_id, name=name, created_at=row.created_at, updated_at=row.updated_at)
+            for name, row in mine
+        ]
+
+    async def delete_secret(self, owner_id: str, name: str) -> bool:
+        return self._tables().secrets.pop((owner_id, name), None) is not None
 
     # ---- flows and shares
 
@@ -563,6 +633,18 @@ class MemoryStore(Store):
         ]
         return [self._job(r) for r in sorted(found, key=lambda r: (r.created_at, r.job_id))]
 
+    def _active(self, keep: Callable[[_Job], bool]) -> list[Job]:
+        found = [r for r in self._tables().jobs.values() if r.status in _ACTIVE and keep(r)]
+        return [self._job(r) for r in sorted(found, key=lambda r: (r.created_at, r.job_id))]
+
+    async def list_active_jobs(self, flow_id: str) -> list[Job]:
+        """See Store.list_active_jobs."""
+        return self._active(lambda r: r.flow_id == flow_id)
+
+    async def list_user_active_jobs(self, user_id: str) -> list[Job]:
+        """See Store.list_user_active_jobs."""
+        return self._active(lambda r: r.user_id == user_id)
+
     # ---- events
 
     @staticmethod
@@ -769,14 +851,24 @@ class MemoryStore(Store):
         found = [r for r in self._tables().spans.values() if r.trace_id == trace_id]
         return [self._span(r) for r in sorted(found, key=lambda r: (r.start_time, r.span_id))]
 
-    async def list_traces(self, *, flow_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_traces(
+        self, *, flow_id: str | None = None, user_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Newest first. ``status`` is "error" when any span failed, else the root span's status,
-        else "ok" once every span has ended."""
+        else "ok" once every span has ended. Filtered before the limit (see Store.list_traces)."""
+        t = self._tables()
         traces: dict[str, list[_Span]] = {}
-        for row in self._tables().spans.values():
+        for row in t.spans.values():
             traces.setdefault(row.trace_id, []).append(row)
         if flow_id is not None:
             traces = {k: v for k, v in traces.items() if any(s.flow_id == flow_id for s in v)}
+        if user_id is not None:
+            runs = {r.job_id for r in t.jobs.values() if r.user_id == user_id}  # run_id = job_id
+            traces = {
+                k: v
+                for k, v in traces.items()
+                if max((s.run_id for s in v if s.run_id is not None), default=k) in runs
+            }
         out = []
         for trace_id, spans in traces.items():
             root = min(spans, key=lambda s: (s.parent_id is not None, s.start_time))

@@ -24,11 +24,12 @@ from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.flows import SQLFlows
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.messages import SQLMessages
+from signoff.engine.store.sql.secrets import SQLSecrets
 from signoff.engine.store.sql.spans import SQLSpans
 from signoff.engine.store.sql.users import SQLUsers
 
 __all__ = ["SQLStore", "Tx"]
 
 
-class SQLStore(SQLUsers, SQLFlows, SQLJobs, SQLCheckpoints, SQLMessages, SQLSpans, SQLBlobs):
+class SQLStore(SQLUsers, SQLSecrets, SQLFlows, SQLJobs, SQLCheckpoints, SQLMessages, SQLSpans, SQLBlobs):
     """Every Store method, written once. Subclasses provide transactions and value encoding."""

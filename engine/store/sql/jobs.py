@@ -234,3 +234,15 @@ class SQLJobs(SQLEvents):
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(sql + " ORDER BY created_at, job_id", params)
         return [self._job(r) for r in rows]
+
+    async def list_active_jobs(self, flow_id: str) -> list[Job]:
+        """See Store.list_active_jobs."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.flow_active_jobs, (flow_id,))
+        return [self._job(r) for r in rows]
+
+    async def list_user_active_jobs(self, user_id: str) -> list[Job]:
+        """See Store.list_user_active_jobs."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.user_active_jobs, (user_id,))
+        return [self._job(r) for r in rows]

@@ -21,6 +21,22 @@ class Q:
     api_key_owner = "SELECT user_id FROM api_keys WHERE key_hash = ?"
     user_for_api_key = "SELECT u.* FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.key_hash = ?"
     delete_api_key = "DELETE FROM api_keys WHERE key_hash = ?"
+    delete_user_api_keys = "DELETE FROM api_keys WHERE user_id = ?"
+    # delete_user: the user row, then what hangs on its id (one transaction)
+    delete_user = "DELETE FROM users WHERE id = ?"
+    delete_shares_to_user = "DELETE FROM flow_shares WHERE user_id = ?"
+    delete_shares_of_owner = "DELETE FROM flow_shares WHERE flow_id IN (SELECT f.id FROM flows f WHERE f.owner_id = ?)"
+    delete_owner_secrets = "DELETE FROM secrets WHERE owner_id = ?"
+
+    # secrets: the ciphertext is read by get_secret only; list_secrets never selects it
+    upsert_secret = (
+        "INSERT INTO secrets (owner_id, name, ciphertext, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (owner_id, name) DO UPDATE SET ciphertext = excluded.ciphertext, "
+        "updated_at = excluded.updated_at RETURNING *"
+    )
+    secret = "SELECT * FROM secrets WHERE owner_id = ? AND name = ?"
+    list_secrets = "SELECT owner_id, name, created_at, updated_at FROM secrets WHERE owner_id = ?"
+    delete_secret = "DELETE FROM secrets WHERE owner_id = ? AND name = ?"
 
     upsert_flow = (
         "INSERT INTO flows (id, owner_id, name, spec, version, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?) "
@@ -107,6 +123,15 @@ class Q:
         "AND COALESCE(session_id, flow_id) = ? ORDER BY created_at, job_id"
     )
     list_pending = "SELECT * FROM jobs WHERE user_id = ? AND status = 'suspended' AND pending IS NOT NULL"
+    # jobs that are not over (jobs_flow_status, jobs_user_status)
+    flow_active_jobs = (
+        "SELECT * FROM jobs WHERE flow_id = ? AND status IN ('queued', 'in_progress', 'suspended') "
+        "ORDER BY created_at, job_id"
+    )
+    user_active_jobs = (
+        "SELECT * FROM jobs WHERE user_id = ? AND status IN ('queued', 'in_progress', 'suspended') "
+        "ORDER BY created_at, job_id"
+    )
 
     next_seq = (
         "INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1) ON CONFLICT (job_id) "
@@ -155,8 +180,19 @@ class Q:
         "CASE WHEN r.parent_id IS NULL THEN 0 ELSE 1 END, r.start_time LIMIT 1) AS name, "
         "(SELECT r.status FROM spans r WHERE r.trace_id = s.trace_id ORDER BY "
         "CASE WHEN r.parent_id IS NULL THEN 0 ELSE 1 END, r.start_time LIMIT 1) AS root_status "
-        "FROM spans s {where} GROUP BY s.trace_id ORDER BY MIN(s.start_time) DESC, s.trace_id LIMIT ?"
+        "FROM spans s {where} GROUP BY s.trace_id {having} ORDER BY MIN(s.start_time) DESC, s.trace_id LIMIT ?"
     )
+    # list_traces' filters, applied before its LIMIT
+    traces_of_flow = "s.trace_id IN (SELECT f.trace_id FROM spans f WHERE f.flow_id = ?)"
+    # the user's traces: those whose run (the spans' run_id, else the trace id) is the run of one
+    # of the user's jobs. The WHERE part narrows the spans to the candidate traces (the trace id
+    # or some span's run_id is the user's: jobs_user_status, then the trace or spans_run), the
+    # HAVING part keeps exactly those whose run, as list_traces reports it, is the user's.
+    traces_of_user_candidates = (
+        "s.trace_id IN (SELECT j.run_id FROM jobs j WHERE j.user_id = ? UNION "
+        "SELECT u.trace_id FROM spans u JOIN jobs j ON j.run_id = u.run_id WHERE j.user_id = ?)"
+    )
+    traces_of_user = "COALESCE(MAX(s.run_id), s.trace_id) IN (SELECT j.run_id FROM jobs j WHERE j.user_id = ?)"
 
     put_blob = (
         "INSERT INTO blobs (key, data, created_at) VALUES (?, ?, ?) "

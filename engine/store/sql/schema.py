@@ -147,6 +147,20 @@ MIGRATIONS: list[list[str]] = [
     [
         "CREATE INDEX jobs_status_created ON jobs (status, created_at)",
     ],
+    # 5: secrets (named credentials of a user, encrypted by the caller: opaque bytes here);
+    # a flow's jobs that are not over (list_active_jobs; a user's use jobs_user_status); the
+    # traces of a user's runs (list_traces(user_id=...) finds the spans of each run)
+    [
+        """CREATE TABLE secrets (
+            owner_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            ciphertext {blob} NOT NULL,
+            created_at {ts} NOT NULL,
+            updated_at {ts} NOT NULL,
+            PRIMARY KEY (owner_id, name))""",
+        "CREATE INDEX jobs_flow_status ON jobs (flow_id, status, created_at)",
+        "CREATE INDEX spans_run ON spans (run_id)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -60,16 +60,27 @@ class SQLSpans(SQLCore):
             rows = await tx.fetchall(Q.trace, (trace_id,))
         return [self._span(r) for r in rows]
 
-    async def list_traces(self, *, flow_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_traces(
+        self, *, flow_id: str | None = None, user_id: str | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
         """Newest first. ``status`` is "error" when any span failed, else the root span's status,
-        else "ok" once every span has ended."""
-        where, params = "", []
+        else "ok" once every span has ended. The filters are part of the query, before its LIMIT
+        (see Store.list_traces)."""
+        conditions: list[str] = []
+        params: list[Any] = []
+        having = ""
         if flow_id is not None:
-            where = "WHERE s.trace_id IN (SELECT f.trace_id FROM spans f WHERE f.flow_id = ?)"
+            conditions.append(Q.traces_of_flow)
             params.append(flow_id)
+        if user_id is not None:
+            conditions.append(Q.traces_of_user_candidates)
+            params += [user_id, user_id]
+            having = f"HAVING {Q.traces_of_user}"
+            params.append(user_id)
+        where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
         params.append(limit)
         async with self._tx(write=False) as tx:
-            rows = await tx.fetchall(Q.list_traces.format(where=where), params)
+            rows = await tx.fetchall(Q.list_traces.format(where=where, having=having), params)
         out = []
         for r in rows:
             if int(r["errors"] or 0) > 0:

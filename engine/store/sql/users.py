@@ -1,4 +1,5 @@
-"""Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key)."""
+"""Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key).
+Deleting a user also takes what hangs on the user's id: keys, shares and secrets."""
 
 from __future__ import annotations
 
@@ -66,3 +67,17 @@ class SQLUsers(SQLCore):
     async def revoke_api_key(self, key: str) -> bool:
         async with self._tx(write=True) as tx:
             return await tx.execute(Q.delete_api_key, (hash_api_key(key),)) > 0
+
+    async def revoke_api_keys(self, user_id: str) -> int:
+        async with self._tx(write=True) as tx:
+            return await tx.execute(Q.delete_user_api_keys, (user_id,))
+
+    async def delete_user(self, user_id: str) -> bool:
+        """See Store.delete_user: one transaction; flows and jobs are left to the caller."""
+        async with self._tx(write=True) as tx:
+            existed = await tx.execute(Q.delete_user, (user_id,)) > 0
+            await tx.execute(Q.delete_user_api_keys, (user_id,))
+            await tx.execute(Q.delete_shares_to_user, (user_id,))
+            await tx.execute(Q.delete_shares_of_owner, (user_id,))
+            await tx.execute(Q.delete_owner_secrets, (user_id,))
+        return existed

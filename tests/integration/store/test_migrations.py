@@ -8,10 +8,12 @@ import asyncio
 
 import pytest
 
-from signoff.engine.models import JobStatus, utcnow
+from datetime import timedelta
+
+from signoff.engine.models import JobStatus, SpanRecord, utcnow
 from signoff.engine.store import Store, StoreError, open_store
 from signoff.engine.store.sql import schema
-from tests.store_conformance import new_job
+from tests.store_conformance import new_job, new_user
 
 
 async def test_setup_twice_is_safe_and_records_the_version(store: Store) -> None:
@@ -95,5 +97,52 @@ async def test_schema_1_database_gains_event_dedupe_keeping_its_events(
         assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
         assert await new.append_event(job_id, "human_input_decision", {}, dedupe_key="k") == 2
         assert [e.event for e in await new.read_events(job_id)] == ["human_input_required", "human_input_decision"]
+    finally:
+        await new.close()
+
+
+async def _indexes(store: Store) -> set[str]:
+    sql = ("SELECT name FROM sqlite_master WHERE type = 'index'" if store.dialect == "sqlite"  # type: ignore[attr-defined]
+           else "SELECT indexname AS name FROM pg_indexes WHERE schemaname = 'public'")
+    async with store._tx(write=False) as tx:  # type: ignore[attr-defined]
+        return {r["name"] for r in await tx.fetchall(sql)}
+
+
+async def test_schema_4_database_gains_secrets_and_the_new_indexes_keeping_its_rows(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    assert await old.schema_version() == 4
+    user, guest = await new_user(old), await new_user(old)
+    key = await old.create_api_key(user.id)
+    flow = await old.save_flow(user.id, "Refund", {"nodes": []})
+    await old.grant_share(flow.id, guest.id, ["execute"])
+    job_id = await new_job(old, user.id, flow_id=flow.id)
+    done = await new_job(old, user.id, flow_id=flow.id)
+    assert await old.set_status(done, JobStatus.completed)
+    t0 = utcnow()
+    await old.save_spans([SpanRecord(trace_id=job_id, span_id="root", name="run", start_time=t0,
+                                     end_time=t0 + timedelta(seconds=1), status="ok", run_id=job_id, flow_id=flow.id)])
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        await new.setup()
+        assert await new.schema_version() == len(schema.MIGRATIONS) >= 5
+        assert {"jobs_flow_status", "spans_run"} <= await _indexes(new)
+        # the rows written by schema 4 are served by the new methods
+        assert [j.job_id for j in await new.list_active_jobs(flow.id)] == [job_id]
+        assert [j.job_id for j in await new.list_user_active_jobs(user.id)] == [job_id]
+        assert [t["trace_id"] for t in await new.list_traces(user_id=user.id)] == [job_id]
+        assert (await new.put_secret(user.id, "token", b"\x00c")).ciphertext == b"\x00c"
+        assert [s.name for s in await new.list_secrets(user.id)] == ["token"]
+        assert await new.delete_user(user.id)
+        assert await new.user_for_api_key(key) is None and not await new.has_permission(flow.id, guest.id)
+        assert await new.get_secret(user.id, "token") is None
+        assert (await new.get_job(job_id)).status == JobStatus.queued
     finally:
         await new.close()
