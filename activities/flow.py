@@ -30,13 +30,15 @@ from signoff.activities.types import (
     StateRef,
 )
 from signoff.engine import tracing
+from signoff.engine.access import Access
 from signoff.engine.decisions import apply_decision
-from signoff.engine.errors import FlowNotFound, NotResumable, SignoffError
+from signoff.engine.errors import FlowNotFound, Forbidden, NotResumable, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
 from signoff.engine.models import AppliedDecision, Decision, Job, JobStatus, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
+from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
 from signoff.engine.spec import apply_tweaks, load_flow
 from signoff.engine.state import RunState, new_run_state
@@ -53,6 +55,8 @@ class FlowActivities:
         self.settings = settings
         self.codec = StateCodec(store, settings.inline_output_bytes)
         self._graphs: OrderedDict[str, Graph] = OrderedDict()
+        self.access = Access(store)
+        self.vault = Vault(store, settings)
 
     def all(self) -> list[Any]:
         return [self.run_layer, self.persist_pause, self.resume_run, self.rollback_resume, self.finish,
@@ -113,6 +117,13 @@ class FlowActivities:
         after the decision is returned and the workflow builds that layer with ``run_layer``
         (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
         applied; the workflow then rolls the claim back."""
+        try:
+            job = await self._job(inp.job_id)
+            # whoever sends it (the API, the CLI, the Web UI), a decision is made by someone who
+            # may execute the flow now: a revoked share refuses it here too (DESIGN §13)
+            await self._check_decider(job, inp.decided_by or job.user_id)
+        except SignoffError as err:
+            raise to_failure(err) from None
         token = await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
         if token is None:
             return ResumeRunOutput(claimed=False)
@@ -189,9 +200,11 @@ class FlowActivities:
             raise NotResumable(f"job {job_id} not found")
         return job
 
-    async def _flow_loader(self, flow_id: str) -> dict[str, Any] | None:
-        flow = await self.store.get_flow(flow_id)
-        return flow.spec if flow else None
+    async def _check_decider(self, job: Job, user_id: str) -> None:
+        flow = await self.store.get_flow(job.flow_id)
+        if flow is None or not await self.access.may_execute(user_id, flow):
+            raise Forbidden("The decider may not execute this flow (any more), so may not decide its runs",
+                            job_id=job.job_id)
 
     async def _new_state(self, job: Job) -> RunState:
         # the version the job was created with, not a later edit of the flow
@@ -202,15 +215,17 @@ class FlowActivities:
         if job.status == JobStatus.queued:
             await self.store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued])
         state = new_run_state(spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
-                              session_id=job.session_id, input_value=job.request.get("input_value"))
+                              owner_id=flow.owner_id, session_id=job.session_id,
+                              input_value=job.request.get("input_value"))
         # the run's provisional root span: the trace lists as running from the first layer
         await tracing.open_run(self.store, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=flow.name,
                                start=job.created_at)
         return state
 
     async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime]) -> RunState:
-        ctx = context_for(state, history=self.store, flow_loader=self._flow_loader, clock=clock,
-                          settings=self.settings,  # an Agent's model defaults (openai_*)
+        ctx = context_for(state, history=self.store, flow_loader=self.access.flow_loader(state.user_id),
+                          secrets=self.vault.value, clock=clock,
+                          settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
         return apply_layer(graph, state, layer)

@@ -8,8 +8,9 @@ SIGNOFF_FLOWS_DIR. Routes stay thin: they call the service.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 
@@ -20,7 +21,7 @@ from signoff.service import RunService, connect_client
 from signoff.api.auth import AuthMiddleware
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
-from signoff.api.routes import flows, health, monitor, workflows
+from signoff.api.routes import flows, health, monitor, secrets, workflows
 
 log = logging.getLogger("signoff.api")
 
@@ -70,4 +71,34 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(flows.router)
     app.include_router(workflows.router)
     app.include_router(monitor.router)
+    app.include_router(secrets.router)
+    _own_error_schema(app)
     return app
+
+
+def _own_error_schema(app: FastAPI) -> None:
+    """OpenAPI declares signoff's error body (``api.models.ErrorBody``), which every route lists
+    for each status it answers (``error_responses``). FastAPI adds its own 422 shape
+    (``HTTPValidationError``) to a route with parameters that declares no 422: a route whose
+    parameters cannot fail validation (a path id: a malformed one is a 404), so that 422 goes,
+    and with it FastAPI's schemas."""
+    default = "#/components/schemas/HTTPValidationError"
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = FastAPI.openapi(app)
+        for path_item in schema.get("paths", {}).values():
+            for operation in path_item.values():
+                responses = operation.get("responses", {}) if isinstance(operation, dict) else {}
+                content = responses.get("422", {}).get("content", {})
+                if any(media.get("schema", {}).get("$ref") == default for media in content.values()):
+                    del responses["422"]
+        schemas = schema.get("components", {}).get("schemas", {})
+        if default not in json.dumps(schema.get("paths", {})):
+            schemas.pop("HTTPValidationError", None)
+            schemas.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

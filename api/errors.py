@@ -7,6 +7,8 @@ machine-readable, ``message`` says what to fix. Engine errors map to statuses by
 from __future__ import annotations
 
 import logging
+import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -46,6 +48,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "JOB_NOT_FOUND": 404,
     "USER_NOT_FOUND": 404,
     "NO_PENDING_REQUEST": 404,
+    "SECRET_NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
     "NOT_RESUMABLE": 409,
     "BODY_TOO_LARGE": 413,
@@ -70,9 +73,22 @@ _CODE_BY_HTTP_STATUS = {
 }
 
 
+SURROGATE_MESSAGE = "must not contain a lone UTF-16 surrogate (\\ud800-\\udfff): it is not text; send valid Unicode"
+_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with NUL and lone UTF-16 surrogates written as escapes (``\\u0000``, ``\\ud800``):
+    neither can be encoded as UTF-8, so neither may reach an answer or a log as it is."""
+    if not _UNSHOWABLE.search(text):
+        return text
+    return _UNSHOWABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def error_body(code: str, message: str, *, error: str | None = None, **extra: Any) -> dict[str, Any]:
-    detail: dict[str, Any] = {"error": error or code.replace("_", " ").capitalize(), "code": code, "message": message}
-    detail.update({k: v for k, v in extra.items() if v is not None})
+    detail: dict[str, Any] = {"error": error or code.replace("_", " ").capitalize(), "code": code,
+                              "message": printable(message)}
+    detail.update({k: _jsonable(v) for k, v in extra.items() if v is not None})
     return {"detail": detail}
 
 
@@ -82,13 +98,18 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> JSONRe
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    """An error detail as JSON an answer can always carry (details are shallow: problems lists)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {printable(str(k)): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
-    return str(value)
+    return printable(str(value))
 
 
 async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
@@ -104,8 +125,11 @@ async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
 async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
     problems = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        problems.append({"loc": loc, "message": err.get("msg", ""), "type": err.get("type", "")})
+        loc = printable(".".join(str(p) for p in err.get("loc", ())))
+        kind, message = err.get("type", ""), err.get("msg", "")
+        if kind == "string_unicode":  # pydantic's word for a lone surrogate in a bounded string
+            kind, message = "string_surrogate", SURROGATE_MESSAGE
+        problems.append({"loc": loc, "message": message, "type": kind})
     summary = "; ".join(f"{p['loc']}: {p['message']}" for p in problems[:5]) or "invalid request"
     return error_response(422, "INVALID_REQUEST", f"Invalid request: {summary}", error="InvalidRequest", problems=problems)
 
@@ -113,12 +137,26 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if isinstance(exc.detail, dict) and "code" in exc.detail:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    if exc.status_code == 400:  # FastAPI could not read the JSON body: a request error like any other
+        return error_response(422, "INVALID_REQUEST", _unreadable_body(request, exc.__cause__), error="InvalidRequest")
     code = _CODE_BY_HTTP_STATUS.get(exc.status_code, "HTTP_ERROR")
     message = str(exc.detail) if exc.detail else code
     if exc.status_code == 413:
         limit = request.app.state.settings.max_body_bytes
         message = f"The request body is larger than {limit} bytes"
     return error_response(exc.status_code, code, message)
+
+
+def _unreadable_body(request: Request, cause: BaseException | None) -> str:
+    if isinstance(cause, RecursionError):
+        limit = request.app.state.settings.max_json_depth
+        return (f"The JSON body nests objects and lists far more than {limit} levels deep; the limit is {limit}"
+                " (SIGNOFF_MAX_JSON_DEPTH)")
+    if isinstance(cause, UnicodeError):
+        return "The body is not UTF-8 JSON"
+    if isinstance(cause, ValueError):  # e.g. an integer of more than 4,300 digits
+        return f"The JSON body cannot be read: {printable(str(cause))[:300]}"
+    return "The body could not be read as JSON"
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

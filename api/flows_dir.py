@@ -8,6 +8,7 @@ import logging
 import re
 from pathlib import Path
 
+from signoff.engine.access import PUBLIC_OWNER_NAME
 from signoff.engine.errors import FlowInvalid
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
@@ -17,7 +18,6 @@ from signoff.api.flowspec import parse_body, validate_spec
 
 log = logging.getLogger("signoff.api")
 
-PUBLIC_OWNER_NAME = "signoff"
 SUFFIXES = {".json": "application/json", ".yaml": "application/yaml", ".yml": "application/yaml"}
 
 

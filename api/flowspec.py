@@ -1,73 +1,60 @@
-"""Reading and validating uploaded flow specs (JSON or YAML) with the API's limits."""
+"""Reading and validating uploaded flow specs (JSON or YAML) with the API's limits.
+
+The text is read by the engine's one parser (:func:`signoff.engine.spec.parse_text`: JSON, or
+YAML 1.2 without anchors or aliases, nesting bounded), the same one ``signoff run`` and
+``SIGNOFF_FLOWS_DIR`` use, so a file means the same everywhere."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import yaml
 
 from signoff.engine.errors import FlowInvalid
 from signoff.engine.settings import Settings
+from signoff.engine.spec import FlowSyntaxError, parse_text
+from signoff.engine.validate import parse_and_validate, too_many_nodes
 
 from signoff.api.errors import FlowTooLarge, InvalidRequest
 from signoff.api.limits import ID_MAX_CHARS, string_problems
 
 
-def parse_body(raw: bytes, content_type: str | None) -> dict[str, Any]:
-    """JSON, or YAML when the content type says so (or the body is not JSON)."""
+def parse_body(raw: bytes, content_type: str | None, *, max_depth: int | None = None) -> dict[str, Any]:
+    """JSON, or YAML when the content type says so (or the body is not JSON).
+
+    Not a document (empty, not UTF-8, malformed, not an object): 422 INVALID_REQUEST. A document
+    no flow may be (YAML anchors or aliases, nested deeper than ``max_depth``, default
+    SIGNOFF_MAX_JSON_DEPTH, a value JSON cannot hold): 422 FLOW_INVALID naming where."""
     ctype = (content_type or "").split(";")[0].strip().lower()
+    syntax = "yaml" if "yaml" in ctype else "json" if "json" in ctype else None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidRequest("The flow must be UTF-8 encoded JSON or YAML") from None
-    if not text.strip():
-        raise InvalidRequest("The request body is empty: send a flow as JSON or YAML")
-    data: Any
-    if "yaml" in ctype:
-        data = _yaml(text)
-    else:
-        try:
-            data = json.loads(text)
-        except ValueError as e:
-            if "json" in ctype:
-                raise InvalidRequest(f"Malformed JSON: {e}") from None
-            data = _yaml(text)
+        data = parse_text(raw, syntax=syntax, max_depth=max_depth)
+    except FlowSyntaxError as e:
+        raise InvalidRequest(f"Malformed flow: {e.message}; send a flow as JSON or YAML") from None
     if not isinstance(data, dict):
         raise InvalidRequest("A flow is an object with name, nodes and edges")
     return data
 
 
-def _yaml(text: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidRequest(f"Malformed YAML: {str(e)[:300]}") from None
-    except RecursionError:
-        raise InvalidRequest("The YAML document is nested too deeply") from None
-
-
 def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Validate a flow spec; returns the spec to store. Raises FlowInvalid listing every
-    problem, FlowTooLarge over settings.max_flow_nodes."""
+    """Validate a flow spec; returns the spec to store. Raises FlowTooLarge over
+    SIGNOFF_MAX_FLOW_NODES (checked first, the engine's rule), else FlowInvalid listing every
+    problem: the strings (NUL, lone surrogates, SIGNOFF_MAX_STRING_CHARS), numbers (NaN, infinite)
+    and nesting (SIGNOFF_MAX_JSON_DEPTH) of the whole spec, then the engine's validation."""
     nodes = spec.get("nodes")
-    if isinstance(nodes, list) and len(nodes) > settings.max_flow_nodes:
-        raise FlowTooLarge(
-            f"The flow has {len(nodes)} nodes; this deployment allows at most {settings.max_flow_nodes}"
-            " (SIGNOFF_MAX_FLOW_NODES)"
-        )
+    too_many = too_many_nodes(len(nodes), settings.max_flow_nodes) if isinstance(nodes, list) else None
+    if too_many:
+        raise FlowTooLarge(too_many[:1].upper() + too_many[1:])
+    # every string: no NUL (PostgreSQL text cannot hold it), no lone surrogate, at most
+    # SIGNOFF_MAX_STRING_CHARS; no NaN; at most SIGNOFF_MAX_JSON_DEPTH deep: before anything else
+    # reads the spec (the name check, the engine's recursive parts)
+    problems = string_problems(spec, settings.max_string_chars, (), max_depth=settings.max_json_depth)
+    if problems:
+        raise FlowInvalid([{"where": p["loc"] or "flow", "message": f"{p['loc'] or 'flow'}: {p['message']}"}
+                           for p in problems])
     name = spec.get("name")
     if not isinstance(name, str) or not name.strip() or len(name) > ID_MAX_CHARS:
         raise FlowInvalid([{"where": "name", "message": f"name must be a non-empty string of at most {ID_MAX_CHARS} characters"}])
-    # every string: no NUL (PostgreSQL text cannot hold it), at most SIGNOFF_MAX_STRING_CHARS
-    strings = string_problems(spec, settings.max_string_chars, ())
-    if strings:
-        raise FlowInvalid([{"where": p["loc"] or "flow", "message": f"{p['loc'] or 'flow'}: {p['message']}"}
-                           for p in strings])
-    from signoff.engine.validate import parse_and_validate
-
     try:
-        parse_and_validate(spec)
+        parse_and_validate(spec, max_nodes=settings.max_flow_nodes)
     except FlowInvalid:
         raise
     except RecursionError:

@@ -24,6 +24,99 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# ---- errors ------------------------------------------------------------------------------
+
+
+class ErrorProblem(BaseModel):
+    """One problem of a request or a flow: ``{loc, message, type}`` for a request (where in the
+    body, what, a machine-readable kind), ``{message, where?, node?, edge?}`` for a flow."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message: str
+    loc: str | None = Field(None, description="where in the request: `body.tweaks.ask.text`, `query.flow_id`")
+    type: str | None = Field(None, description="e.g. string_too_long, string_nul, string_surrogate, json_too_deep, "
+                                              "number_not_finite, missing, extra_forbidden")
+    where: str | None = Field(None, description="where in the flow: `nodes.2.params.text`")
+    node: str | None = Field(None, description="the node the problem is about")
+    edge: str | None = Field(None, description="the edge the problem is about (`a.out->b.in`)")
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(description="the error's class, e.g. JobNotFound")
+    code: str = Field(description="machine-readable: UNAUTHORIZED, FORBIDDEN, JOB_NOT_FOUND, FLOW_NOT_FOUND, "
+                                  "NOT_RESUMABLE, BODY_TOO_LARGE, INVALID_REQUEST, FLOW_INVALID, ...")
+    message: str = Field(description="what went wrong and what to fix")
+    job_id: str | None = Field(None, description="the job the error is about, when there is one")
+    problems: list[ErrorProblem] | None = Field(None, description="INVALID_REQUEST and FLOW_INVALID: every problem")
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the API (DESIGN §6): ``{"detail": {"error", "code", "message", "job_id"?,
+    "problems"?}}``."""
+
+    detail: ErrorDetail
+
+
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "One Server-Sent Event of the job's log: `id: {seq}` and `data: {\"event\", \"data\", \"seq\"}` "
+                   "(JSON); comments (`: keep-alive`) are not events.",
+    "properties": {
+        "id": {"type": "string", "description": "the event's `seq`, gap-free per job from 1 (send it back as "
+                                               "Last-Event-ID)"},
+        "event": {"type": "string", "description": "not set: the event's name is in `data`"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {
+                "type": "object",
+                "required": ["event", "data", "seq"],
+                "properties": {"event": {"type": "string", "description": "human_input_required, "
+                                         "human_input_decision, run_cancelled, run_failed, end, ..."},
+                               "data": {"type": "object"}, "seq": {"type": "integer", "minimum": 1}},
+            },
+        },
+    },
+    "required": ["data"],
+}
+
+
+def sse_content() -> dict[str, Any]:
+    """OpenAPI ``content`` of an answer that is the job's events as Server-Sent Events (an OpenAPI
+    3.1 ``schema`` of an event stream describes each event)."""
+    return {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
+
+
+_ERROR_DESCRIPTIONS = {
+    401: "`UNAUTHORIZED`: no valid `x-api-key` (checked before the body is read)",
+    403: "`FORBIDDEN`",
+    404: "`NOT_FOUND`",
+    409: "`NOT_RESUMABLE`",
+    413: "`BODY_TOO_LARGE`: the body is over SIGNOFF_MAX_BODY_BYTES",
+    422: "`INVALID_REQUEST` (with `problems`)",
+    503: "`UNAVAILABLE`: Temporal or the database is not reachable",
+}
+
+
+def error_responses(statuses: dict[int, str | None], *, api: bool = True, body: bool = False
+                    ) -> dict[int | str, dict[str, Any]]:
+    """The error answers of a route for OpenAPI (``responses=``), each with :class:`ErrorBody`:
+    ``statuses`` maps a status to the codes it carries there (None: the default text); ``api``
+    adds 401 (every ``/api`` route), ``body`` adds 413 (every route that takes a body). Declaring
+    422 also keeps FastAPI from adding its own validation error shape."""
+    wanted: dict[int, str | None] = {}
+    if api:
+        wanted[401] = None
+    if body:
+        wanted[413] = None
+    wanted.update(statuses)
+    return {status: {"model": ErrorBody, "description": text or _ERROR_DESCRIPTIONS.get(status, "error")}
+            for status, text in sorted(wanted.items())}
+
+
 # ---- flows -------------------------------------------------------------------------------
 
 

@@ -1,31 +1,40 @@
-"""What a run gives its components: identity, input, the session history, the flow loader for
-nested flows, an HTTP client factory, the clock, and hooks for observability."""
+"""What a run gives its components: identity, input, the session history, nested runs, the one
+way to dial out (an HTTP client under the egress policy), the run owner's secrets, the clock,
+and hooks for observability. A component reaches the world only through its context."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, AsyncContextManager, Awaitable, Callable, ContextManager
+from typing import Any, AsyncContextManager, Awaitable, Callable, ContextManager, Iterable
 
 import httpx
 
-from signoff.engine.models import utcnow
+from signoff.engine.egress import EgressPolicy, egress_client
+from signoff.engine.errors import ComponentError
+from signoff.engine.models import FlowRecord, utcnow
+from signoff.engine.secrets import SECRET_REF, is_secret_ref, secret_names
 from signoff.engine.settings import Settings
 from signoff.engine.state import VertexResult
 from signoff.engine.store.base import HistoryStore
 
-FlowLoader = Callable[[str], Awaitable["dict[str, Any] | None"]]
+# Loads a flow for a nested run by id, or None when it does not exist or the run's user may not
+# execute it (the caller does not learn which).
+FlowLoader = Callable[[str], Awaitable["FlowRecord | None"]]
 # Called around each vertex build: (vertex_id, component_type) -> async context manager.
 BuildWrapper = Callable[[str, str], AsyncContextManager[Any]]
 # Called after each vertex build (also when it paused).
 VertexHook = Callable[[VertexResult], "Awaitable[None] | None"]
-# Runs a nested flow to its end (Run Flow): (ctx, flow_id, spec, input_value, vertex_id=) -> result.
+# Runs a nested flow to its end (Run Flow): (ctx, flow, input_value, vertex_id=) -> result.
 ChildRunner = Callable[..., Awaitable[dict[str, Any]]]
 # Opens the span of one of a component's own calls (a model request, a tool run): keyword
 # attributes -> context manager yielding the span (``outputs``, ``model_result``, ``fail``).
 SpanFactory = Callable[..., ContextManager[Any]]
+# The value of a secret of an owner: (owner_id, name) -> the plain value, or None.
+SecretResolver = Callable[[str, str], Awaitable["str | None"]]
 
 
 class NoSpan:
@@ -43,6 +52,31 @@ class NoSpan:
 
 
 @dataclass
+class NestedBudget:
+    """How many nested runs (Run Flow, at any depth) a run has started, against its limit. One
+    object is shared by a layer's builds and their nested runs; the run's state carries the
+    count from layer to layer (``RunState.nested_runs``)."""
+
+    used: int = 0
+    limit: int | None = None
+
+    def spend(self, vertex_id: str) -> None:
+        if self.limit is not None and self.used >= self.limit:
+            raise ComponentError(
+                f"RunFlow: this run has already started {self.used} nested runs, the most one run may start "
+                "(SIGNOFF_MAX_NESTED_RUNS)",
+                vertex_id=vertex_id,
+            )
+        self.used += 1
+
+
+@functools.lru_cache(maxsize=64)
+def egress_policy(allow: str) -> EgressPolicy:
+    """The policy of a ``SIGNOFF_EGRESS_ALLOW`` value (parsed once per value)."""
+    return EgressPolicy.parse(allow)
+
+
+@dataclass
 class RunContext:
     run_id: str
     job_id: str | None = None
@@ -50,15 +84,18 @@ class RunContext:
     user_id: str | None = None
     session_id: str | None = None
     input_value: Any = None
+    # The owner of the flow being run: its nodes' secret references are this owner's secrets.
+    owner_id: str | None = None
     history: HistoryStore | None = None
     flow_loader: FlowLoader | None = None
-    http_client_factory: Callable[[], httpx.AsyncClient] | None = None
+    secrets: SecretResolver | None = None
     clock: Callable[[], datetime] | None = None
     on_vertex_built: VertexHook | None = None
     wrap_build: BuildWrapper | None = None
     depth: int = 0  # nesting level (RunFlow)
-    # The process settings, passed in by the caller (never read here): an Agent takes its
-    # model, base URL and API key defaults from them (openai_model/openai_base_url/openai_api_key).
+    nested: NestedBudget = field(default_factory=NestedBudget)
+    # The process settings, passed in by the caller (never read here): the egress policy and
+    # caps, and an Agent's model defaults (openai_model/openai_base_url/openai_api_key).
     settings: Settings | None = None
     # Set by engine.run.context_for: components run nested flows through it, so they need not
     # import the engine's steps (which import the components).
@@ -79,11 +116,57 @@ class RunContext:
         """The span of one tool run of the component being built (an Agent's tool call)."""
         return self.tool_span(**attributes) if self.tool_span else contextlib.nullcontext(NoSpan())
 
-    def http_client(self) -> httpx.AsyncClient:
-        """A client to use as ``async with ctx.http_client() as client``."""
-        if self.http_client_factory is not None:
-            return self.http_client_factory()
-        return httpx.AsyncClient()
+    # ---- the world -------------------------------------------------------------------------
+
+    @property
+    def egress(self) -> EgressPolicy:
+        """What this run may dial: public addresses, and what SIGNOFF_EGRESS_ALLOW lists."""
+        return egress_policy(self.settings.egress_allow if self.settings is not None else "")
+
+    def http_client(self, *, allow: Iterable[str] = (), timeout: float | None = None) -> httpx.AsyncClient:
+        """The one way a component dials out: ``async with ctx.run.http_client() as client``.
+        Every connection is checked against the egress policy (plus ``allow``: what the operator
+        configured for this call, e.g. its own model URL) on the resolved address; a response body
+        is read up to ``SIGNOFF_HTTP_MAX_RESPONSE_BYTES``."""
+        policy = self.egress.allowing(*allow) if allow else self.egress
+        settings = self.settings or Settings()
+        return egress_client(policy, timeout=min(timeout or settings.http_max_timeout_seconds,
+                                                 settings.http_max_timeout_seconds),
+                             max_response_bytes=settings.http_max_response_bytes)
+
+    def capped_timeout(self, seconds: float) -> float:
+        """A component's own timeout, bounded by SIGNOFF_HTTP_MAX_TIMEOUT_SECONDS."""
+        cap = (self.settings or Settings()).http_max_timeout_seconds
+        return min(seconds, cap)
+
+    async def reveal(self, value: Any, *, vertex_id: str) -> Any:
+        """``value`` with every secret reference (``{"$secret": "NAME"}``) replaced by the value
+        of the flow owner's secret of that name. Call it where the value is used, never to
+        store it: the value must not reach an output, a span or an error message."""
+        if not secret_names(value):
+            return value
+        if self.secrets is None or self.owner_id is None:
+            raise ComponentError(f"{vertex_id}: secrets are not available here (the flow has no owner)",
+                                 vertex_id=vertex_id)
+
+        async def one(item: Any) -> Any:
+            if is_secret_ref(item):
+                name = item[SECRET_REF]
+                found = await self.secrets(self.owner_id, name)  # type: ignore[misc]
+                if found is None:
+                    raise ComponentError(
+                        f"{vertex_id}: no secret named {name!r} (the flow's owner creates it with "
+                        f"`signoff secrets set {name}` or POST /api/v1/secrets)",
+                        vertex_id=vertex_id,
+                    )
+                return found
+            if isinstance(item, dict):
+                return {k: await one(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [await one(v) for v in item]
+            return item
+
+        return await one(value)
 
     @property
     def effective_session(self) -> str:
@@ -91,6 +174,7 @@ class RunContext:
         return self.session_id or self.flow_id or self.run_id
 
     def child(self, **changes: Any) -> "RunContext":
-        """A context for a nested run: same services and session, one level deeper."""
+        """A context for a nested run: same services, session and budget, one level deeper."""
         changes.setdefault("depth", self.depth + 1)
         return dataclasses.replace(self, **changes)
+

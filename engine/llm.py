@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import httpx
 
+from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -139,7 +140,7 @@ class ChatClient:
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: float = 0.5,
-        http_client_factory: Callable[[], httpx.AsyncClient] | None = None,
+        http_client_factory: Callable[[], httpx.AsyncClient],
         extra_body: dict[str, Any] | None = None,
         who: str = "Agent",
     ) -> None:
@@ -149,7 +150,7 @@ class ChatClient:
         self.timeout = timeout
         self.max_retries = max(0, max_retries)
         self.backoff = max(0.0, backoff)
-        self.http_client_factory = http_client_factory or httpx.AsyncClient
+        self.http_client_factory = http_client_factory  # the run's client: egress policy, size cap
         self.extra_body = extra_body or {}
         self.who = who
 
@@ -180,6 +181,8 @@ class ChatClient:
                 resp: httpx.Response | None = None
                 try:
                     resp = await client.post(self.url, json=body, headers=headers, timeout=self.timeout)
+                except EgressError as e:  # refused, or an answer over the size cap: retrying cannot help
+                    raise self._fail(f"cannot be used: {e}") from None
                 except httpx.TimeoutException:
                     last = f"did not answer within {self.timeout:g} s"
                 except httpx.HTTPError as e:

@@ -18,12 +18,12 @@ import uuid
 from typing import Any
 
 from signoff.engine.components.base import BuildContext, PauseRequested, as_text
-from signoff.engine.context import RunContext
+from signoff.engine.context import NestedBudget, RunContext
 from signoff.engine.decisions import apply_decision
 from signoff.engine.errors import CheckpointError, ComponentError, FlowInvalid, NestedGateError, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.liveness import is_finished, plan_next, propagate_dead, resolve_inputs
-from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Message, PendingRequest
+from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, FlowRecord, Message, PendingRequest
 from signoff.engine.state import LayerResult, RunState, VertexResult, new_run_state
 from signoff.engine.validate import flow_has_gate, parse_and_validate
 
@@ -38,11 +38,15 @@ def context_for(state: RunState, **services: Any) -> RunContext:
     """A RunContext with the run's identity taken from the state; nested runs (Run Flow) run
     through :func:`run_child`."""
     services.setdefault("run_child", run_child)
+    settings = services.get("settings")
+    services.setdefault("nested", NestedBudget(used=state.nested_runs,
+                                               limit=settings.max_nested_runs if settings is not None else None))
     return RunContext(
         run_id=state.run_id,
         job_id=state.job_id,
         flow_id=state.flow_id,
         user_id=state.user_id,
+        owner_id=state.owner_id,
         session_id=state.session_id,
         input_value=state.input_value,
         **services,
@@ -136,7 +140,7 @@ async def build_vertices(graph: Graph, state: RunState, vertex_ids: list[str], c
     outcomes = await asyncio.gather(
         *(build_vertex(graph, state, vid, ctx) for vid in vertex_ids), return_exceptions=True
     )
-    layer = LayerResult(vertex_ids=list(vertex_ids))
+    layer = LayerResult(vertex_ids=list(vertex_ids), nested_runs=ctx.nested.used)
     errors: list[BaseException] = []
     for vid, outcome in zip(vertex_ids, outcomes):
         if isinstance(outcome, BaseException):
@@ -206,6 +210,8 @@ def apply_layer(graph: Graph, state: RunState, result: LayerResult) -> RunState:
             new.component_state[vid] = vr.state
         new.injected.pop(vid, None)
     new.layers += 1
+    if result.nested_runs is not None:
+        new.nested_runs = result.nested_runs
     propagate_dead(graph, new)
     return new
 
@@ -274,27 +280,30 @@ async def run_to_end(graph: Graph, state: RunState, ctx: RunContext) -> tuple[Ru
     return state, final_result(graph, state)
 
 
-async def run_child(ctx: RunContext, flow_id: str, spec: dict[str, Any], input_value: Any, *,
-                    vertex_id: str) -> dict[str, Any]:
-    """Run another flow to its end as a nested run of ``ctx``'s run (Run Flow): a child context
-    one level deeper, its own run id under the parent's, no chat history of its own. Returns
-    the child's final result. A child that can pause cannot run nested (NestedGateError)."""
+async def run_child(ctx: RunContext, flow: FlowRecord, input_value: Any, *, vertex_id: str) -> dict[str, Any]:
+    """Run another flow to its end as a nested run of ``ctx``'s run (Run Flow): one more against
+    the run's budget of nested runs, a child context one level deeper with its own run id under
+    the parent's and the child flow's owner (its nodes' secrets are that owner's), no chat
+    history of its own. Returns the child's final result. A child that can pause cannot run
+    nested (NestedGateError)."""
+    ctx.nested.spend(vertex_id)
     try:
-        child_spec = parse_and_validate(spec)
+        child_spec = parse_and_validate(flow.spec)
     except FlowInvalid as e:
-        raise ComponentError(f"RunFlow: flow '{flow_id}' is not valid: {e.problems}", vertex_id=vertex_id) from None
+        raise ComponentError(f"RunFlow: flow '{flow.id}' is not valid: {e.problems}", vertex_id=vertex_id) from None
     if flow_has_gate(child_spec):
         raise NestedGateError(
-            f"RunFlow '{vertex_id}': flow '{flow_id}' contains an approval gate and cannot run as a nested "
+            f"RunFlow '{vertex_id}': flow '{flow.id}' contains an approval gate and cannot run as a nested "
             "flow; move the approval to the parent flow.",
             vertex_id=vertex_id,
-            flow_id=flow_id,
+            flow_id=flow.id,
         )
-    child_ctx = ctx.child(run_id=f"{ctx.run_id}.{vertex_id}", flow_id=flow_id, input_value=as_text(input_value),
-                          history=None)
-    state = new_run_state(child_spec, run_id=child_ctx.run_id, job_id=ctx.job_id, flow_id=flow_id,
-                          user_id=ctx.user_id, session_id=ctx.session_id, input_value=child_ctx.input_value)
+    child_ctx = ctx.child(run_id=f"{ctx.run_id}.{vertex_id}", flow_id=flow.id, owner_id=flow.owner_id,
+                          input_value=as_text(input_value), history=None)
+    state = new_run_state(child_spec, run_id=child_ctx.run_id, job_id=ctx.job_id, flow_id=flow.id,
+                          user_id=ctx.user_id, owner_id=flow.owner_id, session_id=ctx.session_id,
+                          input_value=child_ctx.input_value)
     state, result = await run_to_end(Graph(child_spec), state, child_ctx)
     if state.pending is not None or result is None:  # an Agent tool approval inside: the gate check missed it
-        raise NestedGateError(vertex_id=vertex_id, flow_id=flow_id)
+        raise NestedGateError(vertex_id=vertex_id, flow_id=flow.id)
     return result

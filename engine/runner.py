@@ -10,10 +10,9 @@ import inspect
 from datetime import datetime
 from typing import Any, AsyncIterator, Callable, Literal
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
-from signoff.engine.context import BuildWrapper, FlowLoader, RunContext, VertexHook
+from signoff.engine.context import BuildWrapper, FlowLoader, RunContext, SecretResolver, VertexHook
 from signoff.engine.errors import ComponentError, InvalidDecision, NotResumable, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.models import AppliedDecision, Decision, PendingRequest, utcnow
@@ -54,7 +53,7 @@ class InProcessRunner:
         history: HistoryStore | None = None,
         flow_loader: FlowLoader | None = None,
         *,
-        http_client_factory: Callable[[], httpx.AsyncClient] | None = None,
+        secrets: SecretResolver | None = None,
         clock: Callable[[], datetime] | None = None,
         on_vertex_built: VertexHook | None = None,
         wrap_build: BuildWrapper | None = None,
@@ -64,7 +63,7 @@ class InProcessRunner:
         self.checkpoints = checkpoints
         self.history = history
         self.flow_loader = flow_loader
-        self.http_client_factory = http_client_factory
+        self.secrets = secrets
         self.clock = clock or utcnow
         self.on_vertex_built = on_vertex_built
         self.wrap_build = wrap_build
@@ -86,7 +85,7 @@ class InProcessRunner:
             state,
             history=self.history,
             flow_loader=self.flow_loader,
-            http_client_factory=self.http_client_factory,
+            secrets=self.secrets,
             clock=self.clock,
             on_vertex_built=on_vertex_built,
             wrap_build=wrap_build,
@@ -102,10 +101,12 @@ class InProcessRunner:
         input_value: Any = None,
         session_id: str | None = None,
         user_id: str | None = None,
+        owner_id: str | None = None,
         flow_id: str | None = None,
         job_id: str | None = None,
     ) -> RunOutcome:
-        """Run a flow from the start. Raises FlowInvalid for an invalid flow."""
+        """Run a flow from the start. Raises FlowInvalid for an invalid flow. ``owner_id``: the
+        flow's owner, whose secrets its nodes may reference."""
         spec = parse_and_validate(spec)
         graph = Graph(spec)
         state = new_run_state(
@@ -114,6 +115,7 @@ class InProcessRunner:
             job_id=job_id or run_id,
             flow_id=flow_id,
             user_id=user_id,
+            owner_id=owner_id,
             session_id=session_id,
             input_value=input_value,
         )

@@ -57,6 +57,16 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
     max_flow_nodes: int = Field(500, ge=1)
     max_string_chars: int = Field(1_000_000, ge=1)
+    # 32: a real flow nests ~10 deep (flow > nodes > node > params > a JSON Schema in `fields` >
+    # properties > field > items ...), a body 3 before its values (body > tweaks > node > param);
+    # what is stored wraps a value a few levels more (job request, checkpoint, event), and the
+    # serialisers give up at 255 (pydantic) or ~1,000 (json, Python's recursion): 32 leaves room on
+    # both sides. le=128 keeps any setting under those ceilings.
+    max_json_depth: int = Field(
+        32, ge=8, le=128,
+        description="How deeply objects and lists may nest in any JSON (or YAML) the API accepts: a flow spec, a "
+                    "request body with its tweaks and decision values. Deeper: 422 naming where.",
+    )
     sync_timeout_seconds: float = Field(60.0, gt=0)
 
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
@@ -68,6 +78,28 @@ class Settings(BaseSettings):
 
     # Payloads: vertex outputs larger than this travel by reference, not through Temporal history.
     inline_output_bytes: int = Field(8 * 1024, ge=0)
+
+    # Trust (DESIGN §13; README, "Security"): what a flow may reach and spend.
+    egress_allow: str = Field(
+        "",
+        description="What flows may dial besides the public internet: comma-separated hosts, host:port pairs and "
+        "CIDRs (loopback, private, link-local and metadata addresses are refused unless listed here).",
+    )
+    http_max_response_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024,
+        description="The largest response body an HTTP Request node or a model call may read; beyond it the node fails.",
+    )
+    http_max_timeout_seconds: float = Field(
+        300.0, gt=0, description="The longest an HTTP Request node or a model call may wait, whatever its timeout param.",
+    )
+    max_nested_runs: int = Field(
+        100, ge=0, description="Nested runs (Run Flow, at any depth) one run may start in all; beyond it the node fails.",
+    )
+    secret_key: str | None = Field(
+        None,
+        description="The key that encrypts stored secrets (Fernet, urlsafe base64 of 32 bytes). Unset: a key kept "
+        "in SIGNOFF_HOME/secret.key (made on first use); every API and worker replica must use the same one.",
+    )
 
     # Agent defaults (an Agent's params win). SIGNOFF_OPENAI_* first, else the usual OPENAI_*.
     openai_base_url: str | None = Field(

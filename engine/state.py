@@ -24,6 +24,7 @@ class RunState(BaseModel):
     job_id: str | None = None
     flow_id: str | None = None
     user_id: str | None = None
+    owner_id: str | None = None  # the flow's owner: its secret references are this owner's secrets
     session_id: str | None = None
     input_value: Any = None
     flow: dict[str, Any]
@@ -41,6 +42,7 @@ class RunState(BaseModel):
     component_state: dict[str, dict[str, Any]] = Field(default_factory=dict)
     build_counts: dict[str, int] = Field(default_factory=dict)  # builds that completed or paused
     layers: int = 0
+    nested_runs: int = 0  # nested runs started so far (Run Flow, any depth), against SIGNOFF_MAX_NESTED_RUNS
 
     @property
     def paused(self) -> bool:
@@ -61,6 +63,7 @@ class LayerResult(BaseModel):
     vertex_ids: list[str]
     results: dict[str, VertexResult] = Field(default_factory=dict)
     pause_vertex: str | None = None  # the vertex whose pause the run takes (at most one)
+    nested_runs: int | None = None  # the run's nested runs after this layer (None: unchanged)
 
     @property
     def pause(self) -> PendingRequest | None:
@@ -76,6 +79,7 @@ def new_run_state(
     job_id: str | None = None,
     flow_id: str | None = None,
     user_id: str | None = None,
+    owner_id: str | None = None,
     session_id: str | None = None,
     input_value: Any = None,
 ) -> RunState:
@@ -85,6 +89,7 @@ def new_run_state(
         job_id=job_id,
         flow_id=flow_id,
         user_id=user_id,
+        owner_id=owner_id,
         session_id=session_id,
         input_value=input_value,
         flow=data,

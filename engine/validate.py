@@ -5,24 +5,43 @@ naming its node or edge. A problem is a dict ``{"node"?: id, "edge"?: "a.x->b.y"
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from signoff.engine.components import get_component
 from signoff.engine.errors import FlowInvalid
 from signoff.engine.spec import FlowSpec, NodeSpec, load_flow
 
-MAX_NODES = 500
+
+@functools.cache
+def _process_max_nodes() -> int:
+    """SIGNOFF_MAX_FLOW_NODES of this process (read once), for callers that pass no limit."""
+    from signoff.engine.settings import Settings
+
+    return Settings().max_flow_nodes
 
 
-def validate_flow(spec: FlowSpec, *, max_nodes: int = MAX_NODES) -> None:
+def too_many_nodes(count: int, max_nodes: int | None = None) -> str | None:
+    """The one node-count rule (SIGNOFF_MAX_FLOW_NODES): the problem when a flow of ``count``
+    nodes is over ``max_nodes`` (default: this process's setting), else None. The API checks it
+    first, before any other work, and answers FLOW_TOO_LARGE; :func:`validate_flow` lists it."""
+    limit = _process_max_nodes() if max_nodes is None else max_nodes
+    if count > limit:
+        return f"the flow has {count} nodes; the limit is {limit} (SIGNOFF_MAX_FLOW_NODES)"
+    return None
+
+
+def validate_flow(spec: FlowSpec, *, max_nodes: int | None = None) -> None:
     """Raise FlowInvalid listing every problem: unknown type, duplicate id, unknown input or
     output, dangling edge, two edges into a single input, missing required input or param,
-    param of the wrong type, a cycle."""
+    param of the wrong type, a cycle, more nodes than ``max_nodes`` (default
+    SIGNOFF_MAX_FLOW_NODES)."""
     problems: list[dict[str, Any]] = []
     if not spec.nodes:
         problems.append({"message": "the flow has no nodes"})
-    if len(spec.nodes) > max_nodes:
-        problems.append({"message": f"the flow has {len(spec.nodes)} nodes; the limit is {max_nodes}"})
+    too_many = too_many_nodes(len(spec.nodes), max_nodes)
+    if too_many:
+        problems.append({"message": too_many})
 
     nodes: dict[str, NodeSpec] = {}
     for n in spec.nodes:
@@ -150,7 +169,7 @@ def _find_cycle(adjacency: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_nodes: int = MAX_NODES) -> FlowSpec:
+def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_nodes: int | None = None) -> FlowSpec:
     spec = load_flow(source)
     validate_flow(spec, max_nodes=max_nodes)
     return spec

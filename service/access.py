@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from signoff.engine import access
 from signoff.engine.errors import FlowNotFound, JobNotFound
 from signoff.engine.models import FlowRecord, Job, User
 from signoff.engine.store.base import Store
@@ -29,11 +30,8 @@ async def visible_job(store: Store, user: User, job_id: str) -> Job:
 
 
 async def may_execute(store: Store, user: User, flow: FlowRecord, public_owner: str | None = None) -> bool:
-    """The owner, a user the flow is shared with (``execute``), and everyone for a flow from
-    SIGNOFF_FLOWS_DIR (owned by ``public_owner``) may run it and decide its runs' requests."""
-    if flow.owner_id == user.id or (public_owner is not None and flow.owner_id == public_owner):
-        return True
-    return await store.has_permission(flow.id, user.id, "execute")
+    """The engine's one execute rule (:func:`signoff.engine.access.may_execute`) for ``user``."""
+    return await access.may_execute(store, user.id, flow, public_owner)
 
 
 async def runnable_flow(store: Store, user: User, flow_id: str, public_owner: str | None = None) -> FlowRecord:

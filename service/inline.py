@@ -26,10 +26,12 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from signoff.engine import tracing
+from signoff.engine.access import Access
 from signoff.engine.errors import NotResumable, SignoffError
 from signoff.engine.lifecycle import RunEnd, end_run, settle_ended
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner, RunOutcome
+from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
 from signoff.engine.spec import FlowSpec, apply_tweaks, load_flow
 from signoff.engine.store.base import Store
@@ -77,6 +79,8 @@ class InlineBackend(RunBackend):
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()  # stop asked: a cancel of these tasks is a stop
         self._specs: OrderedDict[tuple[str, int], FlowSpec | None] = OrderedDict()
+        self.access = Access(store)
+        self.vault = Vault(store, settings)
 
     def accepts(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> bool:
         """Whether a sync run of this flow (with these tweaks) runs inline: :func:`inline_spec`,
@@ -121,7 +125,11 @@ class InlineBackend(RunBackend):
         raise NotResumable("An inline run never waits for a decision", job_id=job.job_id)
 
     async def release(self, job_id: str) -> None:
-        """Nothing to let go of: an inline run is never suspended."""
+        """The service ended the job: stop building it here (another process's run sees the end
+        at its next heartbeat)."""
+        task = self._tasks.get(job_id)
+        if task is not None:
+            task.cancel()
 
     def running(self, job_id: str) -> asyncio.Task[None] | None:
         return self._tasks.get(job_id)
@@ -179,12 +187,12 @@ class InlineBackend(RunBackend):
             try:
                 # the job was created in_progress (RunService.submit): no status write here
                 runner = InProcessRunner(
-                    store, store, self._flow_loader, settings=self.settings,
+                    store, store, self.access.flow_loader(job.user_id), secrets=self.vault.value, settings=self.settings,
                     tracing=tracing.RunTracing(store, started_at=lambda _s: job.created_at, name=flow.name),
                 )
                 outcome = await runner.start(
                     spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
-                    session_id=job.session_id, input_value=job.request.get("input_value"),
+                    owner_id=flow.owner_id, session_id=job.session_id, input_value=job.request.get("input_value"),
                 )
             except asyncio.CancelledError:
                 beat.cancel()
@@ -197,10 +205,6 @@ class InlineBackend(RunBackend):
             finally:
                 beat.cancel()
             await _to_the_end(self._ended(job, flow, outcome))
-
-    async def _flow_loader(self, flow_id: str) -> dict[str, Any] | None:
-        flow = await self.store.get_flow(flow_id)
-        return flow.spec if flow else None
 
     async def _ended(self, job: Job, flow: FlowRecord, outcome: RunOutcome) -> None:
         # the runner emitted and flushed the root span before returning: the trace is whole

@@ -18,6 +18,9 @@ import temporalio.client
 
 from signoff.engine.decisions import check_decision
 from signoff.engine.errors import Forbidden, JobNotFound, SignoffError
+from signoff.engine.sharing import untweakable
+from signoff.engine.spec import apply_tweaks
+from signoff.engine.validate import parse_and_validate
 from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
 from signoff.engine.settings import Settings
@@ -67,7 +70,11 @@ class RunService:
         same effective session first.
 
         A ``sync`` run of a flow with no gate runs in this process (docs/inline.md); the call
-        returns once it ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed."""
+        returns once it ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed.
+
+        Tweaks are checked first: a user the flow is shared with may set only what its owner
+        marked tweakable (Forbidden), and the tweaked flow must be valid (FlowInvalid)."""
+        self.check_tweaks(user, flow, tweaks)
         inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
         backend: RunBackend = self.inline if inline else self.temporal
         new = NewJob(
@@ -95,6 +102,16 @@ class RunService:
             await backend.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
             return await self._job(job.job_id), True
         return job, True
+
+    def check_tweaks(self, user: User, flow: FlowRecord, tweaks: dict | None) -> None:
+        if not tweaks:
+            return
+        if flow.owner_id != user.id:
+            refused = untweakable(flow.spec, tweaks)
+            if refused:
+                raise Forbidden(f"You may not tweak {', '.join(refused)}: the flow's owner has not marked "
+                                "them tweakable (a node's \"tweakable\" list)", flow_id=flow.id)
+        parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes)
 
     async def supersede(self, job: Job) -> list[str]:
         """Cancel this user's suspended runs of this flow in the same effective session (never
@@ -143,6 +160,42 @@ class RunService:
             if job.status.terminal:
                 return job
         return await self.backend_of(job).stop(job)
+
+    async def cancel(self, job: Job, reason: str) -> Job:
+        """End a job that is not over as ``cancelled`` with ``reason`` (the flow was deleted, its
+        user was): a suspended one by the cancel claim, a running one by a conditional write
+        (its layer in flight finds the job ended and leaves nothing behind), then its backend
+        lets go of it. Returns what the job is afterwards."""
+        end = RunEnd(JobStatus.cancelled, reason=reason)
+        if job.status == JobStatus.suspended and await self._end_suspended(job, end):
+            return await self._job(job.job_id)
+        ended = await end_run(self.store, job.job_id, end, expect=[JobStatus.queued, JobStatus.in_progress])
+        if ended.won:
+            await self.backend_of(job).release(job.job_id)
+        return ended.job or job
+
+    async def delete_flow(self, user: User, flow: FlowRecord) -> list[str]:
+        """Delete a flow its owner deletes; every run of it that is not over (anyone's) is
+        cancelled first (``run_cancelled`` {reason: "flow_deleted"}, its cards closed), so no
+        request waits for a flow that is gone. Returns the job ids cancelled."""
+        if flow.owner_id != user.id:
+            raise Forbidden("Only the owner may delete this flow")
+        cancelled = []
+        for job in await self.store.list_active_jobs(flow.id):
+            if (await self.cancel(job, "flow_deleted")).status == JobStatus.cancelled:
+                cancelled.append(job.job_id)
+        await self.store.delete_flow(flow.id)
+        return cancelled
+
+    async def delete_user(self, user: User) -> None:
+        """Delete a user (``signoff users delete``): their runs that are not over are cancelled,
+        their flows deleted (with every run of them), then their keys, shares and secrets."""
+        for job in await self.store.list_user_active_jobs(user.id):
+            await self.cancel(job, "user_deleted")
+        for flow in await self.store.list_flows(user.id):
+            if flow.owner_id == user.id:
+                await self.delete_flow(user, flow)
+        await self.store.delete_user(user.id)
 
     async def _end_suspended(self, job: Job, end: RunEnd) -> bool:
         """End a suspended job by the cancel claim; the winner lets go of its run. Whether this

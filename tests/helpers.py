@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 from signoff.engine.models import Job, JobStatus
 
@@ -28,6 +29,34 @@ GATE_FLOW: dict[str, Any] = {
         {"from": "gate.branch_reject", "to": "no.input_value"},
     ],
 }
+
+
+class EgressAllow:
+    """The egress allow-list (SIGNOFF_EGRESS_ALLOW) of one test: the local servers its flows may
+    call, port by port, never a bypass. Settings bound to it (:meth:`bind`) see each server
+    added later too: the engine reads the setting at every connection."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+        self._bound: list[Any] = []
+
+    @property
+    def value(self) -> str:
+        return ",".join(self.entries)
+
+    def add(self, *servers: Any) -> None:
+        """Allow servers (anything with a ``url``) or ``host:port`` entries."""
+        for server in servers:
+            entry = server if isinstance(server, str) else urlsplit(server.url).netloc
+            if entry not in self.entries:
+                self.entries.append(entry)
+        for settings in self._bound:
+            settings.egress_allow = self.value
+
+    def bind(self, settings: Any) -> Any:
+        settings.egress_allow = self.value
+        self._bound.append(settings)
+        return settings
 
 
 class LocalHTTPServer:

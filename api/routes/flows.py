@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request, Response, status
 
 from signoff.engine.errors import FlowNotFound, Forbidden
+from signoff.engine.sharing import shared_view
 
-from signoff.api.deps import CurrentUser, PublicOwner, SettingsDep, StoreDep, runnable_flow, valid_id
+from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id
 from signoff.api.errors import SignoffError
 from signoff.api.flowspec import parse_body, validate_spec
-from signoff.api.limits import ID_MAX_CHARS, NUL, check_strings
-from signoff.api.models import FlowPublic, FlowSummary, SharePublic, ShareCreate, flow_public, flow_summary
+from signoff.api.limits import ID_MAX_CHARS, NUL, check_body
+from signoff.api.models import (FlowPublic, FlowSummary, SharePublic, ShareCreate, error_responses, flow_public,
+                                flow_summary)
 
 router = APIRouter(prefix="/api/v1/flows", tags=["flows"])
 
@@ -31,15 +35,21 @@ class UserNotFound(SignoffError):
     code = "USER_NOT_FOUND"
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=FlowPublic, openapi_extra=_FLOW_BODY)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FlowPublic, openapi_extra=_FLOW_BODY,
+             responses=error_responses({422: "`INVALID_REQUEST` (not one JSON or YAML object), `FLOW_INVALID` (every "
+                                             "problem listed), `FLOW_TOO_LARGE`"}, body=True))
 async def create_flow(request: Request, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> FlowPublic:
     """Upload a flow spec as JSON or YAML; a validation failure lists every problem."""
-    spec = validate_spec(parse_body(await request.body(), request.headers.get("content-type")), settings)
+    body, ctype = await request.body(), request.headers.get("content-type")
+    # parsing (YAML above all) takes time in proportion to the body: off the event loop, so one
+    # upload never stalls the others (or /health)
+    spec = await asyncio.to_thread(lambda: validate_spec(parse_body(body, ctype, max_depth=settings.max_json_depth),
+                                                         settings))
     flow = await store.save_flow(user.id, spec["name"], spec)
     return flow_public(flow)
 
 
-@router.get("", response_model=list[FlowSummary])
+@router.get("", response_model=list[FlowSummary], responses=error_responses({}))
 async def list_flows(store: StoreDep, user: CurrentUser, public_owner: PublicOwner) -> list[FlowSummary]:
     """The flows the caller may run."""
     flows = {f.id: f for f in await store.list_flows(user.id)}
@@ -50,19 +60,19 @@ async def list_flows(store: StoreDep, user: CurrentUser, public_owner: PublicOwn
     return [flow_summary(f) for f in sorted(flows.values(), key=lambda f: (f.created_at, f.id))]
 
 
-@router.get("/{flow_id}", response_model=FlowPublic)
+@router.get("/{flow_id}", response_model=FlowPublic, responses=error_responses({404: "`FLOW_NOT_FOUND`"}))
 async def get_flow(flow_id: str, store: StoreDep, user: CurrentUser, public_owner: PublicOwner) -> FlowPublic:
-    """One flow with its spec."""
-    return flow_public(await runnable_flow(store, user, flow_id, public_owner))
-
-
-@router.delete("/{flow_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
-async def delete_flow(flow_id: str, store: StoreDep, user: CurrentUser, public_owner: PublicOwner) -> Response:
-    """Delete a flow you own."""
+    """One flow with its spec; anyone but its owner reads it with its credentials masked."""
     flow = await runnable_flow(store, user, flow_id, public_owner)
-    if flow.owner_id != user.id:
-        raise Forbidden("Only the owner may delete this flow")
-    await store.delete_flow(flow.id)
+    return flow_public(flow if flow.owner_id == user.id else flow.model_copy(update={"spec": shared_view(flow.spec)}))
+
+
+@router.delete("/{flow_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses=error_responses({403: "`FORBIDDEN`: only the owner may delete it", 404: "`FLOW_NOT_FOUND`"}))
+async def delete_flow(flow_id: str, store: StoreDep, service: ServiceDep, user: CurrentUser,
+                      public_owner: PublicOwner) -> Response:
+    """Delete a flow you own; its runs that wait or run (anyone's) are cancelled first."""
+    await service.delete_flow(user, await runnable_flow(store, user, flow_id, public_owner))
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -84,20 +94,24 @@ async def _target_user(store, ref: str):
     return target
 
 
-@router.post("/{flow_id}/shares", status_code=status.HTTP_201_CREATED, response_model=SharePublic)
+@router.post("/{flow_id}/shares", status_code=status.HTTP_201_CREATED, response_model=SharePublic,
+             responses=error_responses({403: "`FORBIDDEN`: only the owner may share it",
+                                        404: "`FLOW_NOT_FOUND`, `USER_NOT_FOUND`", 422: None}, body=True))
 async def grant_share(
     flow_id: str, body: ShareCreate, store: StoreDep, settings: SettingsDep, user: CurrentUser,
     public_owner: PublicOwner,
 ) -> SharePublic:
     """Grant another user `execute` on a flow you own."""
-    check_strings(body.model_dump(mode="json"), settings.max_string_chars)
+    check_body(body, settings)
     flow = await _owned(store, user, flow_id, public_owner)
     target = await _target_user(store, body.user)
     await store.grant_share(flow.id, target.id, body.actions)
     return SharePublic(flow_id=flow.id, user_id=target.id, actions=list(body.actions))
 
 
-@router.delete("/{flow_id}/shares/{user_ref}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response)
+@router.delete("/{flow_id}/shares/{user_ref}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses=error_responses({403: "`FORBIDDEN`: only the owner may revoke a share",
+                                          404: "`FLOW_NOT_FOUND` (also: the user has no share), `USER_NOT_FOUND`"}))
 async def revoke_share(
     flow_id: str, user_ref: str, store: StoreDep, user: CurrentUser, public_owner: PublicOwner
 ) -> Response:

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Request
 
 from signoff.api.deps import StoreDep
 from signoff.api.errors import Unavailable
-from signoff.api.models import Health
+from signoff.api.models import Health, error_responses
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health", response_model=Health)
+@router.get("/health", response_model=Health,
+            responses=error_responses({503: "`UNAVAILABLE`: the database or Temporal is not reachable"}, api=False))
 async def health(request: Request, store: StoreDep) -> Health:
     """200 when the store and Temporal answer; 503 UNAVAILABLE otherwise."""
     try:

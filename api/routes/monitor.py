@@ -11,12 +11,12 @@ from signoff.engine.models import SpanRecord
 
 from signoff.api.limits import ID_MAX_CHARS, NoNul
 from signoff.api.deps import CurrentUser, StoreDep, valid_id, visible_job
-from signoff.api.models import MessagePublic, SpanNode, TracePublic, TraceSummary
+from signoff.api.models import MessagePublic, SpanNode, TracePublic, TraceSummary, error_responses
 
 router = APIRouter(prefix="/api/v1/monitor", tags=["monitor"])
 
 
-@router.get("/messages", response_model=list[MessagePublic])
+@router.get("/messages", response_model=list[MessagePublic], responses=error_responses({422: None}))
 async def messages(
     store: StoreDep,
     user: CurrentUser,
@@ -52,7 +52,7 @@ def span_tree(spans: list[SpanRecord]) -> list[SpanNode]:
     return roots
 
 
-@router.get("/traces", response_model=list[TraceSummary])
+@router.get("/traces", response_model=list[TraceSummary], responses=error_responses({422: None}))
 async def list_traces(
     store: StoreDep,
     user: CurrentUser,
@@ -63,7 +63,8 @@ async def list_traces(
     if flow_id is not None and not valid_id(flow_id):
         return []
     out = []
-    for row in await store.list_traces(flow_id=flow_id, limit=limit):
+    # filtered to the caller's runs in the query, before the limit
+    for row in await store.list_traces(flow_id=flow_id, user_id=user.id, limit=limit):
         run_id = row.get("run_id") or row.get("trace_id")
         job = await store.get_job(run_id) if run_id and valid_id(str(run_id)) else None
         if job is not None and job.user_id == user.id:
@@ -75,7 +76,8 @@ async def list_traces(
     return out
 
 
-@router.get("/traces/{run_id}", response_model=TracePublic)
+@router.get("/traces/{run_id}", response_model=TracePublic,
+            responses=error_responses({404: "`JOB_NOT_FOUND`: no such run of yours, or no trace recorded yet"}))
 async def get_trace(run_id: str, store: StoreDep, user: CurrentUser) -> TracePublic:
     """The run's span tree (the trace id is the run id, which is the job id)."""
     job = await visible_job(store, user, run_id)

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from signoff.engine.errors import NoPendingRequest
 
 from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
-from signoff.api.limits import check_strings
+from signoff.api.limits import check_body
 from signoff.api.models import (
     JobPublic,
     PendingItem,
@@ -22,7 +22,9 @@ from signoff.api.models import (
     WorkflowCreate,
     WorkflowResponse,
     HumanRequest,
+    error_responses,
     human_request,
+    sse_content,
     job_public,
     pending_item,
     workflow_response,
@@ -36,8 +38,11 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "background: the job; sync: the response (the job when still running after `timeout`); "
                        "stream: Server-Sent Events",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    }
+        "content": sse_content(),
+    },
+    **error_responses({404: "`FLOW_NOT_FOUND`: no such flow you may run",
+                       422: "`INVALID_REQUEST` (with `problems`)",
+                       503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
 }
 
 
@@ -52,7 +57,7 @@ async def submit(
 ):
     """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
     `stream` returns the run's events as SSE until the end or a pause."""
-    check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("input_value", "tweaks"))
+    check_body(body, settings, text=("input_value", "tweaks"))
     flow = await runnable_flow(store, user, body.flow_id, public_owner)
     timeout = body.timeout or settings.sync_timeout_seconds
     deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
@@ -78,7 +83,8 @@ async def submit(
     return StreamingResponse(job_events(store, job.job_id), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-@router.get("", response_model=JobPublic | WorkflowResponse)
+@router.get("", response_model=JobPublic | WorkflowResponse,
+            responses=error_responses({404: "`JOB_NOT_FOUND` (also any malformed id)", 422: "`INVALID_REQUEST`: no `job_id`"}))
 async def status_by_query(
     store: StoreDep, user: CurrentUser,
     job_id: Annotated[str, Query(description="a malformed or unknown id is a 404, as in the path form")],
@@ -87,10 +93,12 @@ async def status_by_query(
     return _status_body(await visible_job(store, user, job_id))
 
 
-@router.post("/stop", response_model=StopResponse)
+@router.post("/stop", response_model=StopResponse,
+             responses=error_responses({404: "`JOB_NOT_FOUND` (also any malformed id)", 422: None,
+                                        503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True))
 async def stop(body: StopRequest, service: ServiceDep, settings: SettingsDep, user: CurrentUser) -> StopResponse:
     """Stop a job. `status` is what the job really is afterwards."""
-    check_strings(body.model_dump(mode="json"), settings.max_string_chars)
+    check_body(body, settings)
     job = await service.stop(user, body.job_id)
     if job.status == JobStatus.cancelled:
         message = "Job cancelled"
@@ -99,7 +107,7 @@ async def stop(body: StopRequest, service: ServiceDep, settings: SettingsDep, us
     return StopResponse(job_id=job.job_id, status=job.status, message=message)
 
 
-@router.get("/pending", response_model=list[PendingItem])
+@router.get("/pending", response_model=list[PendingItem], responses=error_responses({422: None}))
 async def list_pending(
     store: StoreDep, user: CurrentUser, flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> list[PendingItem]:
@@ -109,13 +117,15 @@ async def list_pending(
     return [pending_item(j) for j in await store.list_pending(user.id, flow_id=flow_id) if j.pending is not None and j.user_id == user.id]
 
 
-@router.get("/{job_id}", response_model=JobPublic | WorkflowResponse)
+@router.get("/{job_id}", response_model=JobPublic | WorkflowResponse,
+            responses=error_responses({404: "`JOB_NOT_FOUND` (also any malformed id)"}))
 async def get_status(job_id: str, store: StoreDep, user: CurrentUser):
     """The response when completed, else the job with its status, errors and human_request."""
     return _status_body(await visible_job(store, user, job_id))
 
 
-@router.get("/{job_id}/pending", response_model=HumanRequest)
+@router.get("/{job_id}/pending", response_model=HumanRequest,
+            responses=error_responses({404: "`JOB_NOT_FOUND`, `NO_PENDING_REQUEST`"}))
 async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanRequest:
     """The decision this job waits for."""
     job = await visible_job(store, user, job_id)
@@ -125,17 +135,24 @@ async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanR
     return req
 
 
-@router.post("/{job_id}/resume", response_model=ResumeResponse)
+@router.post("/{job_id}/resume", response_model=ResumeResponse,
+             responses=error_responses({403: "`FORBIDDEN`: you may no longer execute the flow (the job stays suspended)",
+                                        404: "`JOB_NOT_FOUND`",
+                                        409: "`NOT_RESUMABLE`: stale request id, lost claim, job not suspended",
+                                        422: "`INVALID_REQUEST`, `INVALID_DECISION` (the job stays suspended)",
+                                        503: "`UNAVAILABLE`: no worker took the decision in time"}, body=True))
 async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings: SettingsDep,
                  user: CurrentUser) -> ResumeResponse:
     """Answer the pending request: 404, 403 (no execute permission), 422 INVALID_DECISION,
     409 NOT_RESUMABLE, in that order."""
-    check_strings(body.model_dump(mode="json"), settings.max_string_chars, text=("decision",))
+    check_body(body, settings, text=("decision",))
     job = await service.resume(user, job_id, body.request_id, body.decision)
     return ResumeResponse(job_id=job.job_id)
 
 
-@router.get("/{job_id}/events", responses=SSE_RESPONSES, response_class=StreamingResponse)
+@router.get("/{job_id}/events", response_class=StreamingResponse, responses={
+    200: {**SSE_RESPONSES[200], "content": sse_content()},
+    **error_responses({404: "`JOB_NOT_FOUND`", 422: "`INVALID_REQUEST`: a bad `after` or `Last-Event-ID`"})})
 async def events(
     job_id: str,
     request: Request,

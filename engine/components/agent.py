@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from signoff.engine.components import get_component, register
 from signoff.engine.components.base import (
@@ -36,13 +37,25 @@ from signoff.engine.components.base import (
 )
 from signoff.engine.decisions import tool_args
 from signoff.engine.errors import ComponentError, SignoffError
-from signoff.engine.llm import ChatClient
+from signoff.engine.llm import DEFAULT_BASE_URL, ChatClient
 from signoff.engine.models import Option, PendingRequest
 
 DEFAULT_MODEL = "gpt-4o-mini"
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 REJECTED_DEFAULT = "A person rejected this tool call; it did not run."
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    return a.rstrip("/").lower() == b.rstrip("/").lower()
+
+
+def _host_port(url: str) -> str:
+    """``host:port`` of a URL, as SIGNOFF_EGRESS_ALLOW writes it (IPv6 in brackets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def tool_specs(descriptors: list[Any]) -> dict[str, dict[str, Any]]:
@@ -99,7 +112,9 @@ class Agent(Component):
     params = [
         ParamDef("model", "str", description="Model name (default: settings openai_model)."),
         ParamDef("base_url", "str", description="OpenAI-compatible base URL, e.g. http://localhost:11434/v1."),
-        ParamDef("api_key", "str", description="API key (default: settings openai_api_key)."),
+        ParamDef("api_key", "str", secret=True,
+                 description='API key, or a secret: {"$secret": "NAME"} (default: the operator\'s key, for the '
+                             "operator's model URL only)."),
         ParamDef("system_prompt", "str", default="", description="The system message."),
         ParamDef("max_iterations", "int", default=10, description="Most model calls in one run."),
         ParamDef("temperature", "number", description="Sampling temperature (left to the server when unset)."),
@@ -126,10 +141,19 @@ class Agent(Component):
 
     # ---- the loop --------------------------------------------------------------------------
 
-    def _client(self, ctx: BuildContext) -> ChatClient:
+    async def _client(self, ctx: BuildContext) -> ChatClient:
+        """The model endpoint and its key. The operator's key (SIGNOFF_OPENAI_API_KEY) goes only
+        to the operator's model URL (SIGNOFF_OPENAI_BASE_URL, else OpenAI's): an agent with a
+        base_url of its own uses its own api_key or none. The operator's URL is let through the
+        egress policy for this call only; an agent's own URL obeys SIGNOFF_EGRESS_ALLOW."""
         settings = ctx.run.settings
+        operator_url = (settings.openai_base_url if settings else None) or DEFAULT_BASE_URL
         base_url = self.params.get("base_url") or (settings.openai_base_url if settings else None)
-        api_key = self.params.get("api_key") or (settings.openai_api_key if settings else None)
+        operators = _same_endpoint(base_url or DEFAULT_BASE_URL, operator_url)
+        api_key = await ctx.run.reveal(self.params.get("api_key"), vertex_id=ctx.vertex_id)
+        if not api_key and operators and settings is not None:
+            api_key = settings.openai_api_key
+        allow = [_host_port(operator_url)] if operators and settings is not None and settings.openai_base_url else []
         if not base_url and not api_key:
             raise ComponentError(
                 f"Agent '{ctx.vertex_id}': no model endpoint: set the agent's base_url (any OpenAI-compatible server, "
@@ -144,10 +168,10 @@ class Agent(Component):
             model=self.params.get("model") or (settings.openai_model if settings else None) or DEFAULT_MODEL,
             base_url=base_url,
             api_key=api_key,
-            timeout=float(self.params.get("timeout") or 60),
+            timeout=ctx.run.capped_timeout(float(self.params.get("timeout") or 60)),
             max_retries=int(self.params.get("max_retries") if self.params.get("max_retries") is not None else 3),
             backoff=float(self.params.get("retry_backoff") if self.params.get("retry_backoff") is not None else 0.5),
-            http_client_factory=ctx.run.http_client_factory,
+            http_client_factory=lambda: ctx.run.http_client(allow=allow),
             extra_body=extra,
             who=f"Agent '{ctx.vertex_id}'",
         )
@@ -187,7 +211,7 @@ class Agent(Component):
                     "(the model kept calling tools); raise max_iterations or check the tools' results",
                     vertex_id=ctx.vertex_id,
                 )
-            client = client or self._client(ctx)
+            client = client or await self._client(ctx)
             # a child span of this vertex's span (type llm): model, token usage, error status
             with ctx.run.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.url,
                                     messages=st["messages"], tools=list(tools)) as span:

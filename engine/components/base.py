@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from signoff.engine.context import RunContext
 from signoff.engine.models import AppliedDecision, PendingRequest
+from signoff.engine.secrets import is_secret_ref, masked
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class ParamDef:
     required: bool = False
     default: Any = None
     description: str = ""
+    # A credential: its value may be a secret reference ({"$secret": "NAME"}; for an object,
+    # each value may be one), and it is masked where anyone but the owner reads the flow.
+    secret: bool = False
 
 
 _TYPE_CHECKS: dict[str, Any] = {
@@ -119,6 +123,9 @@ class Component:
     instant: ClassVar[bool] = False
     # What a terminal component's output is in the API's ``outputs`` (``message`` or ``text``).
     output_kind: ClassVar[str] = "text"
+    # The params a user the flow is shared with may set by tweaks (the owner may set any); a
+    # node's own ``tweakable`` list in the flow replaces this default.
+    tweakable: ClassVar[tuple[str, ...]] = ()
 
     # ---- declared ports (may depend on params)
     @classmethod
@@ -140,6 +147,12 @@ class Component:
         return defs
 
     @classmethod
+    def masked_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The params as anyone but the flow's owner may read them: credentials masked."""
+        secret = {p.name for p in cls.param_defs() if p.secret}
+        return {k: masked(v) if k in secret else v for k, v in params.items()}
+
+    @classmethod
     def check_params(cls, params: dict[str, Any]) -> list[str]:
         """Problems with the params (missing required, wrong type); [] when fine. Subclasses
         extend this for their own rules."""
@@ -151,7 +164,16 @@ class Component:
                     problems.append(f"missing required param '{p.name}'")
                 continue
             check = _TYPE_CHECKS.get(p.type, _TYPE_CHECKS["any"])
-            if not check(params[p.name]):
+            value = params[p.name]
+            if p.secret and is_secret_ref(value):
+                continue
+            if p.secret and p.type == "dict" and isinstance(value, dict):
+                bad = [k for k, v in value.items() if not (isinstance(v, str) or is_secret_ref(v))]
+                for k in bad:
+                    problems.append(f"param '{p.name}': the value of {k!r} must be text or a secret "
+                                    '({"$secret": "NAME"})')
+                continue
+            if not check(value):
                 problems.append(
                     f"param '{p.name}' must be {_TYPE_WORDS.get(p.type, p.type)}, got {type(params[p.name]).__name__}"
                 )

@@ -1,5 +1,11 @@
 """HTTP Request: a real side effect, sent with an ``Idempotency-Key`` derived from run id and
-vertex id, so a retried build is recognisable by the server."""
+vertex id, so a retried build is recognisable by the server.
+
+It dials through the run's one HTTP client: the egress policy (SIGNOFF_EGRESS_ALLOW) is checked
+on the resolved address of every connection, the body read is capped
+(SIGNOFF_HTTP_MAX_RESPONSE_BYTES) and so is the timeout (SIGNOFF_HTTP_MAX_TIMEOUT_SECONDS). A
+refusal or an oversize answer fails the node at once (retrying cannot help). Header values may
+be secret references (``{"$secret": "NAME"}``), revealed only for the request."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import httpx
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
@@ -29,7 +36,8 @@ class HTTPRequest(Component):
     outputs = [OutputDef("response")]
     params = [
         ParamDef("method", "str", default="GET"),
-        ParamDef("headers", "dict", default={}),
+        ParamDef("headers", "dict", default={}, secret=True,
+                 description='Request headers; a value may be a secret: {"$secret": "NAME"}.'),
         ParamDef("timeout", "number", default=30),
     ]
 
@@ -52,7 +60,8 @@ class HTTPRequest(Component):
         if not url.startswith(("http://", "https://")):
             raise ComponentError(f"HTTPRequest: '{url}' is not an http(s) URL", vertex_id=ctx.vertex_id)
         method = str(self.params.get("method") or "GET").upper()
-        headers = {str(k): str(v) for k, v in (self.params.get("headers") or {}).items()}
+        revealed = await ctx.run.reveal(self.params.get("headers") or {}, vertex_id=ctx.vertex_id)
+        headers = {str(k): str(v) for k, v in revealed.items()}
         headers.setdefault("Idempotency-Key", idempotency_key(ctx.run_id, ctx.vertex_id))
         body = self.value(ctx, "body")
         kwargs: dict[str, Any] = {}
@@ -63,10 +72,15 @@ class HTTPRequest(Component):
                 kwargs["json"] = body
             else:
                 kwargs["content"] = as_text(body).encode()
-        timeout = float(self.params.get("timeout") or 30)
+        timeout = ctx.run.capped_timeout(float(self.params.get("timeout") or 30))
         try:
-            async with ctx.run.http_client() as client:
+            async with ctx.run.http_client(timeout=timeout) as client:
                 resp = await client.request(method, url, headers=headers, timeout=timeout, **kwargs)
+        except EgressError as e:  # refused by the egress policy, or an answer over the size cap
+            raise ComponentError(f"HTTPRequest: {method} {url}: {e}", vertex_id=ctx.vertex_id) from None
+        except httpx.InvalidURL as e:
+            raise ComponentError(f"HTTPRequest: '{url}' is not a URL signoff can call: {e}",
+                                 vertex_id=ctx.vertex_id) from None
         except httpx.HTTPError as e:
             raise ComponentError(
                 f"HTTPRequest: {method} {url} failed: {e.__class__.__name__}: {e}", vertex_id=ctx.vertex_id, retryable=True

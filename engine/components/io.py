@@ -48,6 +48,7 @@ def message_value(msg: Message) -> dict[str, Any]:
 class ChatInput(Component):
     type_name = "ChatInput"
     instant = True
+    tweakable = ("input_value", "sender_name")
     display_name = "Chat Input"
     description = "The run's input as a User message, stored in the session history."
     outputs = [OutputDef("message")]
@@ -67,6 +68,7 @@ class ChatInput(Component):
 class TextInput(Component):
     type_name = "TextInput"
     instant = True
+    tweakable = ("value",)
     display_name = "Text Input"
     description = "A fixed text."
     outputs = [OutputDef("text")]

@@ -28,12 +28,12 @@ class RunFlow(Component):
             raise ComponentError(f"RunFlow: flows nested deeper than {MAX_DEPTH} levels (a flow running itself?)", vertex_id=ctx.vertex_id)
         if run.flow_loader is None or run.run_child is None:
             raise ComponentError("RunFlow: no flow loader is configured", vertex_id=ctx.vertex_id)
-        spec = await run.flow_loader(flow_id)
-        if spec is None:
-            raise ComponentError(f"RunFlow: flow '{flow_id}' not found", vertex_id=ctx.vertex_id)
+        flow = await run.flow_loader(flow_id)  # None too when the run's user may not execute it
+        if flow is None:
+            raise ComponentError(f"RunFlow: flow '{flow_id}' not found, or you may not run it", vertex_id=ctx.vertex_id)
         value = ctx.inputs.get("input_value")
         if value is None:
             value = self.params.get("input_value", run.input_value)
         # The child writes no chat history: the parent's session shows the parent's messages only.
-        result = await run.run_child(run, flow_id, spec, value, vertex_id=ctx.vertex_id)
+        result = await run.run_child(run, flow, value, vertex_id=ctx.vertex_id)
         return {"output": result["output"]["text"]}

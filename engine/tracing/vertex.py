@@ -66,6 +66,15 @@ class RunTracer:
         return {"wrap_build": self.wrap_build, "on_vertex_built": self.on_vertex_built,
                 "model_span": model_call, "tool_span": tool_call}
 
+    def _shown(self, result: VertexResult) -> dict[str, Any]:
+        """The outputs as the span shows them: a tool descriptor's credentials masked (its params
+        travel with it so that an Agent can call the tool)."""
+        tool = result.outputs.get("tool")
+        vertex = self.graph.vertices.get(result.vertex_id)
+        if not isinstance(tool, dict) or not isinstance(tool.get("params"), dict) or vertex is None:
+            return result.outputs
+        return {**result.outputs, "tool": {**tool, "params": vertex.component_class.masked_params(tool["params"])}}
+
     def _is_gate_build(self, vertex_id: str, component_type: str) -> bool:
         vertex = self.graph.vertices.get(vertex_id)
         return vertex is not None and vertex.component_class.gate and bool(vertex.out_edges)
@@ -118,7 +127,7 @@ class RunTracer:
         if span is None:
             return
         _ending.set(None)
-        span.set_attribute(A_OUTPUTS, json_attr(result.outputs, self.limit))
+        span.set_attribute(A_OUTPUTS, json_attr(self._shown(result), self.limit))
         if result.pause is not None:
             span.set_attribute("signoff.paused", True)
             span.set_attribute("signoff.request_id", result.pause.request_id)

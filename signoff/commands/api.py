@@ -11,6 +11,7 @@ def _handle(args: argparse.Namespace) -> int:
     import uvicorn
 
     from signoff.api.app import create_app
+    from signoff.home import prepare_home
 
     overrides = {}
     if args.host:
@@ -18,6 +19,7 @@ def _handle(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["api_port"] = args.port
     settings = Settings(**overrides)
+    prepare_home(settings.home)  # a secrets key file, a SQLite database may live there
     from signoff.engine.tracing import sdk as telemetry
 
     telemetry.install(settings, service_name="signoff-api")  # OTLP export of Temporal's client spans

@@ -56,6 +56,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
     from signoff.devserver import DevServerError, live_owner, port_free, start_or_reuse
     from signoff.service import RunService, with_converter
     from signoff.api.app import create_app
+    from signoff.home import prepare_home
     from signoff.worker import build_worker
 
     stop = stop or asyncio.Event()
@@ -98,13 +99,13 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
                 f"another `signoff dev` (pid {owner}) is running on this state folder ({home}): "
                 "stop it first, or use another SIGNOFF_HOME"
             )
-    if create_app is not None and not port_free(settings.api_host, settings.api_port):
+    if not port_free(settings.api_host, settings.api_port):
         raise DevError(
             f"port {settings.api_port} on {settings.api_host} (the API) is in use: stop what uses it, "
             "or choose another port with SIGNOFF_API_PORT (or --port)"
         )
 
-    settings.home.mkdir(parents=True, exist_ok=True)
+    prepare_home(settings.home)  # private: the databases hold every run's inputs
     from signoff.engine.tracing import sdk as telemetry
 
     telemetry.install(settings, service_name="signoff-dev")
@@ -137,31 +138,27 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             await stack.enter_async_context(worker)
 
             service = RunService(settings, store, client)
-            api_task = None
-            api_server = None
-            if create_app is not None:
-                app = create_app(settings, store=store, service=service)
-                api_server = uvicorn.Server(
-                    uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
-                )
-                # Ours stop everything: uvicorn would otherwise take SIGINT/SIGTERM while it serves
-                # and raise them again once stopped.
-                api_server.capture_signals = contextlib.nullcontext
-                api_task = asyncio.create_task(api_server.serve())
-                deadline = loop.time() + 30
-                while not api_server.started and not api_task.done() and loop.time() < deadline:
-                    await asyncio.sleep(0.05)
-                if not api_server.started:
-                    api_server.should_exit = True
-                    with contextlib.suppress(BaseException):
-                        await api_task
-                    raise DevError(f"the API could not start on {settings.api_host}:{settings.api_port} (see above)")
+            app = create_app(settings, store=store, service=service)
+            api_server = uvicorn.Server(
+                uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+            )
+            # Ours stop everything: uvicorn would otherwise take SIGINT/SIGTERM while it serves
+            # and raise them again once stopped.
+            api_server.capture_signals = contextlib.nullcontext
+            api_task = asyncio.create_task(api_server.serve())
+            deadline = loop.time() + 30
+            while not api_server.started and not api_task.done() and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+            if not api_server.started:
+                api_server.should_exit = True
+                with contextlib.suppress(BaseException):
+                    await api_task
+                raise DevError(f"the API could not start on {settings.api_host}:{settings.api_port} (see above)")
 
             _say()
             _say(f"signoff dev is running. State: {home}")
             _say()
-            if create_app is not None:
-                _say(f"  API:              {api_url}   (OpenAPI UI: {api_url}/docs)")
+            _say(f"  API:              {api_url}   (OpenAPI UI: {api_url}/docs)")
             if server is not None:
                 note = "   (an existing server, not started by signoff dev: left running)" if server.reused else ""
                 _say(f"  Temporal:         {server.address}{note}")
@@ -175,15 +172,12 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             _say("Press Ctrl-C to stop.")
             ready = True
 
-            waiters = [asyncio.create_task(stop.wait())]
-            if api_task is not None:
-                waiters.append(api_task)
+            waiters = [asyncio.create_task(stop.wait()), api_task]
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             _say("signoff dev: stopping (the worker, then the API and the Temporal dev server) ...")
-            if api_server is not None and api_task is not None:
-                api_server.should_exit = True
-                with contextlib.suppress(BaseException):
-                    await api_task
+            api_server.should_exit = True
+            with contextlib.suppress(BaseException):
+                await api_task
             for t in waiters:
                 t.cancel()
     except asyncio.CancelledError:

@@ -9,9 +9,12 @@ import json
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from signoff.engine.errors import FlowInvalid, SignoffError
+
+if TYPE_CHECKING:
+    from signoff.engine.spec import FlowSpec
 
 
 def _ask(pending, read: Callable[[str], str]) -> tuple[str, dict | None]:
@@ -71,10 +74,29 @@ async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] =
             await asyncio.to_thread(tel.flush_otlp)
 
 
+def _settings():
+    from signoff.engine.settings import Settings
+
+    return Settings()
+
+
+def load_file(path: Path, settings) -> FlowSpec:
+    """The flow in ``path``, read as the API reads an upload: the one parser (JSON, or YAML 1.2 with
+    no anchors or aliases; nesting at most SIGNOFF_MAX_JSON_DEPTH) and the engine's validation
+    with SIGNOFF_MAX_FLOW_NODES. Raises FlowInvalid."""
+    from signoff.engine.spec import parse_text
+    from signoff.engine.validate import parse_and_validate
+
+    data = parse_text(path.read_bytes(), max_depth=settings.max_json_depth)
+    if not isinstance(data, dict):
+        raise FlowInvalid([{"message": "a flow is an object with name, nodes and edges"}])
+    return parse_and_validate(data, max_nodes=settings.max_flow_nodes)
+
+
 async def _run(runner, path: Path, input_value: str, read: Callable[[str], str], out) -> int:
     run_id = str(uuid.uuid4())
-    outcome = await runner.start(path.read_text(encoding="utf-8"), run_id=run_id, input_value=input_value,
-                                 session_id=run_id)
+    spec = load_file(path, runner.settings if runner.settings is not None else _settings())
+    outcome = await runner.start(spec, run_id=run_id, input_value=input_value, session_id=run_id)
     while outcome.status == "paused" and outcome.pending is not None:
         action, values = _ask(outcome.pending, read)
         outcome = await runner.resume(run_id, outcome.pending.request_id, {"action_id": action, "values": values},

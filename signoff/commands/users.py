@@ -1,4 +1,5 @@
-"""`signoff users create NAME`: create a user and print its API key (shown once)."""
+"""`signoff users create NAME | revoke-key NAME | delete NAME` (talks to the database directly):
+create a user and print its API key (shown once), revoke a user's keys, delete a user."""
 
 from __future__ import annotations
 
@@ -39,9 +40,80 @@ def _handle_create(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _revoke(name: str, key: str | None) -> int:
+    from signoff.engine.store import open_store
+
+    store = open_store(Settings().resolved_database_url)
+    try:
+        await store.setup()
+        user = await store.get_user_by_name(name)
+        if user is None:
+            raise LookupError(f"no user named {name!r}")
+        if key is not None:
+            owner = await store.user_for_api_key(key)
+            if owner is None or owner.id != user.id:
+                raise LookupError(f"{name} has no such key")
+            return int(await store.revoke_api_key(key))
+        return await store.revoke_api_keys(user.id)
+    finally:
+        await store.close()
+
+
+def _handle_revoke(args: argparse.Namespace) -> int:
+    try:
+        n = asyncio.run(_revoke(args.name, args.key))
+    except LookupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"revoked {n} key(s) of {args.name}: requests with them now get 401", file=sys.stderr)
+    return 0
+
+
+async def _delete(name: str) -> bool:
+    """Through the service, with Temporal: the user's runs are cancelled and their flows deleted
+    (with every run of them) before their keys, shares and secrets go."""
+    from signoff.engine.store import open_store
+    from signoff.service import RunService, connect_client
+
+    settings = Settings()
+    store = open_store(settings.resolved_database_url)
+    try:
+        await store.setup()
+        user = await store.get_user_by_name(name)
+        if user is None:
+            return False
+        client = await connect_client(settings)
+        await RunService(settings, store, client).delete_user(user)
+        return True
+    finally:
+        await store.close()
+
+
+def _handle_delete(args: argparse.Namespace) -> int:
+    try:
+        found = asyncio.run(_delete(args.name))
+    except RuntimeError as e:  # Temporal is not reachable: nothing was deleted
+        print(f"error: cannot reach Temporal to cancel the user's runs ({e}); start signoff and try again",
+              file=sys.stderr)
+        return 1
+    if not found:
+        print(f"error: no user named {args.name!r}", file=sys.stderr)
+        return 1
+    print(f"deleted {args.name}: runs cancelled, flows deleted, keys, shares and secrets removed", file=sys.stderr)
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("users", help="manage users and API keys (talks to the database directly)")
     sub = parser.add_subparsers(dest="users_command", metavar="SUBCOMMAND", required=True)
     create = sub.add_parser("create", help="create a user (or add a key to an existing one) and print its API key")
     create.add_argument("name", help="user name")
     create.set_defaults(handler=_handle_create)
+    revoke = sub.add_parser("revoke-key", help="revoke a user's API keys (all, or --key KEY): they get 401 from now on")
+    revoke.add_argument("name", help="user name")
+    revoke.add_argument("--key", help="only this key")
+    revoke.set_defaults(handler=_handle_revoke)
+    delete = sub.add_parser("delete", help="delete a user: their runs cancelled, their flows deleted, keys, shares "
+                                           "and secrets removed (needs Temporal)")
+    delete.add_argument("name", help="user name")
+    delete.set_defaults(handler=_handle_delete)

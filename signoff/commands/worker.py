@@ -10,13 +10,16 @@ from signoff.engine.settings import Settings
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from signoff.home import prepare_home
     from signoff.worker import run_worker
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="%(asctime)s %(name)s %(message)s")
     overrides = {}
     if args.task_queue:
         overrides["task_queue"] = args.task_queue
-    asyncio.run(run_worker(Settings(**overrides)))
+    settings = Settings(**overrides)
+    prepare_home(settings.home)  # a secrets key file, a SQLite database may live there
+    asyncio.run(run_worker(settings))
     return 0
 
 

@@ -15,7 +15,9 @@ import pytest
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from signoff.engine.models import FlowRecord, utcnow
 from signoff.engine.runner import InProcessRunner
+from signoff.engine.settings import Settings
 
 BUILDS: collections.Counter[str] = collections.Counter()
 
@@ -105,11 +107,16 @@ def flows() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture
-def runner(checkpoints, history, clock, flows) -> InProcessRunner:
-    async def loader(flow_id: str) -> dict[str, Any] | None:
-        return flows.get(flow_id)
+def runner(checkpoints, history, clock, flows, egress, tmp_path) -> InProcessRunner:
+    async def loader(flow_id: str) -> FlowRecord | None:
+        spec = flows.get(flow_id)
+        if spec is None:
+            return None
+        return FlowRecord(id=flow_id, owner_id="owner", name=spec.get("name", flow_id), spec=spec, version=1,
+                          created_at=utcnow(), updated_at=utcnow())
 
-    return InProcessRunner(checkpoints, history, flow_loader=loader, clock=clock)
+    return InProcessRunner(checkpoints, history, flow_loader=loader, clock=clock,
+                           settings=egress.bind(Settings(home=tmp_path)))
 
 
 def flow(nodes: list[tuple], edges: list[tuple[str, str]], name: str = "t") -> dict[str, Any]:
@@ -168,8 +175,9 @@ class HitServer:
 
 
 @pytest.fixture
-def http_server():
+def http_server(egress):
     with HitServer() as s:
+        egress.add(s)
         yield s
 
 

@@ -91,7 +91,7 @@ async def test_resume_from_a_json_checkpoint_in_a_fresh_runner_resends_nothing(r
 
     fresh_store = InMemoryCheckpointStore()
     await fresh_store.save_checkpoint("ag-json", json.loads(text))
-    fresh = InProcessRunner(fresh_store, InMemoryHistory(), clock=clock)
+    fresh = InProcessRunner(fresh_store, InMemoryHistory(), clock=clock, settings=runner.settings)
     done = await fresh.resume("ag-json", "agent:ag-json:1", Decision(action_id="approve"))
     assert done.status == "completed", done.error
     assert fake_openai.count == 3
@@ -274,10 +274,11 @@ async def test_model_errors_beyond_the_retries_fail_the_run_clearly(runner, fake
     assert fake_openai.count == 3
 
 
-async def test_a_bad_api_key_fails_at_once_without_leaking_the_key(runner):
+async def test_a_bad_api_key_fails_at_once_without_leaking_the_key(runner, egress):
     from tests.fixtures.fake_openai import FakeOpenAI
 
     with FakeOpenAI([say("never")], api_key="sk-right") as llm:
+        egress.add(llm)
         spec = agent_flow(llm, [], api_key="sk-wrong-secret")
         done = await runner.start(spec, run_id="ag-401", input_value="x")
         assert done.status == "failed"

@@ -141,7 +141,7 @@ async def test_resume_after_restart_from_json_checkpoint(runner, builds, checkpo
     # a "new process": fresh stores holding only the JSON text, a fresh runner and graph
     fresh_store = InMemoryCheckpointStore()
     await fresh_store.save_checkpoint("r-restart", json.loads(text))
-    fresh = InProcessRunner(fresh_store, InMemoryHistory(), clock=clock)
+    fresh = InProcessRunner(fresh_store, InMemoryHistory(), clock=clock, settings=runner.settings)
     builds.clear()
     end = await fresh.resume("r-restart", "g2:r-restart", Decision(action_id="reject"))
     assert end.status == "completed"

@@ -24,6 +24,7 @@ from signoff.engine.run import apply_layer, build_vertices, context_for, new_run
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.validate import parse_and_validate
 from signoff.engine.store import open_store
+from signoff.engine.settings import Settings
 from signoff.engine.tracing import RunTracing
 from signoff.engine.tracing import sdk as telemetry
 from tests.fixtures.fake_openai import call, fail, say
@@ -280,10 +281,10 @@ def agent_flow(llm, actions=("approve",)) -> dict[str, Any]:
     }
 
 
-async def test_agent_model_and_tool_calls_are_child_spans_of_its_vertex(store, fake_openai):
+async def test_agent_model_and_tool_calls_are_child_spans_of_its_vertex(store, fake_openai, egress):
     fake_openai.add(call("calc", {"expression": "2+3" + " " * 3000}), say("It is 5."))
     run_id = str(uuid.uuid4())
-    runner = runner_for(store)
+    runner = runner_for(store, settings=egress.bind(Settings()))
     async with telemetry.collect_spans(store):
         out = await runner.start(agent_flow(fake_openai), run_id=run_id, input_value="2+3?")
     assert out.status == "paused" and out.pending.kind == "tool_approval"
@@ -315,11 +316,12 @@ async def test_agent_model_and_tool_calls_are_child_spans_of_its_vertex(store, f
     assert fake_openai.count == 2
 
 
-async def test_a_failing_model_call_and_tool_have_error_status(store, fake_openai):
+async def test_a_failing_model_call_and_tool_have_error_status(store, fake_openai, egress):
     fake_openai.add(call("calc", {"expression": "1/0"}), fail(400, "bad request: context too long"))
     run_id = str(uuid.uuid4())
     async with telemetry.collect_spans(store):
-        out = await runner_for(store).start(agent_flow(fake_openai, actions=()), run_id=run_id, input_value="1/0?")
+        out = await runner_for(store, settings=egress.bind(Settings())).start(
+            agent_flow(fake_openai, actions=()), run_id=run_id, input_value="1/0?")
     assert out.status == "failed" and out.error["vertex_id"] == "agent"
     root, kids = tree(await store.get_trace(run_id))
     assert root.status == "error"

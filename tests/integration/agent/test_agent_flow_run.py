@@ -128,7 +128,7 @@ def _worker_env(settings) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "SIGNOFF_HOME": str(settings.home),
-        "SIGNOFF_DATABASE_URL": settings.resolved_database_url,
+        "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow,
         "SIGNOFF_TEMPORAL_ADDRESS": settings.temporal_address,
         "SIGNOFF_TEMPORAL_NAMESPACE": settings.temporal_namespace,
         "SIGNOFF_TASK_QUEUE": settings.task_queue,

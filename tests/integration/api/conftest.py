@@ -27,7 +27,7 @@ from signoff.engine.store import open_store
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.worker import build_worker
-from tests.helpers import LocalHTTPServer
+from tests.helpers import EgressAllow, LocalHTTPServer
 
 ROOT = Path(__file__).resolve().parents[3]
 REFUND = json.loads((ROOT / "examples/flows/refund.json").read_text())
@@ -42,6 +42,7 @@ class Harness:
     app: Any
     users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (user_id, key)
     flows: dict[str, str] = field(default_factory=dict)
+    egress: EgressAllow = field(default_factory=EgressAllow)  # the local servers its flows may call
 
     def client(self, user: str | None = None, **kw: Any) -> httpx.AsyncClient:
         headers = {"x-api-key": self.users[user][1]} if user else {}
@@ -109,7 +110,8 @@ async def database(backend: str, tmp: Path) -> AsyncIterator[str]:
 @contextlib.asynccontextmanager
 async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) -> AsyncIterator[Harness]:
     async with database(backend, tmp) as url:
-        settings = Settings(home=tmp, database_url=url, task_queue=f"api-{uuid.uuid4()}", **settings_kw)
+        egress = EgressAllow()
+        settings = egress.bind(Settings(home=tmp, database_url=url, task_queue=f"api-{uuid.uuid4()}", **settings_kw))
         store = open_store(url)
         await store.setup()
         try:
@@ -117,7 +119,7 @@ async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) 
             app = create_app(settings, store=store, service=service)
             worker = build_worker(temporal_client, store, settings)
             async with worker, app.router.lifespan_context(app):
-                h = Harness(settings, store, service, app)
+                h = Harness(settings, store, service, app, egress=egress)
                 for name in ("alice", "bob"):
                     user = await store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
                     h.users[name] = (user.id, await store.create_api_key(user.id))

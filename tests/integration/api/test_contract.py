@@ -347,6 +347,7 @@ async def test_sync_timeout_answers_with_the_job_still_running(api: Harness) -> 
     `timeout` the answer is the job, still running, with its links; the whole call waits
     `timeout` once, not once in the service and again in the route."""
     blocking = BlockingHTTP()
+    api.egress.add(blocking)
     waits: list[float] = []
     inline_wait = api.service.inline.wait
 
@@ -443,6 +444,7 @@ async def test_stop_of_a_running_job_reports_cancelled_on_both_runners(api: Harn
     """A run held in progress (its HTTP call blocked): stop answers `cancelled` with
     run_cancelled {reason: stopped}, and the run never completes afterwards."""
     blocking = BlockingHTTP()
+    api.egress.add(blocking)
     try:
         async with api.client("alice", timeout=httpx.Timeout(60)) as c:
             for gate, mode in ((False, "sync"), (True, "background")):

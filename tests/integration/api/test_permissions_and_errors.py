@@ -1,5 +1,7 @@
 """Auth, visibility (404 never 403), shares and revoke (403, job stays suspended), the resume
-order 404 → 403 → 422 → 409, and malformed input getting a 4xx with a code."""
+order 404 → 403 → 422 → 409, and malformed input getting a 4xx with a code (never FastAPI's 400:
+a body it cannot read is 422 INVALID_REQUEST too). The input limits in depth are in
+test_input_limits.py."""
 
 from __future__ import annotations
 
@@ -108,6 +110,9 @@ async def test_resume_422_then_409_and_the_job_stays_suspended(api: Harness) -> 
         ("POST", "/api/v2/workflows", {"json": {"flow_id": "f" * 1000}}, 422, "INVALID_REQUEST"),
         ("POST", "/api/v2/workflows", {"json": {"flow_id": "no-such-flow"}}, 404, "FLOW_NOT_FOUND"),
         ("POST", "/api/v2/workflows", {"content": b"[" * 3_000_000, "headers": {"content-type": "application/json"}}, 413, "BODY_TOO_LARGE"),
+        ("POST", "/api/v2/workflows", {"content": b"[" * 1_500_000, "headers": {"content-type": "application/json"}}, 422, "INVALID_REQUEST"),
+        ("POST", "/api/v2/workflows", {"content": b'{"flow_id": "\xff"}', "headers": {"content-type": "application/json"}}, 422, "INVALID_REQUEST"),
+        ("POST", "/api/v2/workflows", {"content": b'{"flow_id": "f", "tweaks": {"a": {"b": NaN}}}', "headers": {"content-type": "application/json"}}, 422, "INVALID_REQUEST"),
         ("GET", "/api/v2/workflows/not-a-job", {}, 404, "JOB_NOT_FOUND"),
         ("GET", "/api/v2/workflows/%00%ff", {}, 404, "JOB_NOT_FOUND"),
         ("GET", "/api/v2/workflows", {}, 422, "INVALID_REQUEST"),
@@ -119,6 +124,9 @@ async def test_resume_422_then_409_and_the_job_stays_suspended(api: Harness) -> 
         ("POST", "/api/v1/flows", {"content": b"", "headers": {"content-type": "application/json"}}, 422, "INVALID_REQUEST"),
         ("POST", "/api/v1/flows", {"content": b"\xff\xfe", "headers": {"content-type": "application/json"}}, 422, "INVALID_REQUEST"),
         ("POST", "/api/v1/flows", {"json": [1, 2]}, 422, "INVALID_REQUEST"),
+        ("POST", "/api/v1/flows", {"content": b"[" * 1_500_000, "headers": {"content-type": "application/json"}}, 422, "FLOW_INVALID"),
+        ("POST", "/api/v1/flows", {"content": b"a: &x 1\nb: *x\n", "headers": {"content-type": "application/yaml"}}, 422, "FLOW_INVALID"),
+        ("POST", "/api/v1/flows", {"content": b"a: 1\n---\nb: 2\n", "headers": {"content-type": "application/yaml"}}, 422, "INVALID_REQUEST"),
         ("POST", "/api/v1/flows", {"json": {"name": "n", "nodes": [{"id": "a", "type": "Nope"}], "edges": [{"from": "a.x", "to": "b.y"}]}}, 422, "FLOW_INVALID"),
         ("POST", "/api/v1/flows", {"json": {"name": "n", "nodes": [{"id": f"n{i}", "type": "TextInput"} for i in range(501)], "edges": []}}, 422, "FLOW_TOO_LARGE"),
         ("DELETE", "/api/v1/flows/nope", {}, 404, "FLOW_NOT_FOUND"),

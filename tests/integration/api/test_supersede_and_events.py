@@ -148,6 +148,7 @@ async def test_sse_tails_a_running_job_over_real_http(api: Harness, live: str) -
     pause as it happens and closes there; a client reconnecting after the resume (Last-Event-ID)
     gets only the new frames, live, while the run is still going, then `end`."""
     blocking = BlockingHTTP()
+    api.egress.add(blocking)
     headers = {"x-api-key": api.users["alice"][1]}
     try:
         async with httpx.AsyncClient(base_url=live, headers=headers, timeout=httpx.Timeout(120)) as c:

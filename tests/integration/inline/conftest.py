@@ -22,8 +22,8 @@ from tests.fixtures.world import (  # noqa: F401 - fixtures
 
 
 @pytest.fixture
-def settings(tmp_path, temporal_server, task_queue, database_url) -> Settings:
-    return Settings(
+def settings(tmp_path, temporal_server, task_queue, database_url, egress) -> Settings:
+    return egress.bind(Settings(
         home=tmp_path / "home",
         database_url=database_url,
         temporal_address=temporal_server.address,
@@ -31,7 +31,7 @@ def settings(tmp_path, temporal_server, task_queue, database_url) -> Settings:
         inline_lease_seconds=5,
         inline_heartbeat_seconds=0.2,
         inline_sweep_seconds=0.5,
-    )
+    ))
 
 
 def chat_flow(name: str = "Greeting") -> dict[str, Any]:

@@ -45,7 +45,7 @@ async def test_a_killed_api_leaves_a_job_the_sweep_fails(settings, store, user, 
                                                          temporal_client):
     port = free_port()
     env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
-           "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_TASK_QUEUE": settings.task_queue,
+           "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow, "SIGNOFF_TASK_QUEUE": settings.task_queue,
            "SIGNOFF_HOME": str(settings.home), "SIGNOFF_API_PORT": str(port),
            "SIGNOFF_INLINE_LEASE_SECONDS": "2", "SIGNOFF_INLINE_HEARTBEAT_SECONDS": "0.5",
            "SIGNOFF_INLINE_SWEEP_SECONDS": "0.5"}

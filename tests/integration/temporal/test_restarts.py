@@ -44,7 +44,7 @@ def counted_gate_flow(url: str) -> dict:
 class WorkerProcess:
     def __init__(self, settings: Settings, log: Path) -> None:
         env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
-               "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_TASK_QUEUE": settings.task_queue,
+               "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow, "SIGNOFF_TASK_QUEUE": settings.task_queue,
                "SIGNOFF_HOME": str(settings.home)}
         self.log = open(log, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "signoff.cli", "worker"], cwd=ROOT, env=env,

@@ -26,7 +26,7 @@ async def suspended(service, user, make_flow):
 
 def resume_input(job, token: str, action: str = "approve") -> ResumeRunInput:
     return ResumeRunInput(job_id=job.job_id, token=token, request_id=job.pending.request_id,
-                          decision=Decision(action_id=action), decided_by="tester", now=utcnow(), step=2)
+                          decision=Decision(action_id=action), decided_by=job.user_id, now=utcnow(), step=2)
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)

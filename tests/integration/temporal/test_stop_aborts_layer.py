@@ -70,8 +70,9 @@ class AbortProbe(LocalHTTPServer):
 
 
 @pytest.fixture
-def probe():
+def probe(egress):
     srv = AbortProbe()
+    egress.add(srv)
     yield srv
     srv.close()
 

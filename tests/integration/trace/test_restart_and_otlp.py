@@ -53,7 +53,7 @@ async def cluster(settings, tmp_path, otlp: OTLPReceiver, temporal_client):
     the server listens, and the worker dies with "connection refused"."""
     port = free_port()
     env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
-           "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_TASK_QUEUE": settings.task_queue,
+           "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow, "SIGNOFF_TASK_QUEUE": settings.task_queue,
            "SIGNOFF_HOME": str(settings.home), "SIGNOFF_API_PORT": str(port),
            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
     started: list[Proc] = []

@@ -1,0 +1,210 @@
+"""The OpenAPI document says what the routes really answer: every route is driven through its
+real paths (success and each error it can give: 401, 403, 404, 409, 413, 422, 503), and every
+answer is checked by schemathesis's response checks against the app's own document: the status
+is declared, the content type is declared for it, the body fits the declared schema (signoff's
+error body for every error, never FastAPI's ``HTTPValidationError``), and no 5xx but the
+declared 503. The random side is tests/acceptance/test_fuzz_openapi.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (content_type_conformance, response_schema_conformance,
+                                               status_code_conformance)
+
+from signoff.api.app import create_app
+from signoff.engine.models import JobStatus
+
+from tests.integration.api.conftest import REFUND, Harness
+
+CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+class Checked:
+    """An httpx client whose every answer is validated against the OpenAPI operation it names."""
+
+    def __init__(self, schema: Any, client: httpx.AsyncClient) -> None:
+        self.schema = schema
+        self.client = client
+        self.seen: set[tuple[str, str, int]] = set()
+
+    async def __call__(self, method: str, template: str, expect: int, *, path: dict[str, str] | None = None,
+                       **kw: Any) -> httpx.Response:
+        r = await self.client.request(method, template.format(**(path or {})), **kw)
+        assert r.status_code == expect, (method, template, r.status_code, r.text[:500])
+        case = self.schema[template][method].Case(path_parameters=path or {})
+        checks = CHECKS if expect == 503 else [*CHECKS, not_a_server_error]
+        case.validate_response(r, checks=checks)
+        if r.status_code >= 400:
+            detail = r.json()["detail"]
+            assert detail["code"] and detail["message"], detail
+        self.seen.add((method, template, r.status_code))
+        return r
+
+
+def test_the_document_declares_signoffs_error_body_everywhere() -> None:
+    doc = create_app().openapi()
+    text = json.dumps(doc)
+    assert "HTTPValidationError" not in text and "ValidationError\"" not in text
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            errors = {s: r for s, r in op["responses"].items() if s >= "400"}
+            assert errors, (method, path)
+            for status, response in errors.items():
+                assert response["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
+            if path.startswith("/api/"):
+                assert "401" in errors, (method, path)
+            if "requestBody" in op:
+                assert {"413", "422"} <= set(errors), (method, path)
+    detail = doc["components"]["schemas"]["ErrorDetail"]
+    assert set(detail["required"]) == {"error", "code", "message"} and {"job_id", "problems"} <= set(detail["properties"])
+
+
+async def test_every_route_answers_what_the_document_declares(api: Harness) -> None:
+    schema = schemathesis.openapi.from_dict(api.app.openapi())
+    alice_id, bob_id = api.users["alice"][0], api.users["bob"][0]
+    async with api.client("alice") as a, api.client("bob") as b, api.client() as anon:
+        A, B, N = Checked(schema, a), Checked(schema, b), Checked(schema, anon)
+        await N("GET", "/health", 200)
+
+        # flows
+        flow = (await A("POST", "/api/v1/flows", 201, json={**REFUND, "name": "conformance"})).json()["id"]
+        await A("POST", "/api/v1/flows", 201, content="name: y\nnodes: [{id: a, type: ChatInput}]\n",
+                headers={"content-type": "application/yaml"})
+        await A("POST", "/api/v1/flows", 422, json={"name": "bad", "nodes": [{"id": "a", "type": "Nope"}]})
+        await A("POST", "/api/v1/flows", 422, content="a: &x 1\n", headers={"content-type": "application/yaml"})
+        await A("POST", "/api/v1/flows", 422, content=b"{nope", headers={"content-type": "application/json"})
+        await A("POST", "/api/v1/flows", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await N("POST", "/api/v1/flows", 401, json=REFUND)
+        await A("GET", "/api/v1/flows", 200)
+        await N("GET", "/api/v1/flows", 401)
+        await A("GET", "/api/v1/flows/{flow_id}", 200, path={"flow_id": flow})
+        await B("GET", "/api/v1/flows/{flow_id}", 404, path={"flow_id": flow})
+        await B("POST", "/api/v1/flows/{flow_id}/shares", 404, path={"flow_id": flow}, json={"user": alice_id})
+        await A("POST", "/api/v1/flows/{flow_id}/shares", 404, path={"flow_id": flow}, json={"user": "nobody-here"})
+        await A("POST", "/api/v1/flows/{flow_id}/shares", 422, path={"flow_id": flow}, json={"user": ""})
+        await A("POST", "/api/v1/flows/{flow_id}/shares", 413, path={"flow_id": flow},
+                content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("POST", "/api/v1/flows/{flow_id}/shares", 201, path={"flow_id": flow}, json={"user": bob_id})
+        await B("POST", "/api/v1/flows/{flow_id}/shares", 403, path={"flow_id": flow}, json={"user": alice_id})
+        await B("DELETE", "/api/v1/flows/{flow_id}/shares/{user_ref}", 403, path={"flow_id": flow, "user_ref": bob_id})
+        await B("DELETE", "/api/v1/flows/{flow_id}", 403, path={"flow_id": flow})
+
+        # runs: submit in each mode, status, pending
+        body = {"flow_id": flow, "input_value": "refund 42"}
+        job = (await A("POST", "/api/v2/workflows", 200, json={**body, "session_id": "bg"})).json()
+        assert job["object"] == "job"
+        sync = (await A("POST", "/api/v2/workflows", 200, json={**body, "mode": "sync", "session_id": "s1"})).json()
+        assert sync["object"] == "response" and sync["status"] == "suspended"
+        job_id = sync["job_id"]
+        stream = await A("POST", "/api/v2/workflows", 200, json={**body, "mode": "stream", "session_id": "st"})
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        await A("POST", "/api/v2/workflows", 404, json={**body, "flow_id": "no-such-flow"})
+        await A("POST", "/api/v2/workflows", 422, json={**body, "mode": "warp"})
+        await A("POST", "/api/v2/workflows", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await N("POST", "/api/v2/workflows", 401, json=body)
+        await A("GET", "/api/v2/workflows", 200, params={"job_id": job_id})
+        await A("GET", "/api/v2/workflows", 404, params={"job_id": "nope"})
+        await A("GET", "/api/v2/workflows", 422)
+        await A("GET", "/api/v2/workflows/{job_id}", 200, path={"job_id": job_id})
+        await B("GET", "/api/v2/workflows/{job_id}", 404, path={"job_id": job_id})
+        await A("GET", "/api/v2/workflows/{job_id}/pending", 200, path={"job_id": job_id})
+        await A("GET", "/api/v2/workflows/pending", 200)
+        await A("GET", "/api/v2/workflows/pending", 422, params={"flow_id": ""})
+        await A("GET", "/api/v2/workflows/{job_id}/events", 200, path={"job_id": job_id})
+        await A("GET", "/api/v2/workflows/{job_id}/events", 422, path={"job_id": job_id},
+                headers={"Last-Event-ID": "abc"})
+        await A("GET", "/api/v2/workflows/{job_id}/events", 404, path={"job_id": "nope"})
+
+        # resume: 404, 403, 422, 409, 413, then 200; the pending request is gone afterwards
+        resume = {"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}}
+        shared = (await B("POST", "/api/v2/workflows", 200, json={**body, "mode": "sync", "session_id": "b"})).json()
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 404, path={"job_id": shared["job_id"]},
+                json={**resume, "request_id": f"gate:{shared['job_id']}"})
+        await A("DELETE", "/api/v1/flows/{flow_id}/shares/{user_ref}", 204, path={"flow_id": flow, "user_ref": bob_id})
+        await A("DELETE", "/api/v1/flows/{flow_id}/shares/{user_ref}", 404, path={"flow_id": flow, "user_ref": bob_id})
+        await B("POST", "/api/v2/workflows/{job_id}/resume", 403, path={"job_id": shared["job_id"]},
+                json={**resume, "request_id": f"gate:{shared['job_id']}"})
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 422, path={"job_id": job_id},
+                json={**resume, "decision": {"action_id": "maybe"}})
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 422, path={"job_id": job_id}, json={"request_id": "x"})
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 409, path={"job_id": job_id},
+                json={**resume, "request_id": "gate:stale"})
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 413, path={"job_id": job_id},
+                content=b"x" * (api.settings.max_body_bytes + 1))
+        await N("POST", "/api/v2/workflows/{job_id}/resume", 401, path={"job_id": job_id}, json=resume)
+        await A("POST", "/api/v2/workflows/{job_id}/resume", 200, path={"job_id": job_id}, json=resume)
+        await api.wait_status(job_id, JobStatus.completed)
+        done = (await A("GET", "/api/v2/workflows/{job_id}", 200, path={"job_id": job_id})).json()
+        assert done["object"] == "response" and done["output"]["text"] == "Refund sent"
+        await A("GET", "/api/v2/workflows/{job_id}/pending", 404, path={"job_id": job_id})
+
+        # stop
+        await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job["job_id"]})
+        await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job_id})
+        await A("POST", "/api/v2/workflows/stop", 404, json={"job_id": str(uuid.uuid4())})
+        await A("POST", "/api/v2/workflows/stop", 422, json={})
+        await A("POST", "/api/v2/workflows/stop", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+
+        # monitor
+        await A("GET", "/api/v1/monitor/messages", 200, params={"session_id": "s1"})
+        await A("GET", "/api/v1/monitor/messages", 422)
+        await A("GET", "/api/v1/monitor/traces", 200, params={"flow_id": flow})
+        await A("GET", "/api/v1/monitor/traces", 422, params={"limit": 0})
+        await A("GET", "/api/v1/monitor/traces/{run_id}", 200, path={"run_id": job_id})
+        await A("GET", "/api/v1/monitor/traces/{run_id}", 404, path={"run_id": "nope"})
+        await N("GET", "/api/v1/monitor/traces/{run_id}", 401, path={"run_id": job_id})
+
+        await A("DELETE", "/api/v1/flows/{flow_id}", 204, path={"flow_id": flow})
+        await A("DELETE", "/api/v1/flows/{flow_id}", 404, path={"flow_id": flow})
+
+        # secrets
+        name = f"conformance-{uuid.uuid4().hex[:6]}"
+        await A("PUT", "/api/v1/secrets/{name}", 200, path={"name": name}, json={"value": "v"})
+        await A("PUT", "/api/v1/secrets/{name}", 422, path={"name": name}, json={"value": ""})
+        await A("PUT", "/api/v1/secrets/{name}", 413, path={"name": name},
+                content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("GET", "/api/v1/secrets", 200)
+        await B("DELETE", "/api/v1/secrets/{name}", 404, path={"name": name})
+        await A("DELETE", "/api/v1/secrets/{name}", 422, path={"name": "x" * 201})
+        await A("DELETE", "/api/v1/secrets/{name}", 204, path={"name": name})
+
+    # 503: a process without Temporal, and a database that does not answer
+    down = create_app(api.settings, store=api.store)  # no service: its lifespan is not run
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=down), base_url="http://api",
+                                 headers={"x-api-key": api.users["alice"][1]}) as c:
+        D = Checked(schema, c)
+        await D("POST", "/api/v2/workflows", 503, json={"flow_id": api.flows["refund"], "input_value": "x"})
+        await D("POST", "/api/v2/workflows/stop", 503, json={"job_id": job_id})
+        await D("POST", "/api/v2/workflows/{job_id}/resume", 503, path={"job_id": job_id}, json=resume)
+
+    class NoDatabase:
+        async def ping(self) -> None:
+            raise ConnectionError("down")
+
+    dead = create_app(api.settings, store=NoDatabase())  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=dead), base_url="http://api") as c:
+        health = Checked(schema, c)
+        await health("GET", "/health", 503)
+
+    # 401 on every /api route, whatever it is asked
+    doc = api.app.openapi()
+    async with api.client() as c:
+        anon = Checked(schema, c)
+        for template, item in doc["paths"].items():
+            for method in item:
+                if template.startswith("/api/"):
+                    names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
+                    await anon(method.upper(), template, 401, path={n: "x" for n in names}, json={"job_id": "x"})
+
+    declared = {(m.upper(), p, int(s)) for p, item in doc["paths"].items() for m, op in item.items()
+                for s in op["responses"]}
+    assert declared - A.seen - B.seen - N.seen - D.seen - health.seen - anon.seen == set()  # every one answered
+
+
