@@ -73,6 +73,15 @@ def masked(value: Any) -> Any:
     return MASK
 
 
+def scrubbed(text: str, values: list[str]) -> str:
+    """``text`` with every revealed secret value in it masked (an answer or an error message that
+    echoes a request's headers must not carry a secret into outputs, events or logs)."""
+    for value in values:
+        if value:
+            text = text.replace(value, MASK)
+    return text
+
+
 class SecretBox:
     """Seals and opens secret values with the deployment's key."""
 

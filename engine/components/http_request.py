@@ -18,6 +18,7 @@ from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
+from signoff.engine.secrets import is_secret_ref, scrubbed, secret_names
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
@@ -60,8 +61,18 @@ class HTTPRequest(Component):
         if not url.startswith(("http://", "https://")):
             raise ComponentError(f"HTTPRequest: '{url}' is not an http(s) URL", vertex_id=ctx.vertex_id)
         method = str(self.params.get("method") or "GET").upper()
-        revealed = await ctx.run.reveal(self.params.get("headers") or {}, vertex_id=ctx.vertex_id)
+        declared = self.params.get("headers") or {}
+        if secret_names(declared) and ctx.inputs.get("url") is not None and ctx.run.user_id != ctx.run.owner_id:
+            # a confused deputy: someone else's run (a share holder's input, a model's tool call)
+            # must not choose where the owner's credential goes
+            raise ComponentError(
+                f"HTTPRequest '{ctx.vertex_id}' sends a secret of the flow's owner to a URL its input decides; in a "
+                "run by anyone but the owner, a secret goes only to a URL fixed in the node's params",
+                vertex_id=ctx.vertex_id,
+            )
+        revealed = await ctx.run.reveal(declared, vertex_id=ctx.vertex_id)
         headers = {str(k): str(v) for k, v in revealed.items()}
+        used = [str(revealed[k]) for k, v in declared.items() if is_secret_ref(v)]
         headers.setdefault("Idempotency-Key", idempotency_key(ctx.run_id, ctx.vertex_id))
         body = self.value(ctx, "body")
         kwargs: dict[str, Any] = {}
@@ -87,11 +98,12 @@ class HTTPRequest(Component):
             ) from None
         if resp.status_code >= 400:
             raise ComponentError(
-                f"HTTPRequest: {method} {url} answered {resp.status_code}: {resp.text[:500]}",
+                f"HTTPRequest: {method} {url} answered {resp.status_code}: {scrubbed(resp.text[:500], used)}",
                 vertex_id=ctx.vertex_id,
                 retryable=resp.status_code >= 500 or resp.status_code == 429,
                 status_code=resp.status_code,
             )
-        return {"response": resp.text}
+        # a server that echoes a request's headers must not put a secret into the run's outputs
+        return {"response": scrubbed(resp.text, used)}
 
 

@@ -117,3 +117,60 @@ async def test_cli_walkthrough_and_a_fresh_api_process(tmp_path: Path, temporal_
                 _stop(api)
     finally:
         await store.close()
+
+
+async def test_secrets_keys_and_users_from_the_command_line(tmp_path: Path, temporal_server, temporal_client) -> None:
+    """`signoff secrets set` (value on stdin, never printed back), `signoff users revoke-key`
+    (401 from then on), `signoff users delete` (runs cancelled, flows deleted, the key dead)."""
+    port = free_port()
+    queue = f"accept-{uuid.uuid4()}"
+    env = _env(tmp_path, port, temporal_server.address, queue)
+    settings = Settings(home=tmp_path, database_url=env["SIGNOFF_DATABASE_URL"], task_queue=queue)
+    store = open_store(settings.resolved_database_url)
+    await store.setup()
+    try:
+        keys = []
+        for _ in range(2):
+            created = await _acli(env, "users", "create", "carol")
+            assert created.returncode == 0, created.stderr
+            keys.append(created.stdout.strip().splitlines()[-1])
+        env["SIGNOFF_API_KEY"] = keys[0]
+        async with build_worker(temporal_client, store, settings):
+            api = await asyncio.to_thread(_start_api, env, port)
+            try:
+                put = await asyncio.to_thread(subprocess.run, [*SIGNOFF, "secrets", "set", "bank"], env=env, cwd=ROOT,
+                                              input="s3cr3t-value\n", capture_output=True, text=True, timeout=60)
+                assert put.returncode == 0 and "s3cr3t-value" not in put.stdout + put.stderr, put.stderr
+                listed = await _acli(env, "secrets", "list")
+                assert "bank" in listed.stdout and "s3cr3t-value" not in listed.stdout
+                record = await store.get_secret((await store.get_user_by_name("carol")).id, "bank")
+                assert record is not None and b"s3cr3t-value" not in record.ciphertext
+
+                # revoke one key: it gets 401, the other still works
+                revoked = await _acli(env, "users", "revoke-key", "carol", "--key", keys[0])
+                assert revoked.returncode == 0, revoked.stderr
+                dead = await _acli(env, "flows", "list")
+                assert dead.returncode == 1 and "UNAUTHORIZED" in dead.stderr
+                env["SIGNOFF_API_KEY"] = keys[1]
+                added = await _acli(env, "flows", "add", "examples/flows/refund.json")
+                flow_id = added.stdout.split()[0]
+                sub = await _acli(env, "submit", flow_id, "--input", "refund 42", "--sync")
+                job_id, status = sub.stdout.splitlines()[0].split("\t")
+                assert status == "suspended"
+
+                # delete the user: the waiting run is cancelled, the flow and the key are gone
+                deleted = await _acli(env, "users", "delete", "carol")
+                assert deleted.returncode == 0, deleted.stderr
+                job = await store.get_job(job_id)
+                assert job.status == JobStatus.cancelled
+                assert (await store.read_events(job_id))[-1].data == {"reason": "user_deleted"}
+                assert await store.get_flow(flow_id) is None
+                assert await store.get_user_by_name("carol") is None
+                gone = await _acli(env, "flows", "list")
+                assert gone.returncode == 1 and "UNAUTHORIZED" in gone.stderr
+                missing = await _acli(env, "users", "delete", "carol")
+                assert missing.returncode == 1 and "no user named" in missing.stderr
+            finally:
+                _stop(api)
+    finally:
+        await store.close()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -36,6 +37,12 @@ def poll(fn: Callable[[], Any], *, timeout: float = 30.0, what: str) -> Any:
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)  # polling a subprocess's state with a deadline, not timing an assertion
+
+
+def open_to_others(home: Path) -> dict[str, str]:
+    """What under SIGNOFF_HOME someone else could read or enter (mode bits for group or others)."""
+    return {str(p.relative_to(home.parent)): oct(stat.S_IMODE(p.stat().st_mode))
+            for p in [home, *home.rglob("*")] if not p.is_symlink() and stat.S_IMODE(p.stat().st_mode) & 0o077}
 
 
 def alive(pid: int) -> bool:
@@ -205,6 +212,10 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
         poll(lambda: job3 in temporal("workflow", "list", "--query", 'SignoffStatus="suspended"').stdout,
              what="the suspended run in `temporal workflow list`")
 
+        # The state folder is private: both databases hold every run's inputs.
+        assert {"temporal.db", "signoff.db", "dev_api_key"} <= {p.name for p in home.iterdir()}
+        assert open_to_others(home) == {}
+
         # SIGKILL of the whole `signoff dev` process group: the dev server goes with it.
         server_pid = dev.temporal_pid()
         os.killpg(dev.proc.pid, signal.SIGKILL)
@@ -214,10 +225,15 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
     finally:
         dev.stop()
 
-    # A second start on the same folder: the same key, the run still waits and resumes.
+    # A second start on the same folder: the same key, the run still waits and resumes; what an
+    # earlier, laxer version left open is closed.
+    home.chmod(0o755)
+    (home / "dev_api_key").chmod(0o644)
+    assert open_to_others(home)
     dev = Dev(env)
     try:
         assert dev.key == key
+        assert open_to_others(home) == {}
         http = stack.enter_context(httpx.Client(base_url=api, headers={"x-api-key": key}, timeout=90))
         assert status(job3)["status"] == "suspended"
         assert http.get(f"/api/v2/workflows/{job3}/pending").json()["request_id"] == f"gate:{job3}"

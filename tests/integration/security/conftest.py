@@ -61,7 +61,9 @@ class Recorder(LocalHTTPServer):
                     except (BrokenPipeError, ConnectionResetError):
                         pass  # the client stopped reading at its cap
                     return
-                if self.path.startswith("/v1/chat/completions"):  # a model endpoint an attacker runs
+                if self.path.startswith("/echo"):  # a server that echoes the request's headers
+                    payload = json.dumps({"headers": dict(self.headers)}).encode()
+                elif self.path.startswith("/v1/chat/completions"):  # a model endpoint an attacker runs
                     payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": "thanks"},
                                                        "finish_reason": "stop"}]}).encode()
                 else:

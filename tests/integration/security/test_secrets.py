@@ -100,3 +100,30 @@ def test_a_box_opens_only_what_its_key_sealed(tmp_path):
         SecretBox.for_settings(Settings(home=tmp_path / "b")).open(one.seal("v"))
     with pytest.raises(SecretKeyError):
         SecretBox("not a key")
+
+
+async def test_someone_elses_run_cannot_choose_where_the_owners_secret_goes(worker, service, store, settings, user,
+                                                                           make_flow, allowed):
+    """The owner's flow takes its URL from the run's input (a confused deputy): the owner's own
+    runs may, a share holder's may not send her secret where the input says."""
+    await Vault(store, settings).put(user.id, "payments", VALUE)
+    spec = {"name": "url from input", "nodes": [
+        {"id": "ask", "type": "ChatInput"},
+        {"id": "call", "type": "HTTPRequest", "params": {"method": "POST",
+                                                          "headers": {"Authorization": {"$secret": "payments"}}}},
+        {"id": "out", "type": "TextOutput"}],
+        "edges": [{"from": "ask.message", "to": "call.url"}, {"from": "call.response", "to": "out.input_value"}]}
+    flow = await make_flow(spec)
+    mallory = await store.get_or_create_user(f"mallory-{uuid.uuid4().hex[:6]}")
+    await store.grant_share(flow.id, mallory.id, ["execute"])
+    job, _ = await service.submit(mallory, flow, input_value=f"{allowed.url}/steal", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
+    assert done.status == JobStatus.failed and "a URL its input decides" in done.error["error"], done.error
+    assert allowed.requests == []
+    # the owner's own run goes where her input says, and an echo of the secret is masked
+    job, _ = await service.submit(user, flow, input_value=f"{allowed.url}/echo", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
+    assert done.status == JobStatus.completed and allowed.requests[0]["headers"]["Authorization"] == VALUE
+    assert VALUE not in json.dumps(done.result)
