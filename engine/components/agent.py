@@ -300,6 +300,7 @@ class Agent(Component):
             inputs={k: v for k, v in args.items() if k in known},
             run=ctx.run,
             wanted_outputs={first},
+            model_chosen=True,
         )
         try:
             # a child span of this vertex's span (type tool): name, arguments (truncated), result

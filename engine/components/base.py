@@ -244,6 +244,8 @@ class BuildContext:
     wanted_outputs: set[str] = field(default_factory=set)
     stopped: set[str] = field(default_factory=set)
     skipped: bool = False
+    # A tool call: the inputs are what a model chose (an Agent's tool call), not the flow's edges.
+    model_chosen: bool = False
 
     @property
     def run_id(self) -> str:

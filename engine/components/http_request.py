@@ -62,12 +62,14 @@ class HTTPRequest(Component):
             raise ComponentError(f"HTTPRequest: '{url}' is not an http(s) URL", vertex_id=ctx.vertex_id)
         method = str(self.params.get("method") or "GET").upper()
         declared = self.params.get("headers") or {}
-        if secret_names(declared) and ctx.inputs.get("url") is not None and ctx.run.user_id != ctx.run.owner_id:
-            # a confused deputy: someone else's run (a share holder's input, a model's tool call)
-            # must not choose where the owner's credential goes
+        if secret_names(declared) and ctx.inputs.get("url") is not None and (
+                ctx.model_chosen or ctx.run.user_id != ctx.run.owner_id):
+            # a confused deputy: someone else's run (a share holder's input) or a model (a prompt
+            # injection) must not choose where the owner's credential goes
             raise ComponentError(
-                f"HTTPRequest '{ctx.vertex_id}' sends a secret of the flow's owner to a URL its input decides; in a "
-                "run by anyone but the owner, a secret goes only to a URL fixed in the node's params",
+                f"HTTPRequest '{ctx.vertex_id}' would send a secret of the flow's owner to a URL "
+                + ("a model chose" if ctx.model_chosen else "its input decides (in a run by someone else)")
+                + "; a secret goes only to a URL fixed in the node's params (url)",
                 vertex_id=ctx.vertex_id,
             )
         revealed = await ctx.run.reveal(declared, vertex_id=ctx.vertex_id)

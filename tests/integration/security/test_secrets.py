@@ -119,7 +119,7 @@ async def test_someone_elses_run_cannot_choose_where_the_owners_secret_goes(work
     job, _ = await service.submit(mallory, flow, input_value=f"{allowed.url}/steal", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")
     done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
-    assert done.status == JobStatus.failed and "a URL its input decides" in done.error["error"], done.error
+    assert done.status == JobStatus.failed and "its input decides" in done.error["error"], done.error
     assert allowed.requests == []
     # the owner's own run goes where her input says, and an echo of the secret is masked
     job, _ = await service.submit(user, flow, input_value=f"{allowed.url}/echo", session_id=None, tweaks=None,
@@ -127,3 +127,25 @@ async def test_someone_elses_run_cannot_choose_where_the_owners_secret_goes(work
     done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
     assert done.status == JobStatus.completed and allowed.requests[0]["headers"]["Authorization"] == VALUE
     assert VALUE not in json.dumps(done.result)
+
+
+async def test_a_model_cannot_choose_where_the_owners_secret_goes(worker, service, store, settings, user, make_flow,
+                                                                  allowed, fake_openai):
+    """Prompt injection: an Agent's HTTP tool with the owner's secret header and no fixed URL; the
+    model (told by its input) calls it with an attacker's URL. The secret is not sent; the model
+    is told why and the run goes on."""
+    from tests.fixtures.fake_openai import call, say
+
+    await Vault(store, settings).put(user.id, "payments", VALUE)
+    fake_openai.add(call("http", {"url": f"{allowed.url}/steal", "body": "x"}), say("could not"))
+    spec = {"name": "agent with a secret tool", "nodes": [
+        {"id": "agent", "type": "Agent", "params": {"base_url": fake_openai.base_url, "max_retries": 0}},
+        {"id": "http", "type": "HTTPRequest", "params": {"method": "POST", "tool_name": "http",
+                                                          "headers": {"Authorization": {"$secret": "payments"}}}},
+        {"id": "out", "type": "TextOutput"}],
+        "edges": [{"from": "http.tool", "to": "agent.tools"}, {"from": "agent.response", "to": "out.input_value"}]}
+    done = await run(service, user, await make_flow(spec))
+    assert done.status == JobStatus.completed, done.error
+    assert allowed.requests == []
+    told = [m["content"] for m in fake_openai.requests[-1]["messages"] if m["role"] == "tool"]
+    assert told and "a model chose" in told[0] and VALUE not in json.dumps(fake_openai.requests)
