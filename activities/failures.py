@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 from signoff.engine.errors import FlowInvalid, NotResumable, SignoffError, error_class
 
 RETRYABLE_SUFFIX = "_RETRYABLE"
+CARRIED = ("problems", "allowed_decisions")  # what a refusal's answer keeps of its details
 
 
 def to_failure(err: SignoffError) -> ApplicationError:
@@ -33,8 +34,9 @@ def to_failure(err: SignoffError) -> ApplicationError:
 
 def refusal(err: SignoffError) -> ApplicationError:
     """``err`` as a refusal of the workflow's ``resume`` Update (validator or handler): never
-    retried, the code as its type."""
-    return ApplicationError(err.message, type=err.code, non_retryable=True)
+    retried, the code as its type, its details (e.g. INVALID_VALUES' problems) kept."""
+    details = {k: v for k, v in err.details.items() if k in CARRIED}
+    return ApplicationError(err.message, *([details] if details else []), type=err.code, non_retryable=True)
 
 
 def from_failure(err: BaseException, expected: tuple[type[SignoffError], ...], **details: Any) -> SignoffError:
@@ -47,7 +49,11 @@ def from_failure(err: BaseException, expected: tuple[type[SignoffError], ...], *
         cause = cause.__cause__ or getattr(cause, "cause", None)
     if isinstance(cause, ApplicationError):
         cls = error_class((cause.type or "").removesuffix(RETRYABLE_SUFFIX), NotResumable)
-        return (cls if issubclass(cls, expected) else NotResumable)(cause.message, **details)
+        if not issubclass(cls, expected):
+            return NotResumable(cause.message, **details)
+        first = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        carried = {k: v for k, v in first.items() if k in CARRIED}
+        return cls.restore(cause.message, {**carried, **details})
     return NotResumable(str(err), **details)
 
 

@@ -18,10 +18,16 @@ from temporalio import activity
 from signoff.activities.failures import to_failure
 from signoff.activities.state import StateCodec
 from signoff.activities.types import (
+    Delivery,
     FinishInput,
     FinishOutput,
+    GateTimerInput,
+    GateTimerOutput,
     PersistPauseInput,
+    PersistPauseOutput,
     RecordEventInput,
+    RecordVoteInput,
+    RecordVoteOutput,
     ResumeRunInput,
     ResumeRunOutput,
     RollbackResumeInput,
@@ -29,14 +35,17 @@ from signoff.activities.types import (
     RunLayerOutput,
     StateRef,
 )
-from signoff.engine import tracing
+from signoff.engine import tracing, webhooks
 from signoff.engine.access import Access
-from signoff.engine.decisions import apply_decision
-from signoff.engine.errors import FlowNotFound, Forbidden, NotResumable, SignoffError
+from signoff.engine.decisions import apply_decision, check_decider, check_decision, with_defaults
+from signoff.engine.errors import NotAnApprover
+from signoff.engine.models import PendingRequest, Vote
+from signoff.engine.context import egress_policy
+from signoff.engine.errors import FlowNotFound, NotResumable, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
-from signoff.engine.models import AppliedDecision, Decision, Job, JobStatus, utcnow
+from signoff.engine.models import AppliedDecision, Decision, Job, JobStatus, User, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
@@ -60,7 +69,7 @@ class FlowActivities:
 
     def all(self) -> list[Any]:
         return [self.run_layer, self.persist_pause, self.resume_run, self.rollback_resume, self.finish,
-                self.record_event]
+                self.record_event, self.record_vote, self.gate_timer, self.deliver_webhook]
 
     # ---- activities ----------------------------------------------------------------------
 
@@ -90,20 +99,26 @@ class FlowActivities:
             raise to_failure(err) from None
 
     @activity.defn(name="persist_pause")
-    async def persist_pause(self, inp: PersistPauseInput) -> None:
-        """After the checkpoint (run_layer) and once the workflow waits: the
-        ``human_input_required`` event, then the pending request with ``suspended``."""
+    async def persist_pause(self, inp: PersistPauseInput) -> PersistPauseOutput | None:
+        """After the checkpoint (run_layer) and once the workflow waits: who may decide (the
+        request's approvers), the ``human_input_required`` event, then the pending request with
+        ``suspended``; returns the webhook deliveries of the event."""
         job = await self.store.get_job(inp.job_id)
         if job is None or job.status.terminal:
-            return
-        if job.status == JobStatus.suspended and job.pending and job.pending.request_id == inp.pending.request_id:
-            return  # a retry of an attempt that already persisted this pause
-        # the event and the status in one conditional write: a stop that ended the job since the
-        # read above (the workflow's finish(cancelled) runs alongside this activity) gets no
-        # ``human_input_required`` after its ``run_cancelled``
-        await self.store.mark_suspended(inp.job_id, inp.pending,
-                                        event=("human_input_required", inp.pending.model_dump(mode="json")),
-                                        dedupe_key=inp.dedupe_key)
+            return None
+        pending = inp.pending
+        if pending.approver_refs:  # before the status: an approver's inbox lists it as it shows
+            await self.store.set_request_approvers(job.job_id, pending.request_id, pending.approver_refs)
+        if not (job.status == JobStatus.suspended and job.pending and job.pending.request_id == pending.request_id):
+            # the event and the status in one conditional write: a stop that ended the job since
+            # the read above (the workflow's finish(cancelled) runs alongside this activity) gets
+            # no ``human_input_required`` after its ``run_cancelled``; a retry of an attempt that
+            # already persisted this pause writes nothing
+            await self.store.mark_suspended(job.job_id, pending,
+                                            event=("human_input_required", pending.model_dump(mode="json")),
+                                            dedupe_key=inp.dedupe_key)
+        return PersistPauseOutput(deliveries=await self._deliveries(job, "human_input_required", pending.request_id,
+                                                                    pending))
 
     @activity.defn(name="resume_run")
     async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
@@ -119,9 +134,10 @@ class FlowActivities:
         applied; the workflow then rolls the claim back."""
         try:
             job = await self._job(inp.job_id)
-            # whoever sends it (the API, the CLI, the Web UI), a decision is made by someone who
-            # may execute the flow now: a revoked share refuses it here too (DESIGN §13)
-            await self._check_decider(job, inp.decided_by or job.user_id)
+            if not inp.timed_out:  # the deadline decides for nobody
+                # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
+                # checks as that person's HTTP resume: an approver, who may (still) decide it
+                await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by)
         except SignoffError as err:
             raise to_failure(err) from None
         token = await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
@@ -132,8 +148,11 @@ class FlowActivities:
             if job.status.terminal:  # a retry: our first attempt ran to the end
                 return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
                     step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
-            state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now, inp.decided_by,
-                                                      inp.state, dedupe=inp.token)
+            person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
+            state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
+                                                      person.id if person else None, inp.state, dedupe=inp.token,
+                                                      votes=inp.votes, timed_out=inp.timed_out)
+            deliveries = await self._decision_deliveries(job, applied)
             step, built = inp.step, []
             # Layers built here happen after the decision, in real time: a pause reached here is
             # stamped now (the workflow's time when that is later, e.g. under time skipping).
@@ -155,7 +174,7 @@ class FlowActivities:
                                            blob_step=len(state.decisions) * 100000 + state.layers)
         except SignoffError as err:
             raise to_failure(err) from None
-        return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out)
+        return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out, deliveries=deliveries)
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> None:
@@ -200,11 +219,128 @@ class FlowActivities:
             raise NotResumable(f"job {job_id} not found")
         return job
 
-    async def _check_decider(self, job: Job, user_id: str) -> None:
-        flow = await self.store.get_flow(job.flow_id)
-        if flow is None or not await self.access.may_execute(user_id, flow):
-            raise Forbidden("The decider may not execute this flow (any more), so may not decide its runs",
-                            job_id=job.job_id)
+    async def _decider_may_decide(self, job: Job, request_id: str, who: str | None) -> User:
+        """The person a decision is made for (``who``: a user id or name, default the run's
+        owner), checked as their HTTP resume is (DESIGN §9, §13)."""
+        person = await self.access.person(who or job.user_id)
+        if person is None:
+            raise NotAnApprover(f"No user {who!r}: a decision through Temporal names the person it is for "
+                                '("user": a user name or id)', job_id=job.job_id)
+        pending = await self.access.current_request(job, request_id)
+        if pending is not None:
+            check_decider(pending, await self.access.decider(job, person))
+        return person
+
+    async def _seq_of(self, job_id: str, event: str, request_id: str) -> int | None:
+        """The seq of the last ``event`` about ``request_id``."""
+        found = [e.seq for e in await self.store.read_events(job_id)
+                 if e.event == event and e.data.get("request_id") == request_id]
+        return found[-1] if found else None
+
+    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None) -> list[Delivery]:
+        """The webhooks that get the last ``event`` about ``request_id``: those of the run's owner
+        and of the people who may decide the request (DESIGN §9). Nothing is read when nobody
+        has a webhook for that event."""
+        people = {job.user_id}
+        if pending is not None:
+            refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+            people |= await self.access.people(refs)
+        hooks = await self.store.webhooks_for(sorted(people), event)
+        if not hooks:
+            return []
+        seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
+        if seq is None:
+            return []
+        return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for h in hooks]
+
+    @activity.defn(name="record_vote")
+    async def record_vote(self, inp: RecordVoteInput) -> RecordVoteOutput:
+        """One approver's vote on a request that needs several: checked as their HTTP resume is,
+        then the ``human_input_vote`` event, written only while the request still waits (one
+        transaction), once per person (a retry finds its own vote)."""
+        try:
+            job = await self._job(inp.job_id)
+            person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by)
+            votes = await self.access.votes(job.job_id, inp.request_id)
+            mine = next((v for v in votes if v.user == person.id), None)
+            if mine is None:
+                pending = await self.access.current_request(job, inp.request_id)
+                check_decision(pending, inp.request_id, inp.decision, waiting=job.status == JobStatus.suspended,
+                               decider=await self.access.decider(job, person), votes=votes)
+                assert pending is not None
+                mine = Vote(user=person.id, action_id=inp.decision.action_id,
+                            values=with_defaults(pending, inp.decision.action_id, inp.decision.values), at=inp.now)
+                data = {"request_id": inp.request_id, "user": person.id, "action_id": mine.action_id,
+                        "values": mine.values, "at": mine.at.isoformat(), "votes": len(votes) + 1,
+                        "required": pending.required_approvals}
+                if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
+                                                            dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
+                    raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
+            return RecordVoteOutput(vote=mine, deliveries=await self._deliveries(
+                job, "human_input_vote", inp.request_id, job.pending))
+        except SignoffError as err:
+            raise to_failure(err) from None
+
+    @activity.defn(name="gate_timer")
+    async def gate_timer(self, inp: GateTimerInput) -> GateTimerOutput:
+        """A timer of a waiting request fired (DESIGN §9): a reminder, the escalation (its
+        approvers added once), or the deadline of ``on_timeout: fail`` (``human_input_expired``
+        before the run ends). Each event is written only while the request waits, once."""
+        job = await self._job(inp.job_id)
+        pending = await self.access.current_request(job, inp.request_id)
+        refs: list[str] = []
+        if inp.kind == "reminder":
+            event, data, key = "human_input_reminder", {"request_id": inp.request_id, "reminder": inp.n}, f"remind:{inp.n}"
+        elif inp.kind == "escalation":
+            owner = await self._flow_owner(job)
+            added = await self.access.approver_refs(owner, inp.escalate_to)
+            refs = await self.store.add_request_approvers(job.job_id, inp.request_id, added)
+            event, data, key = "human_input_escalated", {"request_id": inp.request_id, "added": inp.escalate_to}, "escalate"
+        else:
+            event, key = "human_input_expired", "expired"
+            data = {"request_id": inp.request_id, "requested_action": None, "rerouted_to": None,
+                    "timeout_seconds": pending.timeout_seconds if pending else None}
+        seq = await self.store.append_event_if_waiting(job.job_id, inp.request_id, event, data,
+                                                       dedupe_key=f"{key}:{inp.request_id}")
+        deliveries = await self._deliveries(job, event, inp.request_id, pending, seq) if seq is not None else []
+        return GateTimerOutput(written=seq is not None, approver_refs=refs, deliveries=deliveries)
+
+    @activity.defn(name="deliver_webhook")
+    async def deliver_webhook(self, inp: Delivery) -> None:
+        """One event to one webhook (retried with backoff by the workflow's policy); every
+        attempt is logged. A webhook deleted meanwhile gets nothing."""
+        hook = await self.store.get_webhook(inp.webhook_id)
+        job = await self.store.get_job(inp.job_id)
+        events = await self.store.read_events(inp.job_id, after_seq=inp.seq - 1, limit=1)
+        if hook is None or job is None or not events:
+            return
+        event = events[0]
+        card = f"{self.settings.effective_api_url}/requests/{job.job_id}"
+        body = webhooks.payload(event, job, card)
+        attempt = activity.info().attempt
+        try:
+            status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
+                                         event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
+                                         policy=egress_policy(self.settings.egress_allow))
+        except webhooks.DeliveryFailed as err:
+            await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq,
+                                          attempt=attempt, status_code=err.details.get("status_code"),
+                                          error=err.message, delivered=False)
+            raise to_failure(err) from None
+        await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq, attempt=attempt,
+                                      status_code=status, error=None, delivered=True)
+
+    async def _decision_deliveries(self, job: Job, applied: AppliedDecision) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (expired, then decided)."""
+        out: list[Delivery] = []
+        for event in (("human_input_expired",) if applied.rerouted else ()) + ("human_input_decision",):
+            out += await self._deliveries(job, event, applied.request_id, job.pending)
+        return out
+
+    async def _flow_owner(self, job: Job) -> str | None:
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        return flow.owner_id if flow else None
 
     async def _new_state(self, job: Job) -> RunState:
         # the version the job was created with, not a later edit of the flow
@@ -233,7 +369,11 @@ class FlowActivities:
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
                             built: list[str], blob_step: int | None = None) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
-        pause the checkpoint saved; at the end the completion recorded."""
+        pause the request's approvers resolved and the checkpoint saved; at the end the completion
+        recorded."""
+        if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
+            refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
+            state.pending = state.pending.model_copy(update={"approver_refs": refs})
         ref, data = await self.codec.dump(state, step if blob_step is None else blob_step)
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
@@ -265,7 +405,8 @@ class FlowActivities:
         return ended.job.status.value if ended.job else JobStatus.completed.value
 
     async def _apply(self, job: Job, request_id: str, decision: Decision, now: datetime, decided_by: str | None,
-                     fallback: StateRef | None, dedupe: str) -> tuple[RunState, Graph, AppliedDecision]:
+                     fallback: StateRef | None, dedupe: str, *, votes: list[Vote], timed_out: bool
+                     ) -> tuple[RunState, Graph, AppliedDecision]:
         """Restore the checkpoint, apply the decision (timeout reroute), record
         ``human_input_expired`` (when rerouted) then ``human_input_decision``, stamp the card,
         clear the pending request. ``dedupe``: prefix of the events' dedupe keys."""
@@ -277,7 +418,7 @@ class FlowActivities:
         else:
             raise NotResumable("the checkpoint is gone")
         graph = self.graph(state)
-        new, applied = apply_decision(state, request_id, decision, now, decided_by)
+        new, applied = apply_decision(state, request_id, decision, now, decided_by, votes=votes, timed_out=timed_out)
         assert state.pending is not None and state.pending_vertex is not None
         tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
                             job_id=job.job_id, flow_id=state.flow_id,
@@ -285,17 +426,22 @@ class FlowActivities:
         if applied.rerouted:
             await self.store.append_event(job.job_id, "human_input_expired", {
                 "request_id": applied.request_id,
-                "requested_action": applied.requested_action,
+                "requested_action": applied.requested_action or None,
                 "rerouted_to": applied.action_id,
                 "timeout_seconds": applied.timeout_seconds,
             }, dedupe_key=f"{dedupe}:expired")
-        await self.store.append_event(job.job_id, "human_input_decision", {
+        data: dict[str, Any] = {
             "request_id": applied.request_id,
             "action_id": applied.action_id,
             "values": applied.values,
             "decided_by": applied.decided_by,
             "decided_at": applied.decided_at.isoformat(),
-        }, dedupe_key=f"{dedupe}:decision")
+        }
+        if applied.timed_out:
+            data["timed_out"] = True
+        if applied.votes:
+            data["votes"] = [v.model_dump(mode="json") for v in applied.votes]
+        await self.store.append_event(job.job_id, "human_input_decision", data, dedupe_key=f"{dedupe}:decision")
         await self.store.stamp_card(applied.request_id, applied.action_id)
         await self.store.clear_pending(job.job_id)
         return new, graph, applied

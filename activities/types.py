@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from signoff.engine.models import Decision, PendingRequest
+from signoff.engine.models import Decision, PendingRequest, Vote
 
 
 class StateRef(BaseModel):
@@ -43,6 +43,18 @@ class PersistPauseInput(BaseModel):
     dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
 
 
+class Delivery(BaseModel):
+    """One event for one webhook: what the workflow hands to ``deliver_webhook``."""
+
+    webhook_id: str
+    job_id: str
+    seq: int
+
+
+class PersistPauseOutput(BaseModel):
+    deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
+
+
 class ResumeRunInput(BaseModel):
     """One activity for a decision: claim (with the workflow's deterministic ``token``, so a retry
     finds its own claim), apply, then build the following layers inline while they are instant
@@ -53,16 +65,54 @@ class ResumeRunInput(BaseModel):
     request_id: str
     decision: Decision
     decided_by: str | None = None
+    user: str | None = None  # the person it is for (name or id), when sent through Temporal
     now: datetime
     state: StateRef | None = None
     step: int = 0
     inline: bool = True
+    votes: list[Vote] = Field(default_factory=list)  # the quorum this decision completes
+    timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
 
 
 class ResumeRunOutput(BaseModel):
     claimed: bool
     action_id: str | None = None
     out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
+    deliveries: list[Delivery] = Field(default_factory=list)
+
+
+class RecordVoteInput(BaseModel):
+    """One vote of a request that needs several approvers (``required_approvals``)."""
+
+    job_id: str
+    request_id: str
+    decision: Decision
+    decided_by: str | None = None
+    user: str | None = None
+    now: datetime
+
+
+class RecordVoteOutput(BaseModel):
+    vote: Vote
+    deliveries: list[Delivery] = Field(default_factory=list)
+
+
+class GateTimerInput(BaseModel):
+    """A timer of a waiting request fired: ``reminder`` (number ``n``), ``escalation`` (adds
+    ``escalate_to`` to the approvers) or ``expired`` (on_timeout: fail, before the run ends)."""
+
+    job_id: str
+    request_id: str
+    kind: str
+    n: int = 0
+    escalate_to: list[str] = Field(default_factory=list)
+    now: datetime
+
+
+class GateTimerOutput(BaseModel):
+    written: bool  # False: the request no longer waits (decided, stopped): nothing was written
+    approver_refs: list[str] = Field(default_factory=list)  # after an escalation
+    deliveries: list[Delivery] = Field(default_factory=list)
 
 
 class RollbackResumeInput(BaseModel):

@@ -313,8 +313,13 @@ class StopResponse(BaseModel):
 
 
 class ResumeResponse(BaseModel):
+    """``resuming``: the decision was applied and the run goes on; ``vote_recorded``: one vote of
+    a request that needs several approvers (``votes`` of ``required`` so far)."""
+
     job_id: str
-    status: Literal["resuming"] = "resuming"
+    status: Literal["resuming", "vote_recorded"] = "resuming"
+    votes: int | None = None
+    required: int | None = None
 
 
 class PendingItem(BaseModel):

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from signoff.engine.models import FlowRecord
+from signoff.engine.decisions import Decider, group_ref, user_ref
+from signoff.engine.models import FlowRecord, Job, PendingRequest, User, Vote
 from signoff.engine.store.base import Store
 
 PUBLIC_OWNER_NAME = "signoff"  # owns the flows of SIGNOFF_FLOWS_DIR
+GROUP_PREFIX = "group:"
 
 
 async def public_owner_id(store: Store) -> str | None:
@@ -54,3 +56,62 @@ class Access:
             return flow
 
         return load
+
+    # ---- who decides (DESIGN §9) --------------------------------------------------------------
+
+    async def person(self, ref: str) -> User | None:
+        """A user by id, else by name (how a flow's ``approvers`` and a Temporal ``user`` name
+        people)."""
+        return await self.store.get_user(ref) or await self.store.get_user_by_name(ref)
+
+    async def decider(self, job: Job, user: User) -> Decider:
+        """``user`` as the decision rules see them for ``job``'s request: the approver references
+        they match (themselves, every group they are in), whether the run is theirs, and whether
+        they may execute its flow now."""
+        flow = await self.store.get_flow(job.flow_id)
+        refs = {user_ref(user.id)} | {group_ref(owner, name) for owner, name in await self.store.groups_of(user.id)}
+        return Decider(user_id=user.id, refs=frozenset(refs), owner=user.id == job.user_id,
+                       may_execute=flow is not None and await self.may_execute(user.id, flow))
+
+    async def approver_refs(self, owner_id: str | None, names: list[str]) -> list[str]:
+        """A flow's ``approvers`` (user names or ids, ``group:NAME``) as references: a group is
+        its owner's group of that name (nobody can squat it), a person is their id; a name nobody
+        has matches nobody."""
+        refs: list[str] = []
+        for name in names:
+            if name.startswith(GROUP_PREFIX):
+                ref = group_ref(owner_id or "", name[len(GROUP_PREFIX):].strip())
+            else:
+                person = await self.person(name)
+                ref = user_ref(person.id) if person is not None else f"unknown:{name}"
+            if ref not in refs:
+                refs.append(ref)
+        return refs
+
+    async def people(self, refs: list[str]) -> set[str]:
+        """The user ids the references name now (groups expanded)."""
+        ids: set[str] = set()
+        for ref in refs:
+            if ref.startswith("user:"):
+                ids.add(ref[len("user:"):])
+            elif ref.startswith(GROUP_PREFIX):
+                owner, _, name = ref[len(GROUP_PREFIX):].partition("/")
+                group = await self.store.get_group(owner, name)
+                if group is not None:
+                    ids.update(group.members)
+        return ids
+
+    async def current_request(self, job: Job, request_id: str | None = None) -> PendingRequest | None:
+        """The job's pending request (``request_id``'s, when given) with its approvers as they are
+        now (an escalation added to them); None when it waits for no such request."""
+        pending = job.pending
+        if pending is None or (request_id is not None and pending.request_id != request_id):
+            return None
+        refs = await self.store.request_approvers(job.job_id, pending.request_id)
+        return pending.model_copy(update={"approver_refs": refs}) if refs else pending
+
+    async def votes(self, job_id: str, request_id: str) -> list[Vote]:
+        """The votes recorded on a request (its ``human_input_vote`` events), in order."""
+        return [Vote(user=e.data["user"], action_id=e.data["action_id"], values=e.data.get("values"), at=e.data["at"])
+                for e in await self.store.read_events(job_id)
+                if e.event == "human_input_vote" and e.data.get("request_id") == request_id]

@@ -5,33 +5,88 @@ written, whoever sends it: the service before it asks Temporal, the workflow's `
 Update validator and Signal handler, and :func:`apply_decision` itself (the in-process runner
 and the activities). It raises, in this order:
 
+- :class:`Forbidden` (403) when the run's owner decides but may no longer execute the flow;
+  :class:`NotAnApprover` (403) when the decider is not one of the request's approvers (with
+  none named, only the run's owner decides; ``allow_self_approval: false`` refuses the owner);
 - :class:`InvalidDecision` (422) for an action outside the request's ``allowed_decisions``, or
   values the request kind cannot take (a tool approval's edit without ``args``...);
+  :class:`InvalidValues` (422) for values that do not match the request's ``fields`` schema,
+  one problem per field;
 - :class:`NotResumable` (409) when the run does not wait for this request (no pending
-  request, a claim in flight, or a stale ``request_id``).
+  request, a claim in flight, or a stale ``request_id``); :class:`AlreadyVoted` (409) for a
+  second vote of the same person on a request that needs several.
+
+:func:`count_vote` says whether a decision resolves the request or is one vote of a quorum
+(``required_approvals`` distinct approvers for the first decision; any other decision by one
+approver resolves at once).
 
 :func:`apply_decision` turns a checked decision into the run's next state: a late answer is
-rerouted to the fallback action, or to ``__expired__`` (no branch runs), and only the gated
-vertex becomes buildable again, with the decision injected.
+rerouted as the request's deadline says (``on_timeout: default`` → the default action,
+else the fallback action, else ``__expired__``: no branch runs), a decision made by the
+deadline itself (:func:`deadline_decision`) is applied as it is, and only the gated vertex
+becomes buildable again, with the decision injected.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from signoff.engine.errors import InvalidDecision, NotResumable
-from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest
+from jsonschema import Draft202012Validator
+
+from signoff.engine.errors import AlreadyVoted, Forbidden, InvalidDecision, InvalidValues, NotAnApprover, NotResumable
+from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote
 from signoff.engine.state import RunState
 
 
+@dataclass(frozen=True)
+class Decider:
+    """Who sends a decision, as the rules need to know them: their user id, the approver
+    references they match (``user:<id>``, ``user:<name>``, ``group:<owner_id>/<name>`` of every
+    group they are in), whether the run is theirs, and whether they may execute its flow now."""
+
+    user_id: str
+    refs: frozenset[str] = field(default_factory=frozenset)
+    owner: bool = False
+    may_execute: bool = True
+
+
+def user_ref(user: str) -> str:
+    return f"user:{user}"
+
+
+def group_ref(owner_id: str, name: str) -> str:
+    return f"group:{owner_id}/{name}"
+
+
+def check_decider(pending: PendingRequest, decider: Decider) -> None:
+    """Forbidden or NotAnApprover when ``decider`` may not decide ``pending``."""
+    named = bool(pending.approvers or pending.approver_refs)
+    if decider.owner:
+        if not decider.may_execute:
+            raise Forbidden("You may no longer execute this flow, so you may not decide its runs")
+        if not named:
+            return
+        if not pending.allow_self_approval:
+            raise NotAnApprover("This request may not be approved by the run's own owner (allow_self_approval: "
+                                "false)")
+    if not named or not (decider.refs & set(pending.approver_refs)):
+        raise NotAnApprover()
+
+
 def check_decision(pending: PendingRequest | None, request_id: str, decision: Decision, *,
-                   waiting: bool = True) -> None:
-    """Raise InvalidDecision or NotResumable when ``decision`` cannot answer ``request_id`` of a
-    run whose pending request is ``pending``. ``waiting`` is False while the run cannot take a
-    decision even though it has a pending request (a claim is being applied)."""
+                   waiting: bool = True, decider: Decider | None = None, votes: Sequence[Vote] = ()) -> None:
+    """Raise (in the order of the module's docstring) when ``decision`` cannot answer
+    ``request_id`` of a run whose pending request is ``pending``. ``waiting`` is False while the
+    run cannot take a decision even though it has a pending request (a claim is being applied).
+    ``decider`` None: the caller checked who decides (the engine's own runner)."""
     if pending is not None:
+        if decider is not None:
+            check_decider(pending, decider)
         if decision.action_id not in pending.allowed_decisions:
             raise InvalidDecision(
                 f"action_id {decision.action_id!r} is not one of the allowed decisions: "
@@ -45,11 +100,54 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
             + (f" (it waits for {pending.request_id!r})" if pending is not None and pending.request_id != request_id
                else "")
         )
+    if decider is not None and any(v.user == decider.user_id for v in votes):
+        raise AlreadyVoted()
+
+
+def count_vote(pending: PendingRequest, decision: Decision, votes: Sequence[Vote]) -> bool:
+    """Whether ``decision``, added to ``votes``, resolves the request (else it is one more vote of
+    a quorum that is not complete)."""
+    if pending.quorum_action is None or decision.action_id != pending.quorum_action:
+        return True
+    return len(votes) + 1 >= pending.required_approvals
 
 
 def _check_values(pending: PendingRequest, decision: Decision) -> None:
     if pending.kind == "tool_approval":
         _tool_approval_values(pending, decision)
+        return
+    schema = (pending.fields or {}).get(decision.action_id)
+    if schema is None:
+        return
+    problems = [
+        {"loc": ".".join(["values", *[str(p) for p in error.absolute_path], *_missing(error)]),
+         "message": error.message, "type": str(error.validator)}
+        for error in Draft202012Validator(schema).iter_errors(decision.values or {})
+    ]
+    if problems:
+        raise InvalidValues(sorted(problems, key=lambda p: p["loc"]))
+
+
+def _missing(error: Any) -> list[str]:
+    """The property a ``required`` error is about (jsonschema says it in the message only)."""
+    if error.validator == "required":
+        match = re.match(r"^'(.+)' is a required property$", error.message)
+        if match:
+            return [match.group(1)]
+    return []
+
+
+def with_defaults(pending: PendingRequest, action_id: str, values: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The values with the schema's defaults for the properties left out."""
+    schema = (pending.fields or {}).get(action_id)
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(props, dict):
+        return values
+    filled = dict(values or {})
+    for name, sub in props.items():
+        if name not in filled and isinstance(sub, dict) and "default" in sub:
+            filled[name] = sub["default"]
+    return filled or values
 
 
 def tool_args(value: Any) -> dict[str, Any] | None:
@@ -82,37 +180,72 @@ def _tool_approval_values(pending: PendingRequest, decision: Decision) -> None:
         raise InvalidDecision("values.message of a reject must be text")
 
 
+def deadline(pending: PendingRequest) -> datetime | None:
+    """When the request's answer becomes late (None: it never does)."""
+    if not pending.timeout_seconds or pending.timeout_seconds <= 0:
+        return None
+    paused = pending.paused_at if pending.paused_at.tzinfo else pending.paused_at.replace(tzinfo=timezone.utc)
+    return paused + timedelta(seconds=pending.timeout_seconds)
+
+
+def late_action(pending: PendingRequest) -> tuple[str, dict[str, Any] | None]:
+    """What a late answer (or the deadline itself) becomes: the default decision, the fallback
+    action, or ``__expired__`` (no branch runs)."""
+    if pending.on_timeout == "default" and pending.default_action:
+        return pending.default_action, pending.default_values
+    if pending.fallback_action and pending.on_timeout in (None, "fallback"):
+        return pending.fallback_action, None
+    return EXPIRED_ACTION, None
+
+
+def deadline_decision(pending: PendingRequest) -> Decision:
+    """The decision the deadline makes by itself (``on_timeout`` fallback or default)."""
+    action, values = late_action(pending)
+    return Decision.model_construct(action_id=action, values=values)
+
+
 def apply_decision(
     state: RunState,
     request_id: str,
     decision: Decision,
     now: datetime,
     decided_by: str | None = None,
+    *,
+    votes: Sequence[Vote] = (),
+    timed_out: bool = False,
 ) -> tuple[RunState, AppliedDecision]:
-    """Apply a person's decision to the run's pending request (checked by
-    :func:`check_decision` first). A decision after ``paused_at + timeout_seconds`` is rerouted
-    to the fallback action, or to ``__expired__``. Returns the new state (the input is not
-    changed) and the decision as applied."""
+    """Apply a decision to the run's pending request (checked by :func:`check_decision` first).
+    A decision after the deadline is rerouted (:func:`late_action`). ``timed_out``: the deadline
+    made it (nobody answered): it is applied as it is, with no person. Returns the new state (the
+    input is not changed) and the decision as applied."""
     pending = state.pending
-    check_decision(pending, request_id, decision, waiting=state.pending_vertex is not None)
+    if not timed_out:
+        check_decision(pending, request_id, decision, waiting=state.pending_vertex is not None)
+    elif pending is None or pending.request_id != request_id or state.pending_vertex is None:
+        raise NotResumable(f"The run is not waiting for request {request_id!r}")
     assert pending is not None and state.pending_vertex is not None
     if now.tzinfo is None:
         now = now.replace(tzinfo=timezone.utc)
-    action = decision.action_id
-    rerouted = False
-    if pending.timeout_seconds and pending.timeout_seconds > 0:
-        if now > pending.paused_at + timedelta(seconds=pending.timeout_seconds):
-            action = pending.fallback_action or EXPIRED_ACTION
-            rerouted = True
+    action, values = decision.action_id, decision.values
+    rerouted = timed_out
+    due = deadline(pending)
+    if not timed_out and due is not None and now > due:
+        action, values = late_action(pending)
+        values = values if action != decision.action_id else decision.values
+        rerouted = True
+    if action != EXPIRED_ACTION:
+        values = with_defaults(pending, action, values)
     applied = AppliedDecision(
         request_id=request_id,
-        requested_action=decision.action_id,
+        requested_action=decision.action_id if not timed_out else "",
         action_id=action,
-        values=decision.values,
-        decided_by=decided_by,
+        values=values,
+        decided_by=None if timed_out else decided_by,
         decided_at=now,
         rerouted=rerouted,
         timeout_seconds=pending.timeout_seconds,
+        timed_out=timed_out,
+        votes=list(votes),
     )
     new = state.model_copy(deep=True)
     vid = state.pending_vertex

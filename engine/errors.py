@@ -17,6 +17,11 @@ class SignoffError(Exception):
         self.details = details
         super().__init__(self.message)
 
+    @classmethod
+    def restore(cls, message: str, details: dict[str, Any]) -> "SignoffError":
+        """The error again from its message and details (as they crossed a process boundary)."""
+        return cls(message, **details)
+
 
 class FlowInvalid(SignoffError):
     """The flow is not valid."""
@@ -26,6 +31,10 @@ class FlowInvalid(SignoffError):
     def __init__(self, problems: list[dict[str, Any]] | list[str], message: str | None = None) -> None:
         self.problems = problems
         super().__init__(message or f"The flow has {len(problems)} problem(s)", problems=problems)
+
+    @classmethod
+    def restore(cls, message: str, details: dict[str, Any]) -> "SignoffError":
+        return cls(details.get("problems") or [], message)
 
 
 class FlowNotFound(SignoffError):
@@ -38,6 +47,18 @@ class JobNotFound(SignoffError):
     """Job not found."""
 
     code = "JOB_NOT_FOUND"
+
+
+class UserNotFound(SignoffError):
+    """User not found."""
+
+    code = "USER_NOT_FOUND"
+
+
+class GroupNotFound(SignoffError):
+    """Group not found."""
+
+    code = "GROUP_NOT_FOUND"
 
 
 class NoPendingRequest(SignoffError):
@@ -91,6 +112,35 @@ class CheckpointError(SignoffError):
     """The checkpoint could not be written."""
 
     code = "CHECKPOINT_ERROR"
+
+
+class InvalidValues(SignoffError):
+    """The decision's values do not match the request's fields."""
+
+    code = "INVALID_VALUES"
+
+    def __init__(self, problems: list[dict[str, Any]], message: str | None = None, **details: Any) -> None:
+        self.problems = problems
+        super().__init__(message or "The values do not match the request's fields: "
+                         + "; ".join(f"{p['loc']}: {p['message']}" for p in problems[:5]), problems=problems,
+                         **details)
+
+    @classmethod
+    def restore(cls, message: str, details: dict[str, Any]) -> "SignoffError":
+        rest = {k: v for k, v in details.items() if k != "problems"}
+        return cls(details.get("problems") or [], message, **rest)
+
+
+class NotAnApprover(SignoffError):
+    """You are not one of the people who may decide this request."""
+
+    code = "NOT_AN_APPROVER"
+
+
+class AlreadyVoted(SignoffError):
+    """You have already voted on this request."""
+
+    code = "ALREADY_VOTED"
 
 
 def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:

@@ -58,6 +58,42 @@ class PendingRequest(BaseModel):
     paused_at: datetime
     # tool_approval only: the tool the model asked for and its arguments
     tool: dict[str, Any] | None = None
+    # DESIGN §9 (a Human Input's params; absent, a gate behaves as before):
+    # a JSON Schema for the decision's values, per action id (an action without one takes any)
+    fields: dict[str, dict[str, Any]] | None = None
+    # who may decide, as written in the flow (user names or ids, "group:NAME"); empty: the run's
+    # owner. ``approver_refs``: the same resolved when the run paused ("user:<id>",
+    # "group:<owner_id>/<name>"), escalation adds to it.
+    approvers: list[str] = Field(default_factory=list)
+    approver_refs: list[str] = Field(default_factory=list)
+    allow_self_approval: bool = True
+    required_approvals: int = 1  # distinct approvers the first action needs
+    on_timeout: Literal["fallback", "default", "fail"] | None = None  # what the deadline does by itself
+    default_action: str | None = None
+    default_values: dict[str, Any] | None = None
+    remind_every_seconds: float = 0
+    escalate_after_seconds: float = 0
+    escalate_to: list[str] = Field(default_factory=list)
+
+    @property
+    def quorum_action(self) -> str | None:
+        """The action that needs ``required_approvals`` votes (the first option), or None."""
+        if self.required_approvals <= 1 or not self.allowed_decisions:
+            return None
+        return self.options[0].action_id if self.options else self.allowed_decisions[0]
+
+    @property
+    def acts_on_timeout(self) -> bool:
+        return self.on_timeout is not None and self.timeout_seconds > 0
+
+
+class Vote(BaseModel):
+    """One approver's vote on a request that needs several (``required_approvals``)."""
+
+    user: str  # user id
+    action_id: str
+    values: dict[str, Any] | None = None
+    at: datetime
 
 
 class Decision(BaseModel):
@@ -78,6 +114,8 @@ class AppliedDecision(BaseModel):
     decided_at: datetime
     rerouted: bool = False
     timeout_seconds: float = 0
+    timed_out: bool = False  # applied by the deadline itself (on_timeout), nobody answered
+    votes: list[Vote] = Field(default_factory=list)  # every vote that led to it (a quorum)
 
 
 # ---- stored records -------------------------------------------------------------------
@@ -202,3 +240,53 @@ class SpanRecord(BaseModel):
     attributes: dict[str, Any] = Field(default_factory=dict)
     run_id: str | None = None
     flow_id: str | None = None
+
+
+class Group(BaseModel):
+    """A user's group of approvers (DESIGN §9). It belongs to its owner, and its name is unique
+    per owner: a flow's ``"group:finance"`` means its owner's group "finance", so nobody can
+    squat another user's group name. ``members``: user ids, sorted."""
+
+    owner_id: str
+    name: str
+    members: list[str] = Field(default_factory=list)
+    created_at: datetime
+
+
+class Webhook(BaseModel):
+    """A user's endpoint that receives the human_input_* events of their runs, as listed: never
+    its secret."""
+
+    id: str
+    owner_id: str
+    url: str
+    events: list[str]  # event names; "*" for every one
+    created_at: datetime
+
+
+class WebhookRecord(BaseModel):
+    """A webhook with its signing secret, encrypted by the caller (the store keeps opaque bytes).
+    Not a Webhook on purpose (a record is never where a listing is expected), and
+    ``secret_ciphertext`` stays out of its repr (logs, tracebacks)."""
+
+    id: str
+    owner_id: str
+    url: str
+    events: list[str]
+    secret_ciphertext: bytes = Field(repr=False)
+    created_at: datetime
+
+
+class WebhookDelivery(BaseModel):
+    """One attempt to deliver one event to a webhook."""
+
+    id: str
+    webhook_id: str
+    event: str
+    job_id: str
+    seq: int
+    attempt: int
+    status_code: int | None = None
+    error: str | None = None
+    delivered: bool
+    at: datetime

@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from signoff.engine import access
-from signoff.engine.errors import FlowNotFound, JobNotFound
+from signoff.engine.decisions import group_ref, user_ref
+from signoff.engine.errors import FlowNotFound, JobNotFound, UserNotFound
 from signoff.engine.models import FlowRecord, Job, User
 from signoff.engine.store.base import Store
 
@@ -20,13 +21,26 @@ def valid_id(value: str) -> bool:
 
 
 async def visible_job(store: Store, user: User, job_id: str) -> Job:
-    """The job if the caller may see it (they submitted it); anything else is JobNotFound."""
+    """The job if the caller may see it: they submitted it, or its waiting request is assigned
+    to them (an approver, DESIGN §9); anything else is JobNotFound."""
     if not valid_id(job_id):
         raise JobNotFound(f"Job {job_id[:100]!r} not found")
     job = await store.get_job(job_id)
-    if job is None or job.user_id != user.id:
+    if job is None or (job.user_id != user.id and not await assigned(store, user, job)):
         raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
     return job
+
+
+async def assigned(store: Store, user: User, job: Job) -> bool:
+    """Whether the job's waiting request names ``user`` (or a group of theirs) as an approver."""
+    if job.pending is None:
+        return False
+    refs = set(await store.request_approvers(job.job_id, job.pending.request_id) or job.pending.approver_refs)
+    if not refs:
+        return False
+    if user_ref(user.id) in refs:
+        return True
+    return any(group_ref(owner, name) in refs for owner, name in await store.groups_of(user.id))
 
 
 async def may_execute(store: Store, user: User, flow: FlowRecord, public_owner: str | None = None) -> bool:
@@ -42,3 +56,15 @@ async def runnable_flow(store: Store, user: User, flow_id: str, public_owner: st
     if flow is None or not await may_execute(store, user, flow, public_owner):
         raise FlowNotFound(f"Flow {flow_id!r} not found")
     return flow
+
+
+async def named_user(store: Store, ref: str) -> User:
+    """A user by name, else by id (how people are named in shares and groups); UserNotFound."""
+    if "\x00" in ref or len(ref) > 200:  # no user has such a name (PostgreSQL text cannot hold NUL)
+        raise UserNotFound(f"No user named {ref[:100]!r}")
+    target = await store.get_user_by_name(ref)
+    if target is None and valid_id(ref):
+        target = await store.get_user(ref)
+    if target is None:
+        raise UserNotFound(f"No user named {ref!r}")
+    return target

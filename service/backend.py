@@ -15,12 +15,24 @@ import abc
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
 from signoff.engine.errors import JobNotFound
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus
 from signoff.engine.store.base import Store
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a decision did: the job afterwards, and ``resuming`` (the run goes on) or
+    ``vote_recorded`` (one vote of a quorum: ``votes`` of ``required``)."""
+
+    job: Job
+    status: str = "resuming"
+    votes: int = 0
+    required: int = 1
 
 
 class RunBackend(abc.ABC):
@@ -37,9 +49,9 @@ class RunBackend(abc.ABC):
         """Start the job's run. Idempotent: a second start of the same job starts nothing."""
 
     @abc.abstractmethod
-    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
-        """Deliver a decision the service checked; returns the job afterwards. Raises what the
-        run answers (NotResumable when another decision won, Unavailable...)."""
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
+        """Deliver a decision the service checked; what it did. Raises what the run answers
+        (NotResumable when another decision won, AlreadyVoted, Unavailable...)."""
 
     @abc.abstractmethod
     async def release(self, job_id: str) -> None:

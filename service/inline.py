@@ -37,7 +37,7 @@ from signoff.engine.spec import FlowSpec, apply_tweaks, load_flow
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 from signoff.engine.validate import flow_has_gate
-from signoff.service.backend import RunBackend, poll_job
+from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.periodic import periodically
 
 log = logging.getLogger("signoff.inline")
@@ -121,7 +121,7 @@ class InlineBackend(RunBackend):
 
         task.add_done_callback(done)
 
-    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
         raise NotResumable("An inline run never waits for a decision", job_id=job.job_id)
 
     async def release(self, job_id: str) -> None:

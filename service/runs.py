@@ -16,6 +16,7 @@ import uuid
 
 import temporalio.client
 
+from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
 from signoff.engine.errors import Forbidden, JobNotFound, SignoffError
 from signoff.engine.sharing import untweakable
@@ -26,8 +27,8 @@ from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, 
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import sdk
-from signoff.service.access import may_execute, visible_job
-from signoff.service.backend import RunBackend, poll_job
+from signoff.service.access import assigned, may_execute, visible_job
+from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
@@ -42,6 +43,7 @@ class RunService:
         self.temporal = TemporalBackend(settings, store, client)
         self.inline = InlineBackend(store, settings)  # sync runs of gate-less flows (docs/inline.md)
         self.backends: dict[str, RunBackend] = {b.name: b for b in (self.temporal, self.inline)}
+        self.access = Access(store)
         sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
 
     @property
@@ -127,19 +129,39 @@ class RunService:
 
     # ---- resume ----------------------------------------------------------------------------
 
-    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Job:
-        """Apply a decision to the job's pending request. Raises, in this order, JobNotFound
-        (404), Forbidden (403), InvalidDecision (422), NotResumable (409); the job stays
-        suspended in every case."""
+    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Resumed:
+        """Apply a decision (or one vote of a quorum) to the job's pending request, for the run's
+        owner or an approver of the request. Raises, in this order, JobNotFound (404),
+        Forbidden / NotAnApprover (403), InvalidDecision / InvalidValues (422), NotResumable /
+        AlreadyVoted (409): the engine's one check (``check_decision``), here before anything is
+        sent, and again by the run; the job stays suspended in every case."""
         job = await visible_job(self.store, user, job_id)
-        if not await self.may_execute(user, job.flow_id):
-            raise Forbidden("You may no longer execute this flow, so you may not decide its runs", job_id=job_id)
         try:
-            check_decision(job.pending, request_id, decision, waiting=job.status == JobStatus.suspended)
+            pending = await self.access.current_request(job)
+            votes = await self.access.votes(job_id, pending.request_id) if pending and pending.quorum_action else []
+            check_decision(pending, request_id, decision, waiting=job.status == JobStatus.suspended,
+                           decider=await self.access.decider(job, user), votes=votes)
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise
         return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id)
+
+    async def pending_for(self, user: User, flow_id: str | None = None) -> list[Job]:
+        """What waits for ``user`` to decide, newest first: their own runs' requests (those with
+        no approvers named, or naming them), and the requests assigned to them (by name, by
+        group, by an escalation) in anyone's runs."""
+        found: dict[str, Job] = {}
+        for job in await self.store.list_pending(user.id, flow_id=flow_id):
+            pending = job.pending
+            if pending is None or job.user_id != user.id:
+                continue
+            if not (pending.approvers or pending.approver_refs) or await assigned(self.store, user, job):
+                found[job.job_id] = job
+        for job in await self.store.list_assigned_pending(user.id, flow_id=flow_id):
+            if job.pending is not None:
+                found.setdefault(job.job_id, job)
+        return sorted(found.values(), key=lambda j: (j.pending.paused_at if j.pending else j.updated_at),
+                      reverse=True)
 
     async def may_execute(self, user: User, flow_id: str) -> bool:
         flow = await self.store.get_flow(flow_id)

@@ -20,13 +20,21 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from signoff.activities.failures import from_failure
-from signoff.engine.errors import Forbidden, InvalidDecision, NotResumable, Unavailable
+from signoff.engine.errors import (
+    AlreadyVoted,
+    Forbidden,
+    InvalidDecision,
+    InvalidValues,
+    NotAnApprover,
+    NotResumable,
+    Unavailable,
+)
 from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import run_context
-from signoff.service.backend import RunBackend, poll_job
+from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.workflows.types import (
     RESUME,
     SA_FLOW,
@@ -36,13 +44,14 @@ from signoff.workflows.types import (
     WORKFLOW_TYPE,
     FlowRunInput,
     ResumeInput,
+    ResumeResult,
 )
 
 log = logging.getLogger("signoff.service")
 
 # What a decision's Update may be refused with, answered to the caller as such (anything else:
 # NOT_RESUMABLE, the decision was not applied).
-DECISION_REFUSALS = (NotResumable, InvalidDecision, Forbidden)
+DECISION_REFUSALS = (NotResumable, InvalidDecision, InvalidValues, Forbidden, NotAnApprover, AlreadyVoted)
 
 
 def client_interceptors() -> list[Any]:
@@ -141,16 +150,17 @@ class TemporalBackend(RunBackend):
 
     # ---- decisions ---------------------------------------------------------------------------
 
-    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Job:
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
         handle = self.client.get_workflow_handle(job.job_id)
         update_id = f"resume-{uuid.uuid4()}"
         try:
             with run_context(job.run_id):  # the Update's spans join the run's trace
-                await handle.execute_update(
+                result: ResumeResult = await handle.execute_update(
                     RESUME,
                     ResumeInput(request_id=request_id, decision=decision, decided_by=decided_by),
                     id=update_id,
                     rpc_timeout=timedelta(seconds=self.settings.resume_timeout_seconds),
+                    result_type=ResumeResult,
                 )
         except WorkflowUpdateFailedError as err:
             raise from_failure(err, DECISION_REFUSALS, job_id=job.job_id) from None
@@ -161,12 +171,13 @@ class TemporalBackend(RunBackend):
             if (await self._job(job.job_id)).status == JobStatus.suspended:
                 raise
             raise NotResumable("The run is over", job_id=job.job_id) from None
-        return await self._job(job.job_id)
+        return Resumed(await self._job(job.job_id), result.status, result.votes, result.required)
 
-    async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Job:
+    async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Resumed:
         """The Update did not answer in time: find out what became of it, by its own id."""
         try:
-            await handle.get_update_handle(update_id).result(rpc_timeout=timedelta(seconds=2))
+            result = await handle.get_update_handle(update_id, result_type=ResumeResult).result(
+                rpc_timeout=timedelta(seconds=2))
         except WorkflowUpdateFailedError as err:
             raise from_failure(err, DECISION_REFUSALS, job_id=job_id) from None
         except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as err:
@@ -180,7 +191,7 @@ class TemporalBackend(RunBackend):
                 "status before sending it again.",
                 job_id=job_id,
             ) from None
-        return await self._job(job_id)
+        return Resumed(await self._job(job_id), result.status, result.votes, result.required)
 
     # ---- stop --------------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from signoff.engine.models import (
+    Group,
     JobStatus,
     Message,
     NewJob,
@@ -35,6 +36,9 @@ from signoff.engine.models import (
     SecretInfo,
     SecretRecord,
     SpanRecord,
+    Webhook,
+    WebhookDelivery,
+    WebhookRecord,
     utcnow,
 )
 from signoff.engine.store import Store, StoreConflict, StoreError
@@ -1022,6 +1026,584 @@ async def test_blobs(store: Store) -> None:
     assert await store.get_blob(prefix[:-1] + "x") == b"not under the prefix"
     with pytest.raises(ValueError):
         await store.delete_blobs("")
+
+
+# ---- groups of approvers (DESIGN §9) -------------------------------------------------------
+
+
+async def test_groups_are_their_owners_and_a_name_is_unique_per_owner(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    finance = await store.create_group(alice.id, "finance")
+    assert isinstance(finance, Group) and utc(finance.created_at)
+    assert (finance.owner_id, finance.name, finance.members) == (alice.id, "finance", [])
+    assert await store.get_group(alice.id, "finance") == finance
+    with pytest.raises(StoreConflict):
+        await store.create_group(alice.id, "finance")
+    assert await store.list_groups(alice.id) == [finance]  # the loser changed nothing
+
+    # bob's "finance" is another group: creating it squats nothing of alice's, and neither sees
+    # the other's members
+    bobs = await store.create_group(bob.id, "finance")
+    assert await store.add_group_members(bob.id, "finance", [bob.id]) is not None
+    assert (await store.get_group(alice.id, "finance")).members == []
+    assert await store.add_group_members(alice.id, "finance", [alice.id]) is not None
+    assert (await store.get_group(bob.id, "finance")).members == [bob.id]
+    assert bobs.created_at >= finance.created_at
+
+    # names are exact: case and spaces count
+    assert await store.get_group(alice.id, "Finance") is None and await store.get_group(alice.id, "finance ") is None
+    await store.create_group(alice.id, "Finance")
+    names = ["b", "B", "a", "a b", "ab", "_x", "é", "z", "😀", "10", "9"]
+    for name in names:
+        await store.create_group(alice.id, name)
+    assert [g.name for g in await store.list_groups(alice.id)] == sorted([*names, "finance", "Finance"])
+    assert [g.name for g in await store.list_groups(bob.id)] == ["finance"]
+    assert await store.list_groups(uid("nobody-")) == []
+    for hostile in ("%", "_", "*", "' OR '1'='1", ""):
+        assert await store.get_group(hostile, "finance") is None
+        assert await store.get_group(alice.id, hostile + "fin%") is None
+        assert await store.list_groups(hostile) == []
+        assert not await store.delete_group(alice.id, hostile + "%")
+
+
+async def test_group_members_are_added_once_sorted_and_removed(store: Store) -> None:
+    owner = await new_user(store)
+    await store.create_group(owner.id, "ops")
+    group = await store.add_group_members(owner.id, "ops", ["u-3", "u-1", "u-3"])
+    assert group.members == ["u-1", "u-3"]
+    group = await store.add_group_members(owner.id, "ops", iter(["u-2", "u-1"]))  # any iterable
+    assert group.members == ["u-1", "u-2", "u-3"]
+    assert (await store.add_group_members(owner.id, "ops", [])).members == ["u-1", "u-2", "u-3"]
+    assert await store.get_group(owner.id, "ops") == group
+    assert [g.members for g in await store.list_groups(owner.id)] == [["u-1", "u-2", "u-3"]]
+
+    group = await store.remove_group_members(owner.id, "ops", ["u-2", "not-a-member", "u-2"])
+    assert group.members == ["u-1", "u-3"]
+    assert (await store.remove_group_members(owner.id, "ops", [])).members == ["u-1", "u-3"]
+    # no such group: None, and nothing written
+    assert await store.add_group_members(owner.id, "nope", ["u-1"]) is None
+    assert await store.remove_group_members(owner.id, "nope", ["u-1"]) is None
+    assert await store.get_group(owner.id, "nope") is None
+    assert await store.add_group_members(uid("other-"), "ops", ["u-9"]) is None
+    assert (await store.get_group(owner.id, "ops")).members == ["u-1", "u-3"]
+
+
+async def test_group_members_must_be_strings_never_one_string(store: Store) -> None:
+    owner = await new_user(store)
+    await store.create_group(owner.id, "ops")
+    await store.add_group_members(owner.id, "ops", ["kept"])
+    for wrong in ("alice", b"alice", ["ok", 42], [None]):
+        with pytest.raises(TypeError):
+            await store.add_group_members(owner.id, "ops", wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await store.remove_group_members(owner.id, "ops", wrong)  # type: ignore[arg-type]
+    assert (await store.get_group(owner.id, "ops")).members == ["kept"]  # nothing changed
+    assert await store.groups_of("o") == [] and await store.groups_of("ok") == []
+
+
+async def test_a_group_deleted_and_created_again_starts_empty(store: Store) -> None:
+    owner, member = await new_user(store), await new_user(store)
+    await store.create_group(owner.id, "ops")
+    await store.add_group_members(owner.id, "ops", [member.id])
+    assert await store.delete_group(owner.id, "ops")
+    assert not await store.delete_group(owner.id, "ops")
+    assert await store.get_group(owner.id, "ops") is None and await store.list_groups(owner.id) == []
+    assert await store.groups_of(member.id) == []
+    again = await store.create_group(owner.id, "ops")
+    assert again.members == [] and await store.groups_of(member.id) == []
+
+
+async def test_groups_of_lists_every_membership_of_the_user(store: Store) -> None:
+    alice, bob, carol = await new_user(store), await new_user(store), await new_user(store)
+    for owner, name in [(alice.id, "finance"), (alice.id, "legal"), (bob.id, "finance"), (bob.id, "x")]:
+        await store.create_group(owner, name)
+    await store.add_group_members(alice.id, "finance", [carol.id, bob.id])
+    await store.add_group_members(alice.id, "legal", [carol.id])
+    await store.add_group_members(bob.id, "finance", [carol.id])
+    assert await store.groups_of(carol.id) == sorted([(alice.id, "finance"), (alice.id, "legal"), (bob.id, "finance")])
+    assert await store.groups_of(bob.id) == [(alice.id, "finance")]
+    assert await store.groups_of(alice.id) == []  # owning a group is not being a member of it
+    await store.remove_group_members(alice.id, "legal", [carol.id])
+    assert await store.groups_of(carol.id) == sorted([(alice.id, "finance"), (bob.id, "finance")])
+    for hostile in ("%", "_", "' OR '1'='1", ""):
+        assert await store.groups_of(hostile) == []
+
+
+async def test_delete_user_takes_their_memberships_and_the_groups_they_own(store: Store) -> None:
+    doomed, friend, member = await new_user(store), await new_user(store), await new_user(store)
+    await store.create_group(doomed.id, "mine")
+    await store.add_group_members(doomed.id, "mine", [member.id, friend.id])
+    await store.create_group(friend.id, "theirs")
+    await store.add_group_members(friend.id, "theirs", [doomed.id, member.id])
+    assert await store.delete_user(doomed.id)
+    assert await store.list_groups(doomed.id) == [] and await store.get_group(doomed.id, "mine") is None
+    assert await store.groups_of(doomed.id) == []
+    assert (await store.get_group(friend.id, "theirs")).members == [member.id]  # theirs stays, without them
+    assert await store.groups_of(member.id) == [(friend.id, "theirs")]
+    # an id without a user row loses what hangs on it too; a new group of that name starts empty
+    ghost = uid("ghost-")
+    await store.create_group(ghost, "g")
+    await store.add_group_members(ghost, "g", [member.id])
+    assert not await store.delete_user(ghost)
+    assert await store.get_group(ghost, "g") is None
+    assert (await store.create_group(ghost, "g")).members == []
+
+
+async def test_concurrent_group_writes_on_one_store(store: Store) -> None:
+    owner = await new_user(store)
+    results = await asyncio.gather(*(store.create_group(owner.id, "race") for _ in range(10)), return_exceptions=True)
+    assert sum(isinstance(r, Group) for r in results) == 1
+    assert all(isinstance(r, (Group, StoreConflict)) for r in results)
+    await asyncio.gather(*(store.add_group_members(owner.id, "race", [f"u-{i:02}"]) for i in range(20)))
+    assert (await store.get_group(owner.id, "race")).members == [f"u-{i:02}" for i in range(20)]
+    # additions racing a delete: whatever the order, no member outlives the group
+    for round_ in range(5):
+        name = f"churn-{round_}"
+        await store.create_group(owner.id, name)
+        await asyncio.gather(*(store.add_group_members(owner.id, name, [f"m-{i}"]) for i in range(5)),
+                             store.delete_group(owner.id, name),
+                             *(store.add_group_members(owner.id, name, [f"n-{i}"]) for i in range(5)))
+        assert await store.get_group(owner.id, name) is None
+        assert (await store.create_group(owner.id, name)).members == []
+        assert (await store.get_group(owner.id, name)).members == []
+
+
+# ---- who may decide a pending request -------------------------------------------------------
+
+
+async def test_request_approvers_are_replaced_added_and_kept_in_order(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    assert await store.request_approvers(job_id, request_id) == []
+    await store.set_request_approvers(job_id, request_id, ["user:u-2", "group:o-1/finance", "user:u-2", "user:u-1"])
+    assert await store.request_approvers(job_id, request_id) == ["user:u-2", "group:o-1/finance", "user:u-1"]
+    await store.set_request_approvers(job_id, request_id, ["user:u-9", "user:u-2"])  # replaces
+    assert await store.request_approvers(job_id, request_id) == ["user:u-9", "user:u-2"]
+    # escalation adds: those already there stay once, in their place
+    assert await store.add_request_approvers(job_id, request_id, ["group:o-1/legal", "user:u-2", "user:u-0"]) == [
+        "user:u-9", "user:u-2", "group:o-1/legal", "user:u-0"]
+    assert await store.add_request_approvers(job_id, request_id, []) == [
+        "user:u-9", "user:u-2", "group:o-1/legal", "user:u-0"]
+    # another request of the job is another list
+    assert await store.request_approvers(job_id, "other") == []
+    assert await store.add_request_approvers(job_id, "other", ["user:u-5"]) == ["user:u-5"]
+    await store.set_request_approvers(job_id, "other", [])
+    assert await store.request_approvers(job_id, "other") == []
+    assert await store.request_approvers(job_id, request_id) == ["user:u-9", "user:u-2", "group:o-1/legal", "user:u-0"]
+    # a group name may hold a slash: the reference splits at its first one
+    await store.set_request_approvers(job_id, "slash", ["group:o-1/a/b", "group:o-1/"])
+    assert await store.request_approvers(job_id, "slash") == ["group:o-1/a/b", "group:o-1/"]
+    # no job needed (the store does not check), and none of another job
+    assert await store.add_request_approvers(uid("job-"), request_id, ["user:x"]) == ["user:x"]
+    assert await store.request_approvers(uid("job-"), request_id) == []
+
+
+async def test_malformed_approver_references_are_refused_before_any_change(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    await store.set_request_approvers(job_id, request_id, ["user:kept"])
+    for wrong in (["finance"], ["group:finance"], ["group:/finance"], ["user:"], ["User:x"], [""],
+                  ["user:ok", "bad"], ["user:ok", "group:"]):
+        with pytest.raises(ValueError):
+            await store.set_request_approvers(job_id, request_id, wrong)
+        with pytest.raises(ValueError):
+            await store.add_request_approvers(job_id, request_id, wrong)
+    for wrong in ("user:alice", ["user:ok", 7], [None]):
+        with pytest.raises(TypeError):
+            await store.set_request_approvers(job_id, request_id, wrong)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await store.add_request_approvers(job_id, request_id, wrong)  # type: ignore[arg-type]
+    assert await store.request_approvers(job_id, request_id) == ["user:kept"]
+
+
+async def _assigned(store: Store, user_id: str, **kwargs) -> list[str]:
+    return [j.job_id for j in await store.list_assigned_pending(user_id, **kwargs)]
+
+
+async def test_assigned_pending_by_user_and_by_group_with_membership_read_now(store: Store) -> None:
+    owner, approver, member, stranger = [await new_user(store) for _ in range(4)]
+    by_user, by_user_request = await suspended_job(store, user_id=owner.id)
+    by_group, by_group_request = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(by_user, by_user_request, [f"user:{approver.id}"])
+    await store.create_group(owner.id, "finance")
+    await store.set_request_approvers(by_group, by_group_request, [f"group:{owner.id}/finance"])
+
+    assert await _assigned(store, approver.id) == [by_user]
+    assert await _assigned(store, member.id) == []
+    # a member added later sees it; a removed one no longer does
+    await store.add_group_members(owner.id, "finance", [member.id, approver.id])
+    assert await _assigned(store, member.id) == [by_group]
+    assert set(await _assigned(store, approver.id)) == {by_user, by_group}
+    [job] = await store.list_assigned_pending(member.id)
+    assert job.status == JobStatus.suspended and job.pending.request_id == by_group_request and job.user_id == owner.id
+    await store.remove_group_members(owner.id, "finance", [member.id])
+    assert await _assigned(store, member.id) == []
+    # the group deleted: nobody; created again: empty until members are added
+    await store.add_group_members(owner.id, "finance", [member.id])
+    await store.delete_group(owner.id, "finance")
+    assert await _assigned(store, member.id) == []
+    await store.create_group(owner.id, "finance")
+    assert await _assigned(store, member.id) == []
+    await store.add_group_members(owner.id, "finance", [member.id])
+    assert await _assigned(store, member.id) == [by_group]
+    # the owner of the run is not an approver unless named; a stranger sees nothing
+    assert await _assigned(store, owner.id) == [] and await _assigned(store, stranger.id) == []
+    await store.add_request_approvers(by_group, by_group_request, [f"user:{stranger.id}"])  # escalation
+    assert await _assigned(store, stranger.id) == [by_group]
+    for hostile in ("%", "_", "' OR '1'='1", "", "*"):
+        assert await _assigned(store, hostile) == []
+
+
+async def test_another_owners_group_of_the_same_name_assigns_nothing(store: Store) -> None:
+    alice, mallory, victim_approver = [await new_user(store) for _ in range(3)]
+    job_id, request_id = await suspended_job(store, user_id=alice.id)
+    await store.create_group(alice.id, "finance")
+    await store.add_group_members(alice.id, "finance", [victim_approver.id])
+    await store.set_request_approvers(job_id, request_id, [f"group:{alice.id}/finance"])
+    # mallory makes a group of the same name (and names that spell alice's reference) and joins it
+    for name in ("finance", f"{alice.id}/finance", f"/{alice.id}/finance"):
+        await store.create_group(mallory.id, name)
+        await store.add_group_members(mallory.id, name, [mallory.id])
+    # a group whose owner and name spell the reference otherwise: owner "alice-id/fin", name "ance"
+    await store.create_group(f"{alice.id}/fin", "ance")
+    await store.add_group_members(f"{alice.id}/fin", "ance", [mallory.id])
+    await store.create_group(alice.id[:-1], f"{alice.id[-1]}/finance")
+    await store.add_group_members(alice.id[:-1], f"{alice.id[-1]}/finance", [mallory.id])
+    assert await _assigned(store, mallory.id) == []
+    assert await _assigned(store, victim_approver.id) == [job_id]
+
+
+async def test_assigned_pending_follows_the_current_request_and_the_status(store: Store) -> None:
+    owner, approver = await new_user(store), await new_user(store)
+    job_id, request_id = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(job_id, request_id, [f"user:{approver.id}"])
+    assert await _assigned(store, approver.id) == [job_id]
+
+    # claimed for a resume: not waiting; rolled back: waiting again
+    token = await store.claim_suspended_for_resume(job_id, request_id)
+    assert await _assigned(store, approver.id) == []
+    assert await store.rollback_resume_claim(job_id, token)
+    assert await _assigned(store, approver.id) == [job_id]
+    # the run went on and paused at another gate: the old request's rows stay, but list nothing
+    await store.claim_suspended_for_resume(job_id, request_id)
+    assert await store.mark_suspended(job_id, pending("gate-2"))
+    assert await store.request_approvers(job_id, request_id) == [f"user:{approver.id}"]
+    assert await _assigned(store, approver.id) == []
+    await store.set_request_approvers(job_id, "gate-2", [f"user:{approver.id}"])
+    assert await _assigned(store, approver.id) == [job_id]
+    # the pending request cleared (a run that is no longer waiting): nothing
+    await store.clear_pending(job_id)
+    assert await _assigned(store, approver.id) == []
+
+
+@pytest.mark.parametrize("end", ["cancel", "complete", "fail", "expire"])
+async def test_an_ended_job_is_assigned_to_nobody_and_loses_its_references(store: Store, end: str) -> None:
+    approver = await new_user(store)
+    if end == "expire":  # an inline run's lease ran out (it never paused: rows set by hand)
+        job_id = await run_job(store, seconds=-5)
+        request_id = "gate"
+    else:
+        job_id, request_id = await suspended_job(store)
+    await store.set_request_approvers(job_id, request_id, [f"user:{approver.id}"])
+    await store.set_request_approvers(job_id, "older", [f"user:{approver.id}"])
+    if end == "cancel":
+        assert await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+    elif end == "complete":
+        token = await store.claim_suspended_for_resume(job_id, request_id)
+        assert token and await store.set_status(job_id, JobStatus.completed, event=("end", {}))
+    elif end == "fail":
+        assert await store.set_status(job_id, JobStatus.failed, error={"error": "x"})
+    else:
+        assert job_id in await store.fail_expired_leases(utcnow(), ERROR)
+    assert await _assigned(store, approver.id) == []
+    assert await store.request_approvers(job_id, request_id) == []
+    assert await store.request_approvers(job_id, "older") == []
+    # a status change that is not an end keeps them
+    kept, kept_request = await suspended_job(store)
+    await store.set_request_approvers(kept, kept_request, [f"user:{approver.id}"])
+    token = await store.claim_suspended_for_resume(kept, kept_request)
+    assert not await store.set_status(kept, JobStatus.in_progress, expect=[JobStatus.queued])
+    await store.rollback_resume_claim(kept, token)
+    assert await store.request_approvers(kept, kept_request) == [f"user:{approver.id}"]
+
+
+async def test_assigned_pending_newest_first_and_by_flow(store: Store) -> None:
+    approver = await new_user(store)
+    flow_a, flow_b = uid("flow-"), uid("flow-")
+    jobs = []
+    for flow_id in (flow_a, flow_b, flow_a):
+        job_id, request_id = await suspended_job(store, flow_id=flow_id)
+        await store.set_request_approvers(job_id, request_id, [f"user:{approver.id}"])
+        jobs.append((job_id, request_id))
+        await asyncio.sleep(0.002)
+    assert await _assigned(store, approver.id) == [jobs[2][0], jobs[1][0], jobs[0][0]]
+    assert await _assigned(store, approver.id, flow_id=flow_a) == [jobs[2][0], jobs[0][0]]
+    assert await _assigned(store, approver.id, flow_id=flow_b) == [jobs[1][0]]
+    assert await _assigned(store, approver.id, flow_id=uid("flow-")) == []
+    # a job paused again moves to the top (its updated_at)
+    token = await store.claim_suspended_for_resume(*jobs[0])
+    await store.rollback_resume_claim(jobs[0][0], token)
+    assert await _assigned(store, approver.id) == [jobs[0][0], jobs[2][0], jobs[1][0]]
+    # named twice (by user and by a group) is listed once
+    owner = await new_user(store)
+    await store.create_group(owner.id, "g")
+    await store.add_group_members(owner.id, "g", [approver.id])
+    await store.add_request_approvers(jobs[1][0], jobs[1][1], [f"group:{owner.id}/g"])
+    assert sorted(await _assigned(store, approver.id)) == sorted(j for j, _ in jobs)
+
+
+# ---- a vote written only while the request waits ---------------------------------------------
+
+
+async def test_append_event_if_waiting_writes_only_while_the_request_waits(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    vote = {"request_id": request_id, "user": "u-1", "action_id": "approve"}
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", vote, dedupe_key="v:u-1") == 1
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", vote, dedupe_key=None) == 2
+    # another request id, no such job: None, nothing written
+    assert await store.append_event_if_waiting(job_id, "stale", "human_input_vote", vote, dedupe_key="v:u-2") is None
+    assert await store.append_event_if_waiting(job_id, "stale", "human_input_vote", vote, dedupe_key=None) is None
+    assert await store.append_event_if_waiting(uid("job-"), request_id, "human_input_vote", vote, dedupe_key=None) is None
+    # the decision claimed: no vote any more
+    token = await store.claim_suspended_for_resume(job_id, request_id)
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", vote, dedupe_key="v:u-3") is None
+    # rolled back: waiting again
+    await store.rollback_resume_claim(job_id, token)
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", vote, dedupe_key="v:u-3") == 3
+    # the run paused at a new request: a vote for the old one is refused, the new one is taken
+    await store.claim_suspended_for_resume(job_id, request_id)
+    await store.mark_suspended(job_id, pending("gate-2"))
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", vote, dedupe_key="v:u-4") is None
+    assert await store.append_event_if_waiting(job_id, "gate-2", "human_input_vote", vote, dedupe_key="v:u-4") == 4
+    # stopped: nothing, and the log stays gap-free
+    assert await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+    assert await store.append_event_if_waiting(job_id, "gate-2", "human_input_vote", vote, dedupe_key="v:u-5") is None
+    assert await store.append_event(job_id, "late", {}) == 6
+    assert [(e.seq, e.event) for e in await store.read_events(job_id)] == [
+        (1, "human_input_vote"), (2, "human_input_vote"), (3, "human_input_vote"), (4, "human_input_vote"),
+        (5, "run_cancelled"), (6, "late")]
+    assert (await store.read_events(job_id))[0].data == vote
+    # a job that is not suspended at all (queued, running): nothing
+    running = await new_job(store)
+    assert await store.append_event_if_waiting(running, "gate", "human_input_vote", vote, dedupe_key=None) is None
+    await store.set_status(running, JobStatus.in_progress)
+    assert await store.append_event_if_waiting(running, "gate", "human_input_vote", vote, dedupe_key=None) is None
+    assert await store.read_events(running) == []
+
+
+async def test_append_event_if_waiting_with_a_used_dedupe_key_writes_once(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    assert await store.append_event(job_id, "human_input_required", {}) == 1
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"n": 1}, dedupe_key="v:a") == 2
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"n": 2}, dedupe_key="v:a") == 2
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"n": 3}, dedupe_key="v:b") == 3
+    # a retry after the decision was claimed learns its vote was recorded (and writes nothing)
+    assert await store.claim_suspended_for_resume(job_id, request_id)
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"n": 4}, dedupe_key="v:a") == 2
+    assert await store.append_event_if_waiting(job_id, "other", "human_input_vote", {"n": 4}, dedupe_key="v:b") == 3
+    assert await store.append_event_if_waiting(job_id, request_id, "human_input_vote", {}, dedupe_key="v:c") is None
+    # the key space is the job's event log: a key written by append_event counts too
+    assert await store.append_event(job_id, "progress", {}) == 4
+    assert [(e.seq, e.data) for e in await store.read_events(job_id)] == [(1, {}), (2, {"n": 1}), (3, {"n": 3}), (4, {})]
+    # bad values are refused, and change nothing
+    other, other_request = await suspended_job(store)
+    with pytest.raises(StoreError):
+        await store.append_event_if_waiting(other, other_request, "v", {"x": float("nan")}, dedupe_key=None)
+    with pytest.raises(StoreError):  # an event needs a name
+        await store.append_event_if_waiting(other, other_request, None, {}, dedupe_key=None)  # type: ignore[arg-type]
+    assert await store.read_events(other) == [] and (await store.get_job(other)).status == JobStatus.suspended
+    assert await store.append_event_if_waiting(other, other_request, "v", {}, dedupe_key=None) == 1
+
+
+async def test_concurrent_votes_with_one_key_on_one_store_write_one_event(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    results = await asyncio.gather(
+        *(store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"i": i}, dedupe_key="v:same")
+          for i in range(10)),
+        *(store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"i": i}, dedupe_key=f"v:{i}")
+          for i in range(10)))
+    assert len(set(results[:10])) == 1 and None not in results
+    events = await store.read_events(job_id)
+    assert [e.seq for e in events] == list(range(1, 12))
+
+
+async def test_concurrent_votes_and_a_stop_on_one_store_never_vote_after_it(store: Store) -> None:
+    for _ in range(10):
+        job_id, request_id = await suspended_job(store)
+        votes = [store.append_event_if_waiting(job_id, request_id, "human_input_vote", {"i": i}, dedupe_key=f"v:{i}")
+                 for i in range(8)]
+        stop = store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+        results = await asyncio.gather(*votes[:4], stop, *votes[4:])  # the stop in the middle
+        assert results.pop(4) is True
+        events = await store.read_events(job_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        recorded = [s for s in results if s is not None]
+        cancel_seq = next(e.seq for e in events if e.event == "run_cancelled")
+        assert all(s < cancel_seq for s in recorded)  # every vote that counts came before the stop
+        assert len(events) == len(recorded) + 1
+
+
+# ---- webhooks -------------------------------------------------------------------------------
+
+
+async def test_webhooks_are_created_listed_and_deleted_by_their_owner(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    first = await store.create_webhook(alice.id, "https://example.com/hook", ["human_input_required"], b"sealed-1")
+    assert isinstance(first, Webhook) and utc(first.created_at) and first.id
+    assert (first.owner_id, first.url, first.events) == (alice.id, "https://example.com/hook", ["human_input_required"])
+    await asyncio.sleep(0.002)
+    second = await store.create_webhook(alice.id, "https://example.com/all", ["*", "human_input_vote", "*"], b"")
+    assert second.events == ["*", "human_input_vote"] and second.id != first.id
+    assert await store.list_webhooks(alice.id) == [first, second]
+    assert await store.list_webhooks(bob.id) == []
+    for hook in await store.list_webhooks(alice.id):
+        assert type(hook) is Webhook and "secret_ciphertext" not in hook.model_dump()
+
+    record = await store.get_webhook(first.id)
+    assert isinstance(record, WebhookRecord) and record.secret_ciphertext == b"sealed-1"
+    assert (record.id, record.owner_id, record.url, record.events, record.created_at) == (
+        first.id, alice.id, first.url, first.events, first.created_at)
+    assert "sealed-1" not in repr(record) and "sealed-1" not in str(record)
+    assert await store.get_webhook(uid()) is None
+
+    assert not await store.delete_webhook(bob.id, first.id)  # only the owner's
+    assert await store.get_webhook(first.id) is not None
+    assert await store.delete_webhook(alice.id, first.id)
+    assert not await store.delete_webhook(alice.id, first.id)
+    assert await store.get_webhook(first.id) is None and await store.list_webhooks(alice.id) == [second]
+    for hostile in ("%", "_", "' OR '1'='1", ""):
+        assert await store.list_webhooks(hostile) == [] and await store.get_webhook(hostile) is None
+        assert not await store.delete_webhook(hostile, second.id) and not await store.delete_webhook(alice.id, hostile)
+
+
+async def test_webhook_secret_is_kept_as_opaque_bytes_and_events_as_a_list(store: Store) -> None:
+    owner = await new_user(store)
+    for value in (bytes(range(256)) * 16, b"", b"\x00", b"\xff\xfe\xc3\x28", bytearray(b"ba"), memoryview(b"mv")):
+        hook = await store.create_webhook(owner.id, "https://x", ["*"], value)
+        record = await store.get_webhook(hook.id)
+        assert type(record.secret_ciphertext) is bytes and record.secret_ciphertext == bytes(value)
+    count = len(await store.list_webhooks(owner.id))
+    for wrong in ("plain text", None, 42):
+        with pytest.raises(TypeError):
+            await store.create_webhook(owner.id, "https://x", ["*"], wrong)  # type: ignore[arg-type]
+    for wrong in ("human_input_required", ["ok", 1]):
+        with pytest.raises(TypeError):
+            await store.create_webhook(owner.id, "https://x", wrong, b"s")  # type: ignore[arg-type]
+    assert len(await store.list_webhooks(owner.id)) == count  # nothing written
+    empty = await store.create_webhook(owner.id, "https://x", [], b"s")
+    assert empty.events == [] and await store.webhooks_for([owner.id], "anything") != []  # the "*" ones
+
+
+async def test_webhooks_for_owners_and_an_event(store: Store) -> None:
+    alice, bob, carol = [await new_user(store) for _ in range(3)]
+    required = await store.create_webhook(alice.id, "https://a/1", ["human_input_required"], b"1")
+    await asyncio.sleep(0.002)
+    every = await store.create_webhook(alice.id, "https://a/2", ["*"], b"2")
+    await asyncio.sleep(0.002)
+    bobs = await store.create_webhook(bob.id, "https://b/1", ["human_input_decision", "human_input_required"], b"3")
+    await store.create_webhook(carol.id, "https://c/1", ["*"], b"4")
+
+    def ids(records: list[WebhookRecord]) -> list[str]:
+        assert all(type(r) is WebhookRecord for r in records)
+        return [r.id for r in records]
+
+    assert ids(await store.webhooks_for([alice.id, bob.id], "human_input_required")) == [required.id, every.id, bobs.id]
+    assert ids(await store.webhooks_for([bob.id, alice.id, bob.id], "human_input_decision")) == [every.id, bobs.id]
+    assert ids(await store.webhooks_for([alice.id], "human_input_vote")) == [every.id]
+    assert ids(await store.webhooks_for([bob.id], "human_input_vote")) == []
+    assert ids(await store.webhooks_for([], "human_input_required")) == []
+    assert (await store.webhooks_for([alice.id], "human_input_required"))[0].secret_ciphertext == b"1"
+    # names are exact: no pattern, no prefix, no case folding
+    for event in ("human_input_%", "human_input", "HUMAN_INPUT_REQUIRED", "", "human_input_required "):
+        assert ids(await store.webhooks_for([bob.id], event)) == []
+    for owner in ("%", "_", "' OR '1'='1", ""):
+        assert await store.webhooks_for([owner], "human_input_required") == []
+    with pytest.raises(TypeError):
+        await store.webhooks_for(alice.id, "human_input_required")  # type: ignore[arg-type]
+
+
+async def test_webhook_deliveries_newest_first_and_deleted_with_their_webhook(store: Store) -> None:
+    owner = await new_user(store)
+    hook = await store.create_webhook(owner.id, "https://x", ["*"], b"s")
+    other = await store.create_webhook(owner.id, "https://y", ["*"], b"s")
+    job_id = uid("job-")
+    logged = []
+    for attempt in range(1, 4):
+        logged.append(await store.log_delivery(
+            hook.id, event="human_input_required", job_id=job_id, seq=7, attempt=attempt,
+            status_code=500 if attempt < 3 else 200, error="HTTP 500" if attempt < 3 else None, delivered=attempt == 3))
+    failed = await store.log_delivery(other.id, event="human_input_vote", job_id=job_id, seq=8, attempt=1,
+                                      status_code=None, error="connection refused", delivered=False)
+    first = logged[0]
+    assert isinstance(first, WebhookDelivery) and utc(first.at) and first.id
+    assert (first.webhook_id, first.event, first.job_id, first.seq, first.attempt, first.status_code, first.error,
+            first.delivered) == (hook.id, "human_input_required", job_id, 7, 1, 500, "HTTP 500", False)
+    assert logged[2].delivered is True and logged[2].error is None and logged[2].status_code == 200
+    assert failed.status_code is None and failed.error == "connection refused"
+    assert await store.list_deliveries(hook.id) == logged[::-1]
+    assert await store.list_deliveries(hook.id, limit=2) == logged[::-1][:2]
+    assert await store.list_deliveries(other.id) == [failed]
+    assert await store.list_deliveries(uid()) == []
+
+    assert await store.delete_webhook(owner.id, hook.id)
+    assert await store.list_deliveries(hook.id) == []
+    assert await store.list_deliveries(other.id) == [failed]
+
+
+async def test_delete_user_takes_their_webhooks_and_deliveries(store: Store) -> None:
+    doomed, friend = await new_user(store), await new_user(store)
+    hook = await store.create_webhook(doomed.id, "https://x", ["*"], b"s")
+    kept = await store.create_webhook(friend.id, "https://y", ["*"], b"t")
+    for h in (hook, kept):
+        await store.log_delivery(h.id, event="e", job_id="j", seq=1, attempt=1, status_code=200, error=None,
+                                 delivered=True)
+    assert await store.delete_user(doomed.id)
+    assert await store.list_webhooks(doomed.id) == [] and await store.get_webhook(hook.id) is None
+    assert await store.list_deliveries(hook.id) == []
+    assert await store.webhooks_for([doomed.id, friend.id], "e") == [await store.get_webhook(kept.id)]
+    assert len(await store.list_deliveries(kept.id)) == 1
+
+
+async def test_hostile_strings_round_trip_in_groups_approvers_votes_and_webhooks(store: Store) -> None:
+    for text in [*HOSTILE, BIG[:10_000]]:
+        owner, member = await new_user(store), await new_user(store)
+        name = text[:200]
+        group = await store.create_group(owner.id, name)
+        assert group.name == name
+        assert (await store.add_group_members(owner.id, name, [member.id, text[:100] + "-id"])).members == sorted(
+            [member.id, text[:100] + "-id"])
+        assert await store.get_group(owner.id, name) == (await store.list_groups(owner.id))[0]
+        assert await store.groups_of(member.id) == [(owner.id, name)]
+
+        job_id = await new_job(store, owner.id, job_id=f"{text[:50]}{uuid.uuid4()}")
+        await store.set_status(job_id, JobStatus.in_progress)
+        request_id = f"{text[:100]}:{job_id}"
+        await store.mark_suspended(job_id, pending(request_id, prompt=text))
+        refs = [f"group:{owner.id}/{name}", f"user:{text[:100]}-id", f"user:{text[:100]}-id"]
+        await store.set_request_approvers(job_id, request_id, refs)
+        assert await store.request_approvers(job_id, request_id) == refs[:2]
+        assert [j.job_id for j in await store.list_assigned_pending(member.id)] == [job_id]
+        assert [j.job_id for j in await store.list_assigned_pending(text[:100] + "-id")] == [job_id]
+        assert await store.list_assigned_pending(member.id, flow_id=text) == []
+
+        vote = {"user": text, "values": {text[:100] or "k": text}}
+        assert await store.append_event_if_waiting(job_id, request_id, text or "v", vote, dedupe_key=text) == 1
+        assert await store.append_event_if_waiting(job_id, request_id, text or "v", vote, dedupe_key=text) == 1
+        assert await store.append_event_if_waiting(job_id, text, "v", vote, dedupe_key=None) is None
+        [event] = await store.read_events(job_id)
+        assert event.event == (text or "v") and event.data == vote
+
+        hook = await store.create_webhook(owner.id, text, [text, "*"], text.encode())
+        assert hook.url == text and hook.events == ([text, "*"] if text != "*" else ["*"])
+        record = await store.get_webhook(hook.id)
+        assert record.secret_ciphertext == text.encode() and record.url == text
+        assert [h.id for h in await store.webhooks_for([owner.id], text)] == [hook.id]
+        delivery = await store.log_delivery(hook.id, event=text, job_id=job_id, seq=1, attempt=1, status_code=None,
+                                            error=text, delivered=False)
+        assert await store.list_deliveries(hook.id) == [delivery] and delivery.error == text
+
+        assert await store.delete_group(owner.id, name)
+        assert await store.list_assigned_pending(member.id) == []
+        assert await store.delete_user(owner.id)
+        assert await store.get_webhook(hook.id) is None
 
 
 # ---- values that must come back byte for byte -----------------------------------------------

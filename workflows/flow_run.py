@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from temporalio import workflow
@@ -27,9 +27,14 @@ with workflow.unsafe.imports_passed_through():
     from signoff.activities.failures import failure_error, refusal
     from signoff.activities.flow import FlowActivities
     from signoff.activities.types import (
+        Delivery,
         FinishInput,
         FinishOutput,
+        GateTimerInput,
+        GateTimerOutput,
         PersistPauseInput,
+        RecordVoteInput,
+        RecordVoteOutput,
         RecordEventInput,
         ResumeRunInput,
         ResumeRunOutput,
@@ -38,9 +43,9 @@ with workflow.unsafe.imports_passed_through():
         RunLayerOutput,
         StateRef,
     )
-    from signoff.engine.decisions import check_decision
-    from signoff.engine.errors import SignoffError
-    from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest
+    from signoff.engine.decisions import check_decision, deadline, deadline_decision
+    from signoff.engine.errors import AlreadyVoted, SignoffError
+    from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest, Vote
     from signoff.workflows.types import (
         PENDING_QUERY,
         REJECTED_QUERY,
@@ -75,6 +80,14 @@ STORE_RETRY = RetryPolicy(
     non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
 STORE_TIMEOUT = timedelta(seconds=30)
+# A webhook delivery: backoff from 1 s to 2 min, for about 15 minutes in all; each attempt is
+# logged, and a dead endpoint changes nothing for the run.
+WEBHOOK_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=2),
+    maximum_attempts=12,
+)
 
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
@@ -101,6 +114,9 @@ class FlowRun:
         self._state: StateRef | None = None
         self._step = 0
         self._decision: _Decision | None = None
+        self._votes: list[Vote] = []  # the votes on the pending request (a quorum), in order
+        self._lock = asyncio.Lock()  # one decision (or vote, or deadline) handled at a time
+        self._outbox: list[Any] = []  # webhook deliveries under way
         self._status = JobStatus.queued.value
         self._rejections: dict[str | None, int] = {}  # rejected resume Signals per pending request id
 
@@ -124,6 +140,8 @@ class FlowRun:
             await self._cancelled(inp)
             raise
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._outbox:  # the run is over; its last webhook deliveries get their retries
+            await asyncio.gather(*self._outbox, return_exceptions=True)
         return {"job_id": inp.job_id, "status": status}
 
     async def _cancelled(self, inp: FlowRunInput) -> None:
@@ -175,38 +193,128 @@ class FlowRun:
         # knows its pending request, so a decision sent as soon as the job shows `suspended`
         # always finds the run waiting.
         self._pending = pending
-        await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
+        self._votes = []
+        persisted = await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
             job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"))
+        self._deliver(persisted.deliveries if persisted is not None else [])
         self._set_status(JobStatus.suspended.value, request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
+        if pending.acts_on_timeout or pending.remind_every_seconds or pending.escalate_after_seconds:
+            ended = await self._wait_with_gate_timers(inp, pending)
+        else:
+            ended = await self._wait(inp)
+        if ended is not None:
+            return ended
+        self._pending = None
+        self._votes = []
+        workflow.set_current_details("Running")
+        return None
+
+    async def _wait(self, inp: FlowRunInput) -> str | None:
+        """A gate with no timers of its own: wait for the decision, bounded by the deployment's
+        maximum suspension."""
         timeout = timedelta(seconds=inp.max_suspend_seconds) if inp.max_suspend_seconds else None
         while not self._applied:
             try:
                 await workflow.wait_condition(lambda: self._applied, timeout=timeout)
             except asyncio.TimeoutError:
-                while True:
-                    # The maximum suspension is over. Ends the run unless a decision got in first.
-                    await workflow.wait_condition(lambda: not self._applying)
-                    if self._applied:
-                        break
-                    before = self._decision
-                    fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.timed_out.value,
-                                                         state=self._state))
-                    if fin.status in TERMINAL_STATUSES:
-                        self._pending = None
-                        self._set_status(fin.status)
-                        workflow.set_current_details(f"Ended: {fin.status}")
-                        return fin.status
-                    # A claim got in before finish wrote. Its decision goes on (the run continues)
-                    # or fails and is rolled back: the job is suspended again, and its maximum
-                    # suspension is still over, so finish again once that decision is settled.
-                    if self._decision is not before or self._applying:
-                        continue
-                    timeout = None  # a claim is being applied: its outcome resumes the run
-                    break
-        self._pending = None
-        workflow.set_current_details("Running")
+                ended = await self._end_waiting(inp)
+                if ended is not None:
+                    return ended
+                timeout = None  # a claim is being applied: its outcome resumes the run
         return None
+
+    async def _end_waiting(self, inp: FlowRunInput) -> str | None:
+        """The maximum suspension (or an ``on_timeout: fail`` deadline) is over: end the run as
+        ``timed_out`` unless a decision got in first (None then: the run goes on)."""
+        while True:
+            await workflow.wait_condition(lambda: not self._applying)
+            if self._applied:
+                return None
+            before = self._decision
+            fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.timed_out.value,
+                                                 state=self._state))
+            if fin.status in TERMINAL_STATUSES:
+                self._pending = None
+                self._set_status(fin.status)
+                workflow.set_current_details(f"Ended: {fin.status}")
+                return fin.status
+            # A claim got in before finish wrote. Its decision goes on (the run continues) or fails
+            # and is rolled back: the job is suspended again, and the wait is still over, so
+            # finish again once that decision is settled.
+            if self._decision is not before or self._applying:
+                continue
+            return None
+
+    async def _wait_with_gate_timers(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
+        """A gate whose deadline acts (``on_timeout``), that reminds (``remind_every``) or
+        escalates (``escalate_after``): durable timers from the pause, none after the decision."""
+        base = pending.paused_at if pending.paused_at.tzinfo else pending.paused_at.replace(tzinfo=timezone.utc)
+        wakes: dict[str, datetime] = {}
+        if inp.max_suspend_seconds:
+            wakes["max"] = workflow.now() + timedelta(seconds=inp.max_suspend_seconds)
+        due = deadline(pending)
+        if pending.acts_on_timeout and due is not None:
+            wakes["deadline"] = due
+        reminders = 1
+        if pending.remind_every_seconds:
+            wakes["reminder"] = base + timedelta(seconds=pending.remind_every_seconds)
+        if pending.escalate_after_seconds and pending.escalate_to:
+            wakes["escalation"] = base + timedelta(seconds=pending.escalate_after_seconds)
+        while not self._applied:
+            kind, at = min(wakes.items(), key=lambda item: item[1]) if wakes else (None, None)
+            timeout = max((at - workflow.now()).total_seconds(), 0.001) if at is not None else None
+            try:
+                await workflow.wait_condition(lambda: self._applied, timeout=timeout)
+                continue
+            except asyncio.TimeoutError:
+                pass
+            if kind == "reminder":
+                await self._gate_timer(inp, pending, "reminder", n=reminders)
+                reminders += 1
+                wakes["reminder"] = base + timedelta(seconds=pending.remind_every_seconds * reminders)
+            elif kind == "escalation":
+                out = await self._gate_timer(inp, pending, "escalation")
+                if out.approver_refs:
+                    pending.approver_refs = list(out.approver_refs)
+                del wakes["escalation"]
+            elif kind == "deadline":
+                del wakes["deadline"]
+                ended = await self._deadline(inp, pending)
+                if ended is not None:
+                    return ended
+            else:  # the deployment's maximum suspension
+                wakes.pop("max", None)
+                ended = await self._end_waiting(inp)
+                if ended is not None:
+                    return ended
+        return None
+
+    async def _deadline(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
+        """Nobody answered in time: ``on_timeout`` acts (DESIGN §9). ``fail`` ends the run
+        ``timed_out`` after ``human_input_expired``; ``fallback`` and ``default`` are a decision
+        the deadline makes, applied through the same single-flight path as a person's. A decision
+        that got in first wins."""
+        async with self._lock:
+            if self._applied or self._applying or self._pending is None:
+                return None
+            if pending.on_timeout == "fail":
+                out = await self._gate_timer(inp, pending, "expired")
+                return await self._end_waiting(inp) if out.written else None
+            try:
+                await self._apply(ResumeInput(request_id=pending.request_id, decision=deadline_decision(pending)),
+                                  timed_out=True)
+            except ApplicationError:
+                pass  # another decision won the claim, or the run ended meanwhile
+        return None
+
+    async def _gate_timer(self, inp: FlowRunInput, pending: PendingRequest, kind: str, *, n: int = 0
+                          ) -> GateTimerOutput:
+        out: GateTimerOutput = await self._store_activity(FlowActivities.gate_timer, GateTimerInput(
+            job_id=inp.job_id, request_id=pending.request_id, kind=kind, n=n, escalate_to=pending.escalate_to,
+            now=workflow.now()))
+        self._deliver(out.deliveries)
+        return out
 
     @property
     def _applying(self) -> bool:
@@ -224,13 +332,20 @@ class FlowRun:
     # ---- decisions -----------------------------------------------------------------------
 
     def _check(self, inp: ResumeInput) -> None:
-        """The engine's one decision check against what this run waits for (SignoffError)."""
+        """The engine's one decision check against what this run waits for (SignoffError). Who
+        decides is checked by the activities (it needs the store); a second vote of the same
+        person is refused here when the decision names them by id."""
         check_decision(self._pending, inp.request_id, inp.decision,
                        waiting=self._decision is None or self._decision.failed)
+        if self._voted(inp):
+            raise AlreadyVoted()
+
+    def _voted(self, inp: ResumeInput) -> bool:
+        return any(v.user in (inp.decided_by, inp.user) for v in self._votes)
 
     @workflow.update(name=RESUME)
     async def resume(self, inp: ResumeInput) -> ResumeResult:
-        return await self._apply(inp)
+        return await self._decide(inp)
 
     @resume.validator
     def _validate_resume(self, inp: ResumeInput) -> None:
@@ -239,11 +354,48 @@ class FlowRun:
         except SignoffError as err:
             raise refusal(err) from None
 
+    async def _decide(self, inp: ResumeInput) -> ResumeResult:
+        """One decision at a time (the votes of a quorum queue here, in the order they came):
+        checked again now that the ones before it have settled, then one vote more, or the
+        decision applied."""
+        async with self._lock:
+            try:
+                self._check(inp)
+            except SignoffError as err:
+                raise refusal(err) from None
+            assert self._pending is not None
+            if inp.decision.action_id == self._pending.quorum_action:  # one vote of a quorum
+                recorded = await self._vote(inp)
+                if len(self._votes) < self._pending.required_approvals:
+                    return recorded
+            return await self._apply(inp)  # any other decision, or the vote that completes it
+
+    async def _vote(self, inp: ResumeInput) -> ResumeResult:
+        """Record one approver's vote (``human_input_vote``); durable in history, so a worker
+        restart between two votes loses neither."""
+        assert self._inp is not None and self._pending is not None
+        try:
+            out: RecordVoteOutput = await self._store_activity(FlowActivities.record_vote, RecordVoteInput(
+                job_id=self._inp.job_id, request_id=inp.request_id, decision=inp.decision, decided_by=inp.decided_by,
+                user=inp.user, now=workflow.now()))
+        except ActivityError as err:
+            cause = err.cause
+            raise ApplicationError(str(getattr(cause, "message", cause) or err), *getattr(cause, "details", ()),
+                                   type=cause.type if isinstance(cause, ApplicationError) and cause.type
+                                   else "NOT_RESUMABLE", non_retryable=True) from None
+        if any(v.user == out.vote.user for v in self._votes):
+            raise refusal(AlreadyVoted())  # the same person by another name
+        self._votes.append(out.vote)
+        self._deliver(out.deliveries)
+        return ResumeResult(job_id=self._inp.job_id, status="vote_recorded", request_id=inp.request_id,
+                            action_id=out.vote.action_id, votes=len(self._votes),
+                            required=self._pending.required_approvals)
+
     @workflow.signal(name=RESUME)
     async def resume_signal(self, inp: ResumeInput) -> None:
         try:
             self._check(inp)
-            await self._apply(inp)
+            await self._decide(inp)
             return
         except SignoffError as err:
             problem = (err.code, err.message)
@@ -264,11 +416,11 @@ class FlowRun:
                   "code": problem[0], "message": problem[1]},
         ))
 
-    async def _apply(self, inp: ResumeInput) -> ResumeResult:
+    async def _apply(self, inp: ResumeInput, *, timed_out: bool = False) -> ResumeResult:
         """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
         deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
         and the dedupe keys of its events; the store's conditional claim lets exactly one
-        decision win, whichever surface (API, CLI, Web UI) sent it."""
+        decision win, whichever surface (API, CLI, Web UI) sent it, or the deadline."""
         assert self._inp is not None
         job_id = self._inp.job_id
         token = f"wf-{workflow.uuid4().hex}"
@@ -277,7 +429,8 @@ class FlowRun:
             res: ResumeRunOutput = await workflow.execute_activity_method(
                 FlowActivities.resume_run,
                 ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
-                               decided_by=inp.decided_by, now=workflow.now(), state=self._state, step=self._step),
+                               decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
+                               step=self._step, votes=list(self._votes), timed_out=timed_out),
                 start_to_close_timeout=STORE_TIMEOUT,
                 retry_policy=LAYER_RETRY,
             )
@@ -296,11 +449,22 @@ class FlowRun:
             raise ApplicationError("Another decision won the claim, or the job is no longer suspended",
                                    type="NOT_RESUMABLE", non_retryable=True)
         decision.out = res.out
+        self._deliver(res.deliveries)
         # The run goes on: in_progress, unless it ended while the decision was being applied
         # (stopped meanwhile: the workflow's cancellation recorded the end first).
         if self._status not in TERMINAL_STATUSES:
             self._set_status(JobStatus.in_progress.value)
-        return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "")
+        return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
+                            votes=len(self._votes), required=self._pending.required_approvals if self._pending else 1)
+
+    def _deliver(self, deliveries: list[Delivery]) -> None:
+        """Start the webhook deliveries of an event: retried with backoff by Temporal, never
+        waited for by the run (a failing endpoint never blocks it); the workflow waits for them
+        only once the run is over."""
+        for d in deliveries:
+            self._outbox.append(workflow.start_activity_method(
+                FlowActivities.deliver_webhook, d, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=WEBHOOK_RETRY))
 
     @workflow.query(name=REJECTED_QUERY)
     def rejected(self) -> dict[str, int]:

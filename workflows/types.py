@@ -38,17 +38,23 @@ class FlowRunInput(BaseModel):
 
 
 class ResumeInput(BaseModel):
-    """The JSON of the HTTP resume, also accepted by the Update and the Signal ``resume``."""
+    """The JSON of the HTTP resume, also accepted by the Update and the Signal ``resume``.
+    Through Temporal, ``user`` names the person the decision is made for (a user name or id;
+    default the run's owner): it passes the same checks as that person's HTTP resume. The API
+    sets ``decided_by`` (the caller's id)."""
 
     model_config = ConfigDict(extra="ignore")
 
     request_id: str
     decision: Decision
     decided_by: str | None = None
+    user: str | None = None
 
 
 class ResumeResult(BaseModel):
     job_id: str
-    status: str = "resuming"
+    status: str = "resuming"  # or "vote_recorded": one vote of a quorum that is not complete
     request_id: str
     action_id: str
+    votes: int = 0
+    required: int = 1

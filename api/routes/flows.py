@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request, Response, status
 from signoff.engine.errors import FlowNotFound, Forbidden
 from signoff.engine.sharing import shared_view
 
-from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id
-from signoff.api.errors import SignoffError
+from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow
+from signoff.service.access import named_user
 from signoff.api.flowspec import parse_body, validate_spec
-from signoff.api.limits import ID_MAX_CHARS, NUL, check_body
+from signoff.api.limits import check_body
 from signoff.api.models import (FlowPublic, FlowSummary, SharePublic, ShareCreate, error_responses, flow_public,
                                 flow_summary)
 
@@ -27,12 +27,6 @@ _FLOW_BODY = {
         },
     }
 }
-
-
-class UserNotFound(SignoffError):
-    """User not found."""
-
-    code = "USER_NOT_FOUND"
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FlowPublic, openapi_extra=_FLOW_BODY,
@@ -83,17 +77,6 @@ async def _owned(store, user, flow_id: str, public_owner):
     return flow
 
 
-async def _target_user(store, ref: str):
-    if NUL in ref or len(ref) > ID_MAX_CHARS:  # no user has such a name (PostgreSQL text cannot hold NUL)
-        raise UserNotFound(f"No user named {ref[:100]!r}")
-    target = await store.get_user_by_name(ref)
-    if target is None and valid_id(ref):
-        target = await store.get_user(ref)
-    if target is None:
-        raise UserNotFound(f"No user named {ref!r}")
-    return target
-
-
 @router.post("/{flow_id}/shares", status_code=status.HTTP_201_CREATED, response_model=SharePublic,
              responses=error_responses({403: "`FORBIDDEN`: only the owner may share it",
                                         404: "`FLOW_NOT_FOUND`, `USER_NOT_FOUND`", 422: None}, body=True))
@@ -104,7 +87,7 @@ async def grant_share(
     """Grant another user `execute` on a flow you own."""
     check_body(body, settings)
     flow = await _owned(store, user, flow_id, public_owner)
-    target = await _target_user(store, body.user)
+    target = await named_user(store, body.user)
     await store.grant_share(flow.id, target.id, body.actions)
     return SharePublic(flow_id=flow.id, user_id=target.id, actions=list(body.actions))
 
@@ -117,7 +100,7 @@ async def revoke_share(
 ) -> Response:
     """Revoke a user's share (by user name or id). Their suspended runs can no longer be resumed."""
     flow = await _owned(store, user, flow_id, public_owner)
-    target = await _target_user(store, user_ref)
+    target = await named_user(store, user_ref)
     if not await store.revoke_share(flow.id, target.id):
         raise FlowNotFound(f"{user_ref!r} has no share on flow {flow.id}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

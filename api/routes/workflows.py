@@ -109,12 +109,13 @@ async def stop(body: StopRequest, service: ServiceDep, settings: SettingsDep, us
 
 @router.get("/pending", response_model=list[PendingItem], responses=error_responses({422: None}))
 async def list_pending(
-    store: StoreDep, user: CurrentUser, flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None
+    service: ServiceDep, user: CurrentUser, flow_id: Annotated[str | None, Query(min_length=1, max_length=200)] = None
 ) -> list[PendingItem]:
-    """The caller's runs waiting for a decision."""
+    """What waits for the caller to decide: their own runs' requests and the ones assigned to
+    them (approvers, groups), newest first."""
     if flow_id is not None and not valid_id(flow_id):
         return []
-    return [pending_item(j) for j in await store.list_pending(user.id, flow_id=flow_id) if j.pending is not None and j.user_id == user.id]
+    return [pending_item(j) for j in await service.pending_for(user, flow_id)]
 
 
 @router.get("/{job_id}", response_model=JobPublic | WorkflowResponse,
@@ -135,19 +136,25 @@ async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanR
     return req
 
 
-@router.post("/{job_id}/resume", response_model=ResumeResponse,
-             responses=error_responses({403: "`FORBIDDEN`: you may no longer execute the flow (the job stays suspended)",
+@router.post("/{job_id}/resume", response_model=ResumeResponse, response_model_exclude_none=True,
+             responses=error_responses({403: "`FORBIDDEN`: you may no longer execute the flow; `NOT_AN_APPROVER` "
+                                             "(the job stays suspended)",
                                         404: "`JOB_NOT_FOUND`",
-                                        409: "`NOT_RESUMABLE`: stale request id, lost claim, job not suspended",
-                                        422: "`INVALID_REQUEST`, `INVALID_DECISION` (the job stays suspended)",
+                                        409: "`NOT_RESUMABLE`: stale request id, lost claim, job not suspended; "
+                                             "`ALREADY_VOTED`",
+                                        422: "`INVALID_REQUEST`, `INVALID_DECISION`, `INVALID_VALUES` (one problem "
+                                             "per field; the job stays suspended)",
                                         503: "`UNAVAILABLE`: no worker took the decision in time"}, body=True))
 async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings: SettingsDep,
                  user: CurrentUser) -> ResumeResponse:
-    """Answer the pending request: 404, 403 (no execute permission), 422 INVALID_DECISION,
-    409 NOT_RESUMABLE, in that order."""
+    """Answer the pending request (or cast one vote of a quorum): 404, 403 (no execute
+    permission, not an approver), 422 (action, values), 409 (stale, already voted), in that
+    order."""
     check_body(body, settings, text=("decision",))
-    job = await service.resume(user, job_id, body.request_id, body.decision)
-    return ResumeResponse(job_id=job.job_id)
+    resumed = await service.resume(user, job_id, body.request_id, body.decision)
+    if resumed.status == "vote_recorded":
+        return ResumeResponse(job_id=job_id, status="vote_recorded", votes=resumed.votes, required=resumed.required)
+    return ResumeResponse(job_id=job_id)
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse, responses={

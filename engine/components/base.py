@@ -79,6 +79,9 @@ _TYPE_WORDS = {
 
 TOOL_APPROVAL_ACTIONS = ("approve", "edit", "reject", "respond")
 
+# Params every component takes besides its own and its inputs' values.
+COMMON_PARAMS = frozenset({"display_name"})
+
 # Params every tool-capable component accepts (DESIGN §4).
 TOOL_PARAMS = [
     ParamDef("tool_name", "str", description="The tool's name as the model sees it."),
@@ -158,6 +161,11 @@ class Component:
         extend this for their own rules."""
         problems: list[str] = []
         input_names = {i.name for i in cls.input_defs(params)}
+        known = {p.name for p in cls.param_defs()} | input_names | COMMON_PARAMS
+        # a misspelt param (``aprovers``) must never run a gate unguarded: every param is one the
+        # component knows, or the value of one of its inputs
+        for name in sorted(set(params) - known):
+            problems.append(f"unknown param '{name}' ({cls.type_name} takes: {', '.join(sorted(known))})")
         for p in cls.param_defs():
             if p.name not in params or params[p.name] is None:
                 if p.required and p.name not in input_names:

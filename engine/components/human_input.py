@@ -1,8 +1,19 @@
-"""Human Input: pauses the run until a person picks one of the decisions (DESIGN §4)."""
+"""Human Input: pauses the run until a person picks one of the decisions (DESIGN §4, §9).
+
+Beyond the decisions, its params say who may decide (``approvers``, ``allow_self_approval``,
+``required_approvals``), what the decision carries (``fields``: a JSON Schema for its values,
+or one per decision) and what its deadline does by itself (``on_timeout``, ``default_action``,
+``default_values``), with reminders and an escalation. All are checked when the flow is saved;
+the rules that apply them to a decision are in :mod:`signoff.engine.decisions`, the timers in
+the FlowRun workflow. Without them a gate behaves as it always did.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
@@ -10,31 +21,84 @@ from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, Pendi
 
 UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 DEFAULT_DECISIONS = ["Approve", "Reject"]
+ON_TIMEOUT = ("fallback", "default", "fail")
+GROUP_PREFIX = "group:"
+# What a values schema may use: the shapes a form can render (DESIGN §9).
+VALUE_TYPES = {"string", "number", "integer", "boolean"}
+SCHEMA_KEYWORDS = {"type", "properties", "required", "items", "enum", "const", "minimum", "maximum",
+                   "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+                   "uniqueItems", "default", "title", "description", "format", "additionalProperties", "multipleOf",
+                   "examples"}
 
 
 def action_id(label: str) -> str:
     return label.strip().lower().replace(" ", "_")
 
 
-def timeout_seconds(value: Any) -> float:
-    """``{"value": 3, "unit": "Days"}`` or a number of seconds; 0 / None waits forever."""
+def duration_seconds(value: Any, what: str = "timeout") -> float:
+    """``{"value": 3, "unit": "Days"}`` or a number of seconds; 0 / None: none."""
     if value is None:
         return 0.0
     if isinstance(value, bool):
-        raise ValueError("timeout must be a number of seconds or {value, unit}")
+        raise ValueError(f"{what} must be a number of seconds or {{value, unit}}")
     if isinstance(value, (int, float)):
         if value < 0:
-            raise ValueError("timeout must not be negative")
+            raise ValueError(f"{what} must not be negative")
         return float(value)
     if isinstance(value, dict):
         v = value.get("value", 0)
         unit = str(value.get("unit", "Seconds")).strip().lower()
         if unit not in UNITS:
-            raise ValueError(f"timeout unit '{value.get('unit')}' is not one of Seconds, Minutes, Hours, Days")
+            raise ValueError(f"{what} unit '{value.get('unit')}' is not one of Seconds, Minutes, Hours, Days")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError("timeout value must be a number >= 0")
+            raise ValueError(f"{what} value must be a number >= 0")
         return float(v) * UNITS[unit]
-    raise ValueError("timeout must be a number of seconds or {\"value\": 3, \"unit\": \"Days\"}")
+    raise ValueError(f"{what} must be a number of seconds or {{\"value\": 3, \"unit\": \"Days\"}}")
+
+
+def timeout_seconds(value: Any) -> float:
+    """The gate's ``timeout`` in seconds; 0 waits forever."""
+    return duration_seconds(value, "timeout")
+
+
+def schema_problems(schema: Any, where: str) -> list[str]:
+    """Why ``schema`` is not a values schema signoff takes: a JSON Schema object whose properties
+    are strings, numbers, integers, booleans, enums or arrays of these; no references."""
+    if not isinstance(schema, dict):
+        return [f"{where} must be a JSON Schema object"]
+    if schema.get("type", "object") != "object":
+        return [f"{where}: the values are an object: its schema's type is 'object'"]
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        return [f"{where} is not a valid JSON Schema: {e.message}"]
+    problems = []
+    stack: list[tuple[str, Any]] = [(where, schema)]
+    while stack:
+        at, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        unknown = set(node) - SCHEMA_KEYWORDS
+        if unknown:
+            problems.append(f"{at}: unsupported keyword(s) {', '.join(sorted(unknown))} (no $ref; the form "
+                            "keywords are type, properties, required, items, enum, bounds, lengths, pattern, "
+                            "default, title, description)")
+        props = node.get("properties")
+        if isinstance(props, dict):
+            for name, sub in props.items():
+                if isinstance(sub, dict):
+                    kind = sub.get("type")
+                    if kind == "array":
+                        item = sub.get("items") or {}
+                        if isinstance(item, dict) and item.get("type", "string") not in VALUE_TYPES:
+                            problems.append(f"{at}.{name}: an array holds strings, numbers, integers or booleans")
+                    elif kind is not None and kind not in VALUE_TYPES and "enum" not in sub:
+                        problems.append(f"{at}.{name}: type '{kind}' is not one a form takes "
+                                        "(string, number, integer, boolean, or an array of these)")
+                stack.append((f"{at}.{name}", sub))
+        if isinstance(node.get("items"), dict):
+            stack.append((f"{at}[]", node["items"]))
+    return problems
 
 
 @register
@@ -51,6 +115,17 @@ class HumanInput(Component):
         ParamDef("decisions", "str_list", default=DEFAULT_DECISIONS),
         ParamDef("timeout", "any", default=0),
         ParamDef("enable_fallback", "bool", default=False),
+        ParamDef("fields", "dict", description="A JSON Schema for the decision's values, or {label: schema}."),
+        ParamDef("approvers", "str_list", description="Who may decide: user names or ids, group:NAME (default: the "
+                                                      "run's owner)."),
+        ParamDef("allow_self_approval", "bool", default=True, description="False: the run's owner may not decide."),
+        ParamDef("required_approvals", "int", default=1, description="Distinct approvers the first decision needs."),
+        ParamDef("on_timeout", "str", description="At the deadline: fallback, default or fail."),
+        ParamDef("default_action", "str", description="The decision on_timeout=default applies (an action id)."),
+        ParamDef("default_values", "dict", description="The values it applies with."),
+        ParamDef("remind_every", "any", description="Remind (event, webhooks) this often until decided."),
+        ParamDef("escalate_after", "any", description="Add escalate_to to the approvers after this long."),
+        ParamDef("escalate_to", "str_list", description="Approvers added by the escalation."),
     ]
 
     @classmethod
@@ -59,6 +134,27 @@ class HumanInput(Component):
         if d is None:
             return list(DEFAULT_DECISIONS)
         return [x for x in d if isinstance(x, str)] if isinstance(d, list) else []
+
+    @classmethod
+    def action_ids(cls, params: dict[str, Any]) -> list[str]:
+        """What a decision may answer: each label's action id, and ``fallback`` when enabled
+        (chosen before the deadline as in Langflow; the options stay the labels)."""
+        ids = [action_id(label) for label in cls.decisions(params)]
+        return ids + [FALLBACK_ACTION] if params.get("enable_fallback") is True else ids
+
+    @classmethod
+    def fields_by_action(cls, params: dict[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """``fields`` as {action_id: schema}: one schema for every decision, or the decision
+        labels' (or action ids') own."""
+        fields = params.get("fields")
+        if not isinstance(fields, dict) or not fields:
+            return None
+        ids = cls.action_ids(params)
+        if "type" in fields or "properties" in fields:
+            return {aid: fields for aid in ids}
+        by_label = {action_id(label): label for label in cls.decisions(params)}
+        return {action_id(str(key)): schema for key, schema in fields.items()
+                if action_id(str(key)) in by_label or action_id(str(key)) == FALLBACK_ACTION}
 
     @classmethod
     def output_defs(cls, params: dict[str, Any]) -> list[OutputDef]:
@@ -86,10 +182,76 @@ class HumanInput(Component):
                 elif aid in (FALLBACK_ACTION, EXPIRED_ACTION):
                     problems.append(f"decisions: '{label}' is reserved")
                 seen.add(aid)
-        try:
-            timeout_seconds(params.get("timeout"))
-        except ValueError as e:
-            problems.append(f"param 'timeout': {e}")
+        durations: dict[str, float] = {}
+        for name in ("timeout", "remind_every", "escalate_after"):
+            try:
+                durations[name] = duration_seconds(params.get(name), name)
+            except ValueError as e:
+                problems.append(f"param '{name}': {e}")
+        problems += cls._check_fields(params)
+        problems += cls._check_people(params, durations)
+        problems += cls._check_deadline(params, durations)
+        return problems
+
+    @classmethod
+    def _check_fields(cls, params: dict[str, Any]) -> list[str]:
+        fields = params.get("fields")
+        if fields is None or not isinstance(fields, dict):
+            return []
+        if "type" in fields or "properties" in fields:
+            return schema_problems(fields, "fields")
+        problems = []
+        labels = {action_id(label): label for label in cls.decisions(params)}
+        for key, schema in fields.items():
+            if action_id(str(key)) not in labels and action_id(str(key)) != FALLBACK_ACTION:
+                problems.append(f"fields: '{key}' is not one of the decisions ({', '.join(labels.values())})")
+            else:
+                problems += schema_problems(schema, f"fields.{key}")
+        return problems
+
+    @classmethod
+    def _check_people(cls, params: dict[str, Any], durations: dict[str, float]) -> list[str]:
+        problems = []
+        for name in ("approvers", "escalate_to"):
+            for ref in params.get(name) or []:
+                if isinstance(ref, str) and (not ref.strip() or ref.strip() == GROUP_PREFIX):
+                    problems.append(f"param '{name}': an empty user or group name")
+        n = params.get("required_approvals")
+        if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+            problems.append("param 'required_approvals' must be >= 1")
+        if isinstance(n, int) and n > 1 and params.get("approvers") in (None, []):
+            problems.append("param 'required_approvals' > 1 needs approvers (several people to approve)")
+        if bool(params.get("escalate_to")) != bool(durations.get("escalate_after")):
+            problems.append("params 'escalate_after' and 'escalate_to' go together")
+        return problems
+
+    @classmethod
+    def _check_deadline(cls, params: dict[str, Any], durations: dict[str, float]) -> list[str]:
+        on_timeout = params.get("on_timeout")
+        problems = []
+        if on_timeout is None:
+            for name in ("default_action", "default_values"):
+                if params.get(name) is not None:
+                    problems.append(f"param '{name}' is used by on_timeout: \"default\" only")
+            return problems
+        if on_timeout not in ON_TIMEOUT:
+            return [f"param 'on_timeout': '{on_timeout}' is not one of {', '.join(ON_TIMEOUT)}"]
+        if not durations.get("timeout"):
+            problems.append("param 'on_timeout' needs a timeout (when the deadline is)")
+        if on_timeout == "fallback" and params.get("enable_fallback") is not True:
+            problems.append("on_timeout \"fallback\" takes branch_fallback: set enable_fallback true")
+        if on_timeout == "default":
+            default = params.get("default_action")
+            if not isinstance(default, str) or default not in cls.action_ids(params):
+                problems.append(f"on_timeout \"default\" needs default_action, one of {', '.join(cls.action_ids(params))}")
+            else:
+                schema = (cls.fields_by_action(params) or {}).get(default)
+                values = params.get("default_values") or {}
+                if schema is not None and not schema_problems(schema, "fields"):
+                    for error in Draft202012Validator(schema).iter_errors(values):
+                        problems.append(f"default_values: {error.message}")
+        elif params.get("default_action") is not None or params.get("default_values") is not None:
+            problems.append("params 'default_action' and 'default_values' are used by on_timeout: \"default\" only")
         return problems
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
@@ -102,21 +264,37 @@ class HumanInput(Component):
             return {}
         incoming = ctx.inputs.get("prompt")
         if ctx.decision is None:
-            prompt = self.params.get("prompt") or as_text(incoming) or "Please decide."
-            request = PendingRequest(
-                request_id=ctx.request_id(),
-                kind="node_input",
-                prompt=prompt,
-                options=[Option(action_id=action_id(label), label=label) for label in labels],
-                allowed_decisions=[action_id(label) for label in labels],
-                timeout_seconds=timeout_seconds(self.params.get("timeout")),
-                fallback_action=FALLBACK_ACTION if self.params.get("enable_fallback") else None,
-                paused_at=ctx.now(),
-            )
-            raise ctx.pause(request)
+            raise ctx.pause(self._request(ctx, labels, incoming))
         chosen = f"branch_{ctx.decision.action_id}"
         ctx.stop(*[b for b in branches if b != chosen])
         if chosen not in branches:  # __expired__: no branch runs
             return {}
         payload = incoming if incoming is not None else (self.params.get("prompt") or "")
+        if ctx.decision.values:  # the values ride the chosen branch, with what was asked
+            payload = {"text": as_text(payload), "decision": {"action_id": ctx.decision.action_id,
+                                                             "values": ctx.decision.values,
+                                                             "decided_by": ctx.decision.decided_by}}
         return {chosen: payload}
+
+    def _request(self, ctx: BuildContext, labels: list[str], incoming: Any) -> PendingRequest:
+        p = self.params
+        return PendingRequest(
+            request_id=ctx.request_id(),
+            kind="node_input",
+            prompt=p.get("prompt") or as_text(incoming) or "Please decide.",
+            options=[Option(action_id=action_id(label), label=label) for label in labels],
+            allowed_decisions=self.action_ids(p),
+            timeout_seconds=timeout_seconds(p.get("timeout")),
+            fallback_action=FALLBACK_ACTION if p.get("enable_fallback") else None,
+            paused_at=ctx.now(),
+            fields=self.fields_by_action(p),
+            approvers=[str(a).strip() for a in p.get("approvers") or []],
+            allow_self_approval=p.get("allow_self_approval") is not False,
+            required_approvals=int(p.get("required_approvals") or 1),
+            on_timeout=p.get("on_timeout"),
+            default_action=p.get("default_action"),
+            default_values=p.get("default_values"),
+            remind_every_seconds=duration_seconds(p.get("remind_every"), "remind_every"),
+            escalate_after_seconds=duration_seconds(p.get("escalate_after"), "escalate_after"),
+            escalate_to=[str(a).strip() for a in p.get("escalate_to") or []],
+        )

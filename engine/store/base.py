@@ -21,6 +21,7 @@ from signoff.engine.models import (
     CheckpointRecord,
     Event,
     FlowRecord,
+    Group,
     Job,
     JobStatus,
     Message,
@@ -30,6 +31,9 @@ from signoff.engine.models import (
     SecretRecord,
     SpanRecord,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookRecord,
 )
 
 
@@ -138,7 +142,9 @@ class Store(CheckpointStore, HistoryStore):
         is free again), every API key of the user, the shares granted to the user, the shares of
         the flows the user owns (granted to others) and the user's secrets. Returns whether the
         user existed; the keys, shares and secrets recorded under that id go even when it did
-        not. Flows and jobs are the caller's to delete or keep: they are not touched."""
+        not. Also the user's group memberships, the groups the user owns (with their members)
+        and the user's webhooks (with their deliveries). Flows and jobs are the caller's to
+        delete or keep: they are not touched (nor the approver references of jobs)."""
 
     # ---- secrets: named credentials of a user, encrypted by the caller (DESIGN §13)
     @abc.abstractmethod
@@ -162,6 +168,120 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def delete_secret(self, owner_id: str, name: str) -> bool:
         """Delete the owner's secret; returns whether it existed (another owner's is untouched)."""
+
+    # ---- groups of approvers (DESIGN §9): a group belongs to its owner, its name is unique per owner
+    @abc.abstractmethod
+    async def create_group(self, owner_id: str, name: str) -> Group:
+        """Create the owner's group ``name``, without members. Names are compared exactly (case
+        and spaces count) and are unique per owner only: another owner's group of the same name
+        is another group. StoreConflict when the owner already has a group of that name (of
+        concurrent callers, exactly one creates it)."""
+
+    @abc.abstractmethod
+    async def get_group(self, owner_id: str, name: str) -> Group | None:
+        """The owner's group with its members (sorted); None when the owner has none of that name."""
+
+    @abc.abstractmethod
+    async def list_groups(self, owner_id: str) -> list[Group]:
+        """The owner's groups with their members, by name in code-point order."""
+
+    @abc.abstractmethod
+    async def add_group_members(self, owner_id: str, name: str, user_ids: Iterable[str]) -> Group | None:
+        """Add members (user ids; one already a member stays once) in one transaction; returns the
+        group after the change, or None (nothing written) when the owner has no such group. A
+        group deleted meanwhile gets no member: its name re-created later starts empty.
+        ``user_ids`` is a collection of strings: a lone str raises TypeError before any change.
+        The store does not check that the users exist."""
+
+    @abc.abstractmethod
+    async def remove_group_members(self, owner_id: str, name: str, user_ids: Iterable[str]) -> Group | None:
+        """Remove members (ids that are not members are ignored); returns the group after the
+        change, or None when the owner has no such group. A lone str raises TypeError."""
+
+    @abc.abstractmethod
+    async def delete_group(self, owner_id: str, name: str) -> bool:
+        """Delete the owner's group with its memberships; returns whether it existed. Approver
+        references to it stay, and match nobody (until its owner creates that name again)."""
+
+    @abc.abstractmethod
+    async def groups_of(self, user_id: str) -> list[tuple[str, str]]:
+        """``(owner_id, name)`` of every group the user is a member of, sorted (code points)."""
+
+    # ---- who may decide a pending request: approver references ("user:<user_id>",
+    # "group:<owner_id>/<name>"; a group reference splits at its first "/", owner ids have none)
+    @abc.abstractmethod
+    async def set_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> None:
+        """Replace the approver references of the job's request ``request_id`` (other requests'
+        are untouched). Duplicates are kept once; the order given is kept. A reference that is not
+        ``user:<id>`` or ``group:<owner_id>/<name>`` (owner id non-empty) raises ValueError and a
+        lone str TypeError, before any change. The store does not require the job to exist."""
+
+    @abc.abstractmethod
+    async def add_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> list[str]:
+        """Add references to the request's (those already there stay once, in their place);
+        returns every reference of that request afterwards, in the order they were first given.
+        Checked as in set_request_approvers."""
+
+    @abc.abstractmethod
+    async def request_approvers(self, job_id: str, request_id: str) -> list[str]:
+        """The references of the job's request, in the order they were first given ([] when none).
+        A job that reached a terminal status through set_status, claim_suspended_for_cancel or
+        fail_expired_leases has none left (they are deleted in that transaction)."""
+
+    @abc.abstractmethod
+    async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
+        """The jobs assigned to the user: ``suspended`` now, whose current pending request
+        (``pending_request_id``) has a reference naming the user or a group the user is a member
+        of at the time of the call (a member added later sees it, a removed one no longer does).
+        References of an earlier request of the job, or of a job no longer suspended, never list
+        it. Of any owner: the job need not be the user's. ``flow_id``: only that flow's jobs.
+        Newest first by the job's ``updated_at`` (then ``job_id``, descending)."""
+
+    # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
+    @abc.abstractmethod
+    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes) -> Webhook:
+        """Create a webhook (its id generated) subscribed to ``events`` (names, kept in the order
+        given, duplicates once; ``"*"`` means every event). The signing secret is encrypted by the
+        caller and kept as opaque bytes; ``secret_ciphertext`` that is not bytes (bytearray and
+        memoryview are taken as bytes) raises TypeError, and a lone str for ``events``
+        TypeError, before any change."""
+
+    @abc.abstractmethod
+    async def list_webhooks(self, owner_id: str) -> list[Webhook]:
+        """The owner's webhooks, oldest first (``created_at``, then id); never the secret."""
+
+    @abc.abstractmethod
+    async def get_webhook(self, webhook_id: str) -> WebhookRecord | None:
+        """The webhook with its secret's ciphertext (whoever owns it: the caller checks)."""
+
+    @abc.abstractmethod
+    async def delete_webhook(self, owner_id: str, webhook_id: str) -> bool:
+        """Delete the webhook with its deliveries, only when ``owner_id`` owns it; returns
+        whether it did (another owner's webhook is untouched)."""
+
+    @abc.abstractmethod
+    async def webhooks_for(self, owner_ids: Iterable[str], event: str) -> list[WebhookRecord]:
+        """Every webhook of those owners subscribed to ``event`` (its events name it exactly, or
+        hold ``"*"``), with its secret, oldest first (``created_at``, then id). No owners: []."""
+
+    @abc.abstractmethod
+    async def log_delivery(
+        self,
+        webhook_id: str,
+        *,
+        event: str,
+        job_id: str,
+        seq: int,
+        attempt: int,
+        status_code: int | None,
+        error: str | None,
+        delivered: bool,
+    ) -> WebhookDelivery:
+        """Record one delivery attempt (id and ``at`` set by the store)."""
+
+    @abc.abstractmethod
+    async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
+        """The webhook's delivery attempts, newest first (the order they were logged)."""
 
     # ---- flows and shares
     @abc.abstractmethod
@@ -212,7 +332,8 @@ class Store(CheckpointStore, HistoryStore):
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
         Returns whether the row changed. A terminal status never changes again. ``event``
         (name, data) is appended in the same transaction when the row changed, so a status and
-        its event (``end``, ``run_failed``...) are written together or not at all."""
+        its event (``end``, ``run_failed``...) are written together or not at all. A terminal
+        status also deletes the job's approver references in that transaction."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
     @abc.abstractmethod
@@ -231,8 +352,8 @@ class Store(CheckpointStore, HistoryStore):
         self, now: datetime, error: dict[str, Any], *, event: str = "run_failed", limit: int = 100
     ) -> list[str]:
         """``queued|in_progress → failed`` (with ``error``) for leased jobs whose lease ended before
-        ``now``, each with its ``event`` {error, type, vertex_id} in the same transaction; a lease
-        renewed meanwhile wins. Returns the job ids ended."""
+        ``now``, each with its ``event`` {error, type, vertex_id} in the same transaction (and its
+        approver references deleted); a lease renewed meanwhile wins. Returns the job ids ended."""
 
     @abc.abstractmethod
     async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
@@ -277,7 +398,8 @@ class Store(CheckpointStore, HistoryStore):
         """``suspended → cancelled`` for exactly one caller; clears the pending request. ``event``
         (name, data), e.g. ``("run_cancelled", {"reason": "stopped"})``, is appended in the same
         transaction by the winner only: the status and its event are written together or not at
-        all (a crash in between cannot lose the event), and a loser writes nothing."""
+        all (a crash in between cannot lose the event), and a loser writes nothing. The winner
+        also deletes the job's approver references."""
 
     @abc.abstractmethod
     async def clear_pending(self, job_id: str) -> None: ...
@@ -307,6 +429,19 @@ class Store(CheckpointStore, HistoryStore):
         """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers.
         With a ``dedupe_key`` (unique per job) already used, writes nothing and returns the seq
         of the event written with it (a retried activity appends once)."""
+
+    @abc.abstractmethod
+    async def append_event_if_waiting(
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+    ) -> int | None:
+        """Append the event only while the job waits for that request: in one transaction with a
+        check that it is ``suspended`` with ``pending_request_id == request_id`` (a resume or
+        cancel claim, or a new pause, is ordered entirely before or after it). Returns the new
+        seq (gap-free, as append_event), or None, writing nothing, when the job does not wait
+        for that request (stopped, superseded, the decision already claimed, no such job).
+        With a ``dedupe_key`` already used for the job, writes nothing and returns that event's
+        seq, even when the job no longer waits: the event was recorded (e.g. by the first
+        attempt of a retried vote). Records each vote of a quorum exactly once."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

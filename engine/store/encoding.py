@@ -1,5 +1,5 @@
 """How values are kept, the same for every backend: JSON text without NaN, UTC timestamps,
-hashed API keys, secrets' ciphertext as bytes.
+hashed API keys, secrets' ciphertext as bytes, lists of names, approver references.
 
 The SQL backends and the in-memory store both encode through these, so a document, a
 timestamp or a key that one backend accepts and returns is accepted and returned the same
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import date, datetime, timezone
 from enum import Enum
 from typing import Any
@@ -18,7 +19,7 @@ from pydantic import BaseModel
 
 from signoff.engine.store.base import StoreError
 
-__all__ = ["as_utc", "ciphertext_bytes", "dumps", "hash_api_key"]
+__all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "dumps", "hash_api_key", "unique_strings"]
 
 
 def hash_api_key(key: str) -> str:
@@ -65,3 +66,36 @@ def as_utc(value: datetime) -> datetime:
         return value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc)
 
+
+
+def unique_strings(values: Iterable[str], what: str) -> list[str]:
+    """A collection of strings (user ids, event names, references), each once, in the order
+    given. A lone str is refused (TypeError): iterating it would give its characters, and a
+    caller that meant one id would write one per letter."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{what} must be a list of strings, not one {type(values).__name__}.")
+    out: dict[str, None] = {}
+    for value in values:
+        if not isinstance(value, str):
+            raise TypeError(f"{what} must be strings, not {type(value).__name__}.")
+        out[value] = None
+    return list(out)
+
+
+ApproverRef = tuple[str | None, str | None, str | None]
+"""A parsed approver reference: (user_id, None, None) or (None, group owner_id, group name)."""
+
+
+def approver_ref(ref: str) -> ApproverRef:
+    """Parse ``user:<user_id>`` or ``group:<owner_id>/<name>`` (split at the first "/": owner
+    ids are user ids, which have none; the name may hold any character). The stores match a
+    group reference by (owner_id, name), never by its text, so no group can answer for another
+    owner's. Anything else is a caller's bug: ValueError."""
+    if isinstance(ref, str):
+        if ref.startswith("user:") and len(ref) > len("user:"):
+            return ref[len("user:"):], None, None
+        if ref.startswith("group:"):
+            owner_id, slash, name = ref[len("group:"):].partition("/")
+            if owner_id and slash:
+                return None, owner_id, name
+    raise ValueError(f"An approver reference is 'user:<user_id>' or 'group:<owner_id>/<name>', not {ref!r}.")

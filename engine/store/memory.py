@@ -34,6 +34,7 @@ from signoff.engine.models import (
     CheckpointRecord,
     Event,
     FlowRecord,
+    Group,
     Job,
     JobStatus,
     Message,
@@ -43,10 +44,21 @@ from signoff.engine.models import (
     SecretRecord,
     SpanRecord,
     User,
+    Webhook,
+    WebhookDelivery,
+    WebhookRecord,
     utcnow,
 )
 from signoff.engine.store.base import Store, StoreConflict, StoreError
-from signoff.engine.store.encoding import as_utc, ciphertext_bytes, dumps, hash_api_key
+from signoff.engine.store.encoding import (
+    ApproverRef,
+    approver_ref,
+    as_utc,
+    ciphertext_bytes,
+    dumps,
+    hash_api_key,
+    unique_strings,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -94,6 +106,22 @@ class _Secret:
     ciphertext: bytes
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass
+class _Group:
+    created_at: datetime
+    members: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Webhook:
+    id: str
+    owner_id: str
+    url: str
+    events: str  # a JSON list, as in SQL
+    secret_ciphertext: bytes
+    created_at: datetime
 
 
 @dataclass
@@ -187,6 +215,11 @@ class _Tables:
     flow_versions: dict[tuple[str, int], _FlowVersion] = field(default_factory=dict)
     shares: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (flow, user) -> actions
     secrets: dict[tuple[str, str], _Secret] = field(default_factory=dict)  # (owner, name) -> secret
+    groups: dict[tuple[str, str], _Group] = field(default_factory=dict)  # (owner, name) -> group
+    # (job, request) -> reference -> parsed (user, group owner, group name), in the order given
+    approvers: dict[tuple[str, str], dict[str, ApproverRef]] = field(default_factory=dict)
+    webhooks: dict[str, _Webhook] = field(default_factory=dict)
+    deliveries: dict[str, WebhookDelivery] = field(default_factory=dict)  # in the order logged
     jobs: dict[str, _Job] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], str] = field(default_factory=dict)  # (user, key) -> job id
     events: dict[str, list[_Event]] = field(default_factory=dict)  # job id -> events, seq 1, 2, ...
@@ -292,7 +325,132 @@ class MemoryStore(Store):
             del t.shares[share]
         for secret in [k for k in t.secrets if k[0] == user_id]:
             del t.secrets[secret]
+        for group in t.groups.values():
+            group.members.discard(user_id)
+        for key in [k for k in t.groups if k[0] == user_id]:
+            del t.groups[key]
+        for hook in [h.id for h in t.webhooks.values() if h.owner_id == user_id]:
+            self._delete_webhook(t, hook)
         return user is not None
+
+    # ---- groups of approvers: (owner, name) is the key
+
+    @staticmethod
+    def _group(owner_id: str, name: str, row: _Group) -> Group:
+        return Group(owner_id=owner_id, name=name, members=sorted(row.members), created_at=row.created_at)
+
+    async def create_group(self, owner_id: str, name: str) -> Group:
+        t = self._tables()
+        if (owner_id, name) in t.groups:
+            raise StoreConflict(f"You already have a group named {name!r}.")
+        row = t.groups[(owner_id, name)] = _Group(utcnow())
+        return self._group(owner_id, name, row)
+
+    async def get_group(self, owner_id: str, name: str) -> Group | None:
+        row = self._tables().groups.get((owner_id, name))
+        return self._group(owner_id, name, row) if row is not None else None
+
+    async def list_groups(self, owner_id: str) -> list[Group]:
+        """By name, in code-point order (as the SQL backends sort them)."""
+        mine = sorted((k[1], row) for k, row in self._tables().groups.items() if k[0] == owner_id)
+        return [self._group(owner_id, name, row) for name, row in mine]
+
+    async def add_group_members(self, owner_id: str, name: str, user_ids: Iterable[str]) -> Group | None:
+        ids = unique_strings(user_ids, "user_ids")
+        row = self._tables().groups.get((owner_id, name))
+        if row is None:
+            return None
+        row.members.update(ids)
+        return self._group(owner_id, name, row)
+
+    async def remove_group_members(self, owner_id: str, name: str, user_ids: Iterable[str]) -> Group | None:
+        ids = unique_strings(user_ids, "user_ids")
+        row = self._tables().groups.get((owner_id, name))
+        if row is None:
+            return None
+        row.members.difference_update(ids)
+        return self._group(owner_id, name, row)
+
+    async def delete_group(self, owner_id: str, name: str) -> bool:
+        return self._tables().groups.pop((owner_id, name), None) is not None
+
+    async def groups_of(self, user_id: str) -> list[tuple[str, str]]:
+        return sorted(k for k, row in self._tables().groups.items() if user_id in row.members)
+
+    # ---- webhooks (the secret as opaque bytes: encrypted by the caller)
+
+    @staticmethod
+    def _webhook(row: _Webhook) -> Webhook:
+        return Webhook(id=row.id, owner_id=row.owner_id, url=row.url, events=json.loads(row.events),
+                       created_at=row.created_at)
+
+    @staticmethod
+    def _webhook_record(row: _Webhook) -> WebhookRecord:
+        return WebhookRecord(id=row.id, owner_id=row.owner_id, url=row.url, events=json.loads(row.events),
+                             secret_ciphertext=row.secret_ciphertext, created_at=row.created_at)
+
+    @staticmethod
+    def _delete_webhook(t: _Tables, webhook_id: str) -> None:
+        del t.webhooks[webhook_id]
+        for delivery in [d.id for d in t.deliveries.values() if d.webhook_id == webhook_id]:
+            del t.deliveries[delivery]
+
+    def _hooks(self, keep: Callable[[_Webhook], bool]) -> list[_Webhook]:
+        """Oldest first (created_at, then id), as the SQL backends list them."""
+        return sorted((h for h in self._tables().webhooks.values() if keep(h)), key=lambda h: (h.created_at, h.id))
+
+    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes) -> Webhook:
+        names = dumps(unique_strings(events, "events"))
+        secret = ciphertext_bytes(secret_ciphertext)
+        t = self._tables()
+        row = _Webhook(str(uuid.uuid4()), owner_id, url, names, secret, utcnow())
+        t.webhooks[row.id] = row
+        return self._webhook(row)
+
+    async def list_webhooks(self, owner_id: str) -> list[Webhook]:
+        return [self._webhook(h) for h in self._hooks(lambda h: h.owner_id == owner_id)]
+
+    async def get_webhook(self, webhook_id: str) -> WebhookRecord | None:
+        row = self._tables().webhooks.get(webhook_id)
+        return self._webhook_record(row) if row is not None else None
+
+    async def delete_webhook(self, owner_id: str, webhook_id: str) -> bool:
+        t = self._tables()
+        row = t.webhooks.get(webhook_id)
+        if row is None or row.owner_id != owner_id:
+            return False
+        self._delete_webhook(t, webhook_id)
+        return True
+
+    async def webhooks_for(self, owner_ids: Iterable[str], event: str) -> list[WebhookRecord]:
+        owners = set(unique_strings(owner_ids, "owner_ids"))
+        hooks = [self._webhook_record(h) for h in self._hooks(lambda h: h.owner_id in owners)]
+        return [h for h in hooks if event in h.events or "*" in h.events]
+
+    async def log_delivery(
+        self,
+        webhook_id: str,
+        *,
+        event: str,
+        job_id: str,
+        seq: int,
+        attempt: int,
+        status_code: int | None,
+        error: str | None,
+        delivered: bool,
+    ) -> WebhookDelivery:
+        delivery = WebhookDelivery(
+            id=str(uuid.uuid4()), webhook_id=webhook_id, event=event, job_id=job_id, seq=int(seq),
+            attempt=int(attempt), status_code=int(status_code) if status_code is not None else None,
+            error=error, delivered=bool(delivered), at=utcnow(),
+        )
+        self._tables().deliveries[delivery.id] = delivery
+        return delivery.model_copy()
+
+    async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
+        """Newest first: the reverse of the order they were logged."""
+        mine = (d for d in reversed(self._tables().deliveries.values()) if d.webhook_id == webhook_id)
+        return [d.model_copy() for d in _first(mine, limit)]
 
     # ---- secrets (opaque bytes: encrypted by the caller)
 
@@ -501,6 +659,7 @@ class MemoryStore(Store):
             row.error = error_body
         if status.terminal:
             row.finished_at, row.pending, row.pending_request_id = now, None, None
+            self._drop_approvers(t, job_id)
         return True
 
     # ---- inline runs: lease, stop request, sweep (docs/inline.md)
@@ -539,6 +698,7 @@ class MemoryStore(Store):
             stamp = utcnow()
             row.status, row.error, row.updated_at, row.finished_at = JobStatus.failed, body, stamp, stamp
             row.pending, row.pending_request_id = None, None
+            self._drop_approvers(t, row.job_id)
         return [r.job_id for r in ended]
 
     async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:
@@ -603,6 +763,7 @@ class MemoryStore(Store):
         now = utcnow()
         row.status, row.pending, row.pending_request_id, row.claim_token = JobStatus.cancelled, None, None, None
         row.updated_at, row.finished_at = now, now
+        self._drop_approvers(t, job_id)
         return True
 
     async def clear_pending(self, job_id: str) -> None:
@@ -632,6 +793,58 @@ class MemoryStore(Store):
             and (flow_id is None or r.flow_id == flow_id)
         ]
         return [self._job(r) for r in sorted(found, key=lambda r: (r.created_at, r.job_id))]
+
+    # ---- who may decide a pending request: approver references
+
+    @staticmethod
+    def _drop_approvers(t: _Tables, job_id: str) -> None:
+        """An ended job waits for nobody: its references go with its terminal status."""
+        for key in [k for k in t.approvers if k[0] == job_id]:
+            del t.approvers[key]
+
+    @staticmethod
+    def _parse_refs(refs: Iterable[str]) -> dict[str, ApproverRef]:
+        return {ref: approver_ref(ref) for ref in unique_strings(refs, "refs")}
+
+    async def set_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> None:
+        parsed = self._parse_refs(refs)
+        t = self._tables()
+        if parsed:
+            t.approvers[(job_id, request_id)] = parsed
+        else:
+            t.approvers.pop((job_id, request_id), None)
+
+    async def add_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> list[str]:
+        parsed = self._parse_refs(refs)
+        t = self._tables()
+        kept = t.approvers.get((job_id, request_id), {})
+        kept = {**kept, **{r: p for r, p in parsed.items() if r not in kept}}
+        if kept:
+            t.approvers[(job_id, request_id)] = kept
+        return list(kept)
+
+    async def request_approvers(self, job_id: str, request_id: str) -> list[str]:
+        return list(self._tables().approvers.get((job_id, request_id), ()))
+
+    async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
+        """See Store.list_assigned_pending: memberships read now, the job's current request only."""
+        t = self._tables()
+        groups = {k for k, row in t.groups.items() if user_id in row.members}
+
+        def names_user(ref: ApproverRef) -> bool:
+            user, owner, name = ref
+            return user == user_id if user is not None else (owner, name) in groups
+
+        found = [
+            r
+            for r in t.jobs.values()
+            if r.status == JobStatus.suspended
+            and r.pending_request_id is not None
+            and (flow_id is None or r.flow_id == flow_id)
+            and any(names_user(p) for p in t.approvers.get((r.job_id, r.pending_request_id), {}).values())
+        ]
+        found.sort(key=lambda r: (r.updated_at, r.job_id), reverse=True)
+        return [self._job(r) for r in found]
 
     def _active(self, keep: Callable[[_Job], bool]) -> list[Job]:
         found = [r for r in self._tables().jobs.values() if r.status in _ACTIVE and keep(r)]
@@ -665,6 +878,21 @@ class MemoryStore(Store):
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
         body = dumps(data)
         return self._append(self._tables(), job_id, event, body, dedupe_key)
+
+    async def append_event_if_waiting(
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+    ) -> int | None:
+        """See Store.append_event_if_waiting: the check and the append in one step."""
+        body = dumps(data)
+        t = self._tables()
+        row = t.jobs.get(job_id)
+        if row is not None and row.status == JobStatus.suspended and _same(row.pending_request_id, request_id):
+            return self._append(t, job_id, event, body, dedupe_key)
+        if dedupe_key is not None:
+            for e in t.events.get(job_id, ()):
+                if e.dedupe_key == dedupe_key:
+                    return e.seq
+        return None
 
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         later = (e for e in self._tables().events.get(job_id, ()) if e.seq > after_seq)

@@ -1,4 +1,5 @@
-"""`signoff pending [--flow FLOW]`: your runs waiting for a decision."""
+"""`signoff pending [--flow FLOW]`: what waits for you to decide: your own runs and the requests
+assigned to you (by name, by group, by an escalation) in anyone's runs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("pending", help="list your runs waiting for a decision")
+    parser = subparsers.add_parser("pending", help="list what waits for your decision (your runs and those assigned to you)")
     parser.add_argument("--flow", help="only this flow")
     add_client_options(parser)
     parser.set_defaults(handler=run_handler(_handle))

@@ -13,23 +13,39 @@ holds across processes (API and worker) and, on PostgreSQL, across replicas.
 
 Modules: ``schema`` (the append-only ``MIGRATIONS``), ``queries`` (the named queries ``Q``),
 ``core`` (``Tx``, and ``SQLCore``: the backend's hooks, setup and migrations, ping), and one
-module per group of Store methods, combined below.
+module per group of Store methods, combined below (``approvals`` builds on ``jobs``, which
+builds on ``events``).
 """
 
 from __future__ import annotations
 
+from signoff.engine.store.sql.approvals import SQLApprovals
 from signoff.engine.store.sql.blobs import SQLBlobs
 from signoff.engine.store.sql.checkpoints import SQLCheckpoints
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.flows import SQLFlows
+from signoff.engine.store.sql.groups import SQLGroups
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.messages import SQLMessages
 from signoff.engine.store.sql.secrets import SQLSecrets
 from signoff.engine.store.sql.spans import SQLSpans
 from signoff.engine.store.sql.users import SQLUsers
+from signoff.engine.store.sql.webhooks import SQLWebhooks
 
 __all__ = ["SQLStore", "Tx"]
 
 
-class SQLStore(SQLUsers, SQLSecrets, SQLFlows, SQLJobs, SQLCheckpoints, SQLMessages, SQLSpans, SQLBlobs):
+class SQLStore(
+    SQLUsers,
+    SQLSecrets,
+    SQLGroups,
+    SQLWebhooks,
+    SQLFlows,
+    SQLApprovals,
+    SQLJobs,
+    SQLCheckpoints,
+    SQLMessages,
+    SQLSpans,
+    SQLBlobs,
+):
     """Every Store method, written once. Subclasses provide transactions and value encoding."""

@@ -120,6 +120,8 @@ class SQLJobs(SQLEvents):
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
             if changed and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
+            if changed and status.terminal:  # an ended job waits for nobody (approvals.py)
+                await tx.execute(Q.delete_job_approvers, (job_id,))
         return changed
 
     # ---- inline runs: lease, stop request, sweep (docs/inline.md)
@@ -153,6 +155,7 @@ class SQLJobs(SQLEvents):
                 # conditional on the lease still being expired: a renewal that got in first wins
                 if await tx.execute(Q.fail_expired, (body, stamp, stamp, row["job_id"], enc_now)) > 0:
                     await self._append(tx, row["job_id"], event, data, None)
+                    await tx.execute(Q.delete_job_approvers, (row["job_id"],))
                     ended.append(row["job_id"])
         return ended
 
@@ -214,6 +217,8 @@ class SQLJobs(SQLEvents):
             won = await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
             if won and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
+            if won:
+                await tx.execute(Q.delete_job_approvers, (job_id,))
         return won
 
     async def clear_pending(self, job_id: str) -> None:

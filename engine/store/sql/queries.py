@@ -27,6 +27,82 @@ class Q:
     delete_shares_to_user = "DELETE FROM flow_shares WHERE user_id = ?"
     delete_shares_of_owner = "DELETE FROM flow_shares WHERE flow_id IN (SELECT f.id FROM flows f WHERE f.owner_id = ?)"
     delete_owner_secrets = "DELETE FROM secrets WHERE owner_id = ?"
+    delete_user_memberships = "DELETE FROM group_members WHERE user_id = ?"
+    delete_owner_groups = "DELETE FROM user_groups WHERE owner_id = ?"
+    delete_owner_group_members = "DELETE FROM group_members WHERE owner_id = ?"
+    delete_owner_webhook_deliveries = (
+        "DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT w.id FROM webhooks w WHERE w.owner_id = ?)"
+    )
+    delete_owner_webhooks = "DELETE FROM webhooks WHERE owner_id = ?"
+
+    # groups of approvers: (owner_id, name) is the key. A change of members first locks the
+    # group row (a no-op UPDATE whose row count says whether the group exists), so a concurrent
+    # delete_group either ran before (no group: nothing written) or waits and then deletes the
+    # members added too: no member row ever outlives its group.
+    insert_group = (
+        "INSERT INTO user_groups (owner_id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING *"
+    )
+    lock_group = "UPDATE user_groups SET created_at = created_at WHERE owner_id = ? AND name = ?"
+    group_with_members = (
+        "SELECT g.owner_id, g.name, g.created_at, m.user_id FROM user_groups g LEFT JOIN group_members m "
+        "ON m.owner_id = g.owner_id AND m.name = g.name WHERE g.owner_id = ? AND g.name = ?"
+    )
+    groups_with_members = (
+        "SELECT g.owner_id, g.name, g.created_at, m.user_id FROM user_groups g LEFT JOIN group_members m "
+        "ON m.owner_id = g.owner_id AND m.name = g.name WHERE g.owner_id = ?"
+    )
+    insert_group_member = (
+        "INSERT INTO group_members (owner_id, name, user_id, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+    )
+    delete_group_member = "DELETE FROM group_members WHERE owner_id = ? AND name = ? AND user_id = ?"
+    delete_group = "DELETE FROM user_groups WHERE owner_id = ? AND name = ?"
+    delete_group_members = "DELETE FROM group_members WHERE owner_id = ? AND name = ?"
+    groups_of = (
+        "SELECT m.owner_id, m.name FROM group_members m JOIN user_groups g ON g.owner_id = m.owner_id "
+        "AND g.name = m.name WHERE m.user_id = ?"
+    )
+
+    # approver references of a job's requests; a group reference is matched by its owner and
+    # name columns, never by its text
+    lock_job = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ?"
+    delete_request_approvers = "DELETE FROM request_approvers WHERE job_id = ? AND request_id = ?"
+    insert_request_approver = (
+        "INSERT INTO request_approvers (job_id, request_id, ref, user_id, group_owner, group_name) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, request_id, ref) DO NOTHING"
+    )
+    request_approvers = "SELECT ref FROM request_approvers WHERE job_id = ? AND request_id = ? ORDER BY pos"
+    delete_job_approvers = "DELETE FROM request_approvers WHERE job_id = ?"
+    # the candidates come from the user's side (request_approvers_user, group_members_user and
+    # request_approvers_group), each checked against the job's current request
+    assigned_pending = (
+        "SELECT j.* FROM jobs j WHERE j.job_id IN ("
+        "SELECT a.job_id FROM request_approvers a JOIN jobs k ON k.job_id = a.job_id "
+        "AND k.pending_request_id = a.request_id AND k.status = 'suspended' WHERE a.user_id = ? "
+        "UNION SELECT a.job_id FROM group_members m JOIN user_groups g ON g.owner_id = m.owner_id AND g.name = m.name "
+        "JOIN request_approvers a ON a.group_owner = m.owner_id AND a.group_name = m.name "
+        "JOIN jobs k ON k.job_id = a.job_id AND k.pending_request_id = a.request_id AND k.status = 'suspended' "
+        "WHERE m.user_id = ?)"
+    )
+    # append_event_if_waiting: the job still waits for that request (locks its row, as a claim does)
+    lock_waiting = (
+        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
+    )
+
+    # webhooks: the secret's ciphertext is read by get_webhook and webhooks_for only
+    insert_webhook = (
+        "INSERT INTO webhooks (id, owner_id, url, events, secret_ciphertext, created_at) VALUES (?, ?, ?, ?, ?, ?) "
+        "RETURNING id, owner_id, url, events, created_at"
+    )
+    list_webhooks = "SELECT id, owner_id, url, events, created_at FROM webhooks WHERE owner_id = ? ORDER BY created_at, id"
+    webhook = "SELECT * FROM webhooks WHERE id = ?"
+    webhooks_of_owners = "SELECT * FROM webhooks WHERE owner_id IN ({owners}) ORDER BY created_at, id"
+    delete_webhook = "DELETE FROM webhooks WHERE id = ? AND owner_id = ?"
+    delete_webhook_deliveries = "DELETE FROM webhook_deliveries WHERE webhook_id = ?"
+    insert_delivery = (
+        "INSERT INTO webhook_deliveries (id, webhook_id, event, job_id, seq, attempt, status_code, error, delivered, at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
+    )
+    list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
 
     # secrets: the ciphertext is read by get_secret only; list_secrets never selects it
     upsert_secret = (

@@ -161,6 +161,56 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX jobs_flow_status ON jobs (flow_id, status, created_at)",
         "CREATE INDEX spans_run ON spans (run_id)",
     ],
+    # 6: decisions people can trust (DESIGN §9): groups of approvers (a group is its owner's:
+    # the name is unique per owner), who may decide each pending request (approver references,
+    # with a group's owner and name kept apart so a match is by both, never by text), webhooks
+    # and their delivery log
+    [
+        """CREATE TABLE user_groups (
+            owner_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (owner_id, name))""",
+        """CREATE TABLE group_members (
+            owner_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (owner_id, name, user_id))""",
+        "CREATE INDEX group_members_user ON group_members (user_id)",
+        """CREATE TABLE request_approvers (
+            pos {serial},
+            job_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            ref TEXT NOT NULL,
+            user_id TEXT,
+            group_owner TEXT,
+            group_name TEXT,
+            UNIQUE (job_id, request_id, ref))""",
+        "CREATE INDEX request_approvers_user ON request_approvers (user_id)",
+        "CREATE INDEX request_approvers_group ON request_approvers (group_owner, group_name)",
+        """CREATE TABLE webhooks (
+            id TEXT PRIMARY KEY,
+            owner_id TEXT NOT NULL,
+            url TEXT NOT NULL,
+            events {json} NOT NULL,
+            secret_ciphertext {blob} NOT NULL,
+            created_at {ts} NOT NULL)""",
+        "CREATE INDEX webhooks_owner ON webhooks (owner_id, created_at)",
+        """CREATE TABLE webhook_deliveries (
+            pos {serial},
+            id TEXT NOT NULL UNIQUE,
+            webhook_id TEXT NOT NULL,
+            event TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            attempt INTEGER NOT NULL,
+            status_code INTEGER,
+            error TEXT,
+            delivered INTEGER NOT NULL,
+            at {ts} NOT NULL)""",
+        "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, pos)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

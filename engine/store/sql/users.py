@@ -1,5 +1,6 @@
 """Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key).
-Deleting a user also takes what hangs on the user's id: keys, shares and secrets."""
+Deleting a user also takes what hangs on the user's id: keys, shares, secrets, group
+memberships, the groups the user owns and the user's webhooks."""
 
 from __future__ import annotations
 
@@ -80,4 +81,9 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_shares_to_user, (user_id,))
             await tx.execute(Q.delete_shares_of_owner, (user_id,))
             await tx.execute(Q.delete_owner_secrets, (user_id,))
+            await tx.execute(Q.delete_user_memberships, (user_id,))
+            await tx.execute(Q.delete_owner_groups, (user_id,))  # the group rows first (groups.py)
+            await tx.execute(Q.delete_owner_group_members, (user_id,))
+            await tx.execute(Q.delete_owner_webhook_deliveries, (user_id,))
+            await tx.execute(Q.delete_owner_webhooks, (user_id,))
         return existed

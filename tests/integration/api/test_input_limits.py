@@ -152,10 +152,10 @@ async def test_yaml_that_json_cannot_say_is_refused(api: Harness, text) -> None:
 async def test_flow_depth_just_under_the_limit_is_stored_just_over_is_refused(api: Harness) -> None:
     limit = api.settings.max_json_depth
     assert limit == 32
-    # flow (1) > nodes (2) > node (3) > params (4) > meta: nest(n) brings the deepest to 4 + n
+    # flow (1) > nodes (2) > node (3) > params (4) > input_value: nest(n) brings the deepest to 4 + n
     def spec(levels: int) -> dict[str, Any]:
         nodes = [dict(n) for n in REFUND["nodes"]]
-        nodes[2] = {**nodes[2], "params": {**nodes[2]["params"], "meta": nest(levels)}}
+        nodes[2] = {**nodes[2], "params": {**nodes[2]["params"], "input_value": nest(levels)}}
         return {**REFUND, "nodes": nodes}
 
     before = await flow_count(api)
@@ -163,12 +163,12 @@ async def test_flow_depth_just_under_the_limit_is_stored_just_over_is_refused(ap
         r = await c.post("/api/v1/flows", content=raw(spec(limit - 4)), headers=JSON)
         assert r.status_code == 201, r.text
         fid = r.json()["id"]
-        assert (await c.get(f"/api/v1/flows/{fid}")).json()["spec"]["nodes"][2]["params"]["meta"] == nest(limit - 4)
+        assert (await c.get(f"/api/v1/flows/{fid}")).json()["spec"]["nodes"][2]["params"]["input_value"] == nest(limit - 4)
         for body, headers in ((raw(spec(limit - 3)), JSON), (json.dumps(spec(limit - 3)).encode(), YAML),
                               (raw(spec(900)), JSON)):
             d = detail(await c.post("/api/v1/flows", content=body, headers=headers), 422, "FLOW_INVALID")
             where = d["problems"][0]["where"]
-            assert where.startswith("nodes.2.params.meta.0.k.0"), d
+            assert where.startswith("nodes.2.params.input_value.0.k.0"), d
             assert "32 levels" in d["problems"][0]["message"] and "SIGNOFF_MAX_JSON_DEPTH" in d["problems"][0]["message"]
         for body in (b"[" * 1_500_000, b'{"name": "x", "nodes": ' + b"[" * 1_500_000):  # beyond any parser
             d = detail(await c.post("/api/v1/flows", content=body, headers=JSON), 422, "FLOW_INVALID")
@@ -180,23 +180,23 @@ async def test_tweaks_depth_just_under_is_accepted_just_over_refused(api: Harnes
     limit = api.settings.max_json_depth
     async with api.client("alice") as c:
         flow = await own_flow(api, c)
-        # body (1) > tweaks (2) > ask (3) > meta: nest(n) brings the deepest to 3 + n
+        # body (1) > tweaks (2) > ok (3) > input_value: nest(n) brings the deepest to 3 + n
         for levels in (limit - 2, 400):
             r = await c.post("/api/v2/workflows", content=raw({
-                "flow_id": flow, "input_value": "x", "mode": "sync", "tweaks": {"ask": {"meta": nest(levels)}}}),
+                "flow_id": flow, "input_value": "x", "mode": "sync", "tweaks": {"ok": {"input_value": nest(levels)}}}),
                 headers=JSON)
             d = detail(r, 422, "INVALID_REQUEST")
             assert d["problems"][0]["type"] == "json_too_deep", d
-            assert d["problems"][0]["loc"].startswith("body.tweaks.ask.meta.0.k"), d
+            assert d["problems"][0]["loc"].startswith("body.tweaks.ok.input_value.0.k"), d
         r = await c.post("/api/v2/workflows", content=b'{"flow_id": "x", "tweaks": ' + b"[" * 1_500_000, headers=JSON)
         assert "SIGNOFF_MAX_JSON_DEPTH" in detail(r, 422, "INVALID_REQUEST")["message"]
         await no_job_started(api, flow)
         r = await c.post("/api/v2/workflows", content=raw({
             "flow_id": flow, "input_value": "x", "mode": "sync", "session_id": "deep-ok",
-            "tweaks": {"ask": {"meta": nest(limit - 3)}}}), headers=JSON)
+            "tweaks": {"ok": {"input_value": nest(limit - 3)}}}), headers=JSON)
         assert r.status_code == 200 and r.json()["status"] == "suspended", r.text
         job = await api.store.get_job(r.json()["job_id"])
-        assert job.request["tweaks"]["ask"]["meta"] == nest(limit - 3)
+        assert job.request["tweaks"]["ok"]["input_value"] == nest(limit - 3)
 
 
 async def test_decision_values_depth_leaves_the_job_suspended(api: Harness) -> None:

@@ -175,6 +175,45 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("DELETE", "/api/v1/secrets/{name}", 422, path={"name": "x" * 201})
         await A("DELETE", "/api/v1/secrets/{name}", 204, path={"name": name})
 
+        # groups
+        group = f"g-{uuid.uuid4().hex[:6]}"
+        await A("POST", "/api/v1/groups", 201, json={"name": group, "members": [bob_id]})
+        await A("POST", "/api/v1/groups", 409, json={"name": group})
+        await A("POST", "/api/v1/groups", 404, json={"name": "other", "members": ["nobody-here"]})
+        await A("POST", "/api/v1/groups", 422, json={"name": "no spaces"})
+        await A("POST", "/api/v1/groups", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("GET", "/api/v1/groups", 200)
+        await A("GET", "/api/v1/groups/{name}", 200, path={"name": group})
+        await B("GET", "/api/v1/groups/{name}", 404, path={"name": group})
+        await A("GET", "/api/v1/groups/{name}", 422, path={"name": "-x"})
+        await A("POST", "/api/v1/groups/{name}/members", 200, path={"name": group}, json={"users": [alice_id]})
+        await B("POST", "/api/v1/groups/{name}/members", 404, path={"name": group}, json={"users": [bob_id]})
+        await A("POST", "/api/v1/groups/{name}/members", 422, path={"name": group}, json={"users": []})
+        await A("POST", "/api/v1/groups/{name}/members", 413, path={"name": group},
+                content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("DELETE", "/api/v1/groups/{name}/members/{member}", 200, path={"name": group, "member": bob_id})
+        await A("DELETE", "/api/v1/groups/{name}/members/{member}", 404, path={"name": group, "member": "nobody-here"})
+        await A("DELETE", "/api/v1/groups/{name}/members/{member}", 422, path={"name": "-x", "member": bob_id})
+        await B("DELETE", "/api/v1/groups/{name}", 404, path={"name": group})
+        await A("DELETE", "/api/v1/groups/{name}", 422, path={"name": "-x"})
+        await A("DELETE", "/api/v1/groups/{name}", 204, path={"name": group})
+
+        # webhooks
+        api.egress.add("127.0.0.1:9")
+        hook = (await A("POST", "/api/v1/webhooks", 201, json={"url": "http://127.0.0.1:9/hook",
+                                                              "secret": "s" * 16})).json()
+        await A("POST", "/api/v1/webhooks", 422, json={"url": "http://10.255.255.1/hook", "secret": "s" * 16})
+        await A("POST", "/api/v1/webhooks", 422, json={"url": "http://127.0.0.1:9/hook", "secret": "short"})
+        await A("POST", "/api/v1/webhooks", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("GET", "/api/v1/webhooks", 200)
+        await A("GET", "/api/v1/webhooks/{webhook_id}/deliveries", 200, path={"webhook_id": hook["id"]})
+        await B("GET", "/api/v1/webhooks/{webhook_id}/deliveries", 404, path={"webhook_id": hook["id"]})
+        await A("GET", "/api/v1/webhooks/{webhook_id}/deliveries", 422, path={"webhook_id": hook["id"]},
+                params={"limit": 0})
+        await B("DELETE", "/api/v1/webhooks/{webhook_id}", 404, path={"webhook_id": hook["id"]})
+        await A("DELETE", "/api/v1/webhooks/{webhook_id}", 422, path={"webhook_id": "x" * 201})
+        await A("DELETE", "/api/v1/webhooks/{webhook_id}", 204, path={"webhook_id": hook["id"]})
+
     # 503: a process without Temporal, and a database that does not answer
     down = create_app(api.settings, store=api.store)  # no service: its lifespan is not run
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=down), base_url="http://api",

@@ -120,8 +120,8 @@ async def test_schema_4_database_gains_secrets_and_the_new_indexes_keeping_its_r
     flow = await old.save_flow(user.id, "Refund", {"nodes": []})
     await old.grant_share(flow.id, guest.id, ["execute"])
     job_id = await new_job(old, user.id, flow_id=flow.id)
-    done = await new_job(old, user.id, flow_id=flow.id)
-    assert await old.set_status(done, JobStatus.completed)
+    # a job that ended (made ended: this code's set_status also clears schema 6's approver rows)
+    await new_job(old, user.id, flow_id=flow.id, status=JobStatus.completed)
     t0 = utcnow()
     await old.save_spans([SpanRecord(trace_id=job_id, span_id="root", name="run", start_time=t0,
                                      end_time=t0 + timedelta(seconds=1), status="ok", run_id=job_id, flow_id=flow.id)])
@@ -144,5 +144,47 @@ async def test_schema_4_database_gains_secrets_and_the_new_indexes_keeping_its_r
         assert await new.user_for_api_key(key) is None and not await new.has_permission(flow.id, guest.id)
         assert await new.get_secret(user.id, "token") is None
         assert (await new.get_job(job_id)).status == JobStatus.queued
+    finally:
+        await new.close()
+
+
+async def test_schema_5_database_gains_groups_approvers_and_webhooks_keeping_its_rows(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.store_conformance import pending
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:5])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    assert await old.schema_version() == 5
+    owner, approver = await new_user(old), await new_user(old)
+    job_id = await new_job(old, owner.id)
+    assert await old.set_status(job_id, JobStatus.in_progress)
+    assert await old.mark_suspended(job_id, pending("gate"), event=("human_input_required", {"request_id": "gate"}))
+    await old.put_secret(owner.id, "token", b"c")
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        await new.setup()
+        assert await new.schema_version() == len(schema.MIGRATIONS) >= 6
+        assert {"group_members_user", "request_approvers_user", "request_approvers_group", "webhooks_owner",
+                "webhook_deliveries_hook"} <= await _indexes(new)
+        # a job suspended under schema 5 gets approvers and votes
+        await new.create_group(owner.id, "finance")
+        await new.add_group_members(owner.id, "finance", [approver.id])
+        await new.set_request_approvers(job_id, "gate", [f"group:{owner.id}/finance"])
+        assert [j.job_id for j in await new.list_assigned_pending(approver.id)] == [job_id]
+        assert await new.append_event_if_waiting(job_id, "gate", "human_input_vote", {}, dedupe_key="v") == 2
+        hook = await new.create_webhook(owner.id, "https://x", ["*"], b"s")
+        await new.log_delivery(hook.id, event="human_input_vote", job_id=job_id, seq=2, attempt=1, status_code=200,
+                               error=None, delivered=True)
+        assert [d.seq for d in await new.list_deliveries(hook.id)] == [2]
+        assert (await new.get_secret(owner.id, "token")).ciphertext == b"c"
+        assert await new.delete_user(owner.id)
+        assert await new.list_groups(owner.id) == [] and await new.get_webhook(hook.id) is None
+        assert (await new.get_job(job_id)).status == JobStatus.suspended  # jobs are the caller's
     finally:
         await new.close()

@@ -124,6 +124,69 @@ async def test_concurrent_get_or_create_user_makes_one_user(stores: list[Store])
     assert len({u.id for u in users}) == 1
 
 
+async def test_votes_racing_a_stop_across_store_instances_never_come_after_it(stores: list[Store]) -> None:
+    for _ in range(30):
+        job_id, request_id = await suspended_job(stores[0])
+        votes = [stores[i % len(stores)].append_event_if_waiting(
+            job_id, request_id, "human_input_vote", {"i": i}, dedupe_key=f"v:{i % 6}") for i in range(12)]
+        stop = stores[3].claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+        results = await asyncio.gather(*votes[:6], stop, *votes[6:])
+        assert results.pop(6) is True
+        events = await stores[1].read_events(job_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        cancel_seq = next(e.seq for e in events if e.event == "run_cancelled")
+        recorded = {s for s in results if s is not None}
+        assert all(s < cancel_seq for s in recorded)  # no vote after the stop
+        assert len(events) == len(recorded) + 1  # each key once
+
+
+async def test_votes_racing_a_resume_claim_across_store_instances(stores: list[Store]) -> None:
+    for _ in range(20):
+        job_id, request_id = await suspended_job(stores[0])
+        votes = [stores[i % len(stores)].append_event_if_waiting(
+            job_id, request_id, "human_input_vote", {"i": i}, dedupe_key=f"v:{i}") for i in range(8)]
+        results = await asyncio.gather(*votes[:4], stores[2].claim_suspended_for_resume(job_id, request_id), *votes[4:])
+        token = results.pop(4)
+        assert token is not None
+        recorded = [s for s in results if s is not None]
+        # the votes that came after the claim wrote nothing; those before are all there
+        assert [e.seq for e in await stores[3].read_events(job_id)] == sorted(recorded)
+
+
+async def test_concurrent_create_group_across_store_instances_has_one_winner(stores: list[Store]) -> None:
+    owner = await new_user(stores[0])
+    results = await asyncio.gather(*(stores[i % len(stores)].create_group(owner.id, "finance") for i in range(12)),
+                                   return_exceptions=True)
+    assert sum(not isinstance(r, Exception) for r in results) == 1
+    assert all(type(r).__name__ in ("Group", "StoreConflict") for r in results)
+
+
+async def test_group_members_added_while_it_is_deleted_never_outlive_it(stores: list[Store]) -> None:
+    owner = await new_user(stores[0])
+    for round_ in range(20):
+        name = f"g{round_}"
+        await stores[0].create_group(owner.id, name)
+        adds = [stores[i % len(stores)].add_group_members(owner.id, name, [f"u{i}"]) for i in range(8)]
+        await asyncio.gather(*adds[:4], stores[3].delete_group(owner.id, name), *adds[4:])
+        assert await stores[1].get_group(owner.id, name) is None
+        assert (await stores[2].create_group(owner.id, name)).members == []
+        assert (await stores[0].get_group(owner.id, name)).members == []
+
+
+async def test_concurrent_approver_changes_across_store_instances(stores: list[Store]) -> None:
+    job_id, request_id = await suspended_job(stores[0])
+    sets = [[f"user:s{i}-{k}" for k in range(3)] for i in range(6)]
+    await asyncio.gather(*(stores[i % len(stores)].set_request_approvers(job_id, request_id, refs)
+                           for i, refs in enumerate(sets)))
+    assert await stores[1].request_approvers(job_id, request_id) in sets  # one whole replacement won
+    before = await stores[0].request_approvers(job_id, request_id)
+    added = await asyncio.gather(*(stores[i % len(stores)].add_request_approvers(job_id, request_id, ["user:esc", f"user:e{i}"])
+                                   for i in range(8)))
+    final = await stores[2].request_approvers(job_id, request_id)
+    assert final[:3] == before and sorted(final[3:]) == sorted(["user:esc", *(f"user:e{i}" for i in range(8))])
+    assert all(set(a) <= set(final) for a in added)
+
+
 # ---- separate processes -----------------------------------------------------------------------
 
 

@@ -1,0 +1,91 @@
+"""Who may decide a pending request, and the votes written only while it waits, in SQL.
+
+Approver references (``user:<id>``, ``group:<owner_id>/<name>``) are rows per (job, request,
+reference), with the user or the group's owner and name in their own columns: a group
+reference matches the members of exactly that owner's group. ``list_assigned_pending`` reads
+memberships at query time and checks each reference against the job's *current* request, so
+rows of an earlier request, or of a job that is no longer suspended, never list it. A job's
+rows go when it reaches a terminal status (jobs.py deletes them in that transaction).
+
+``append_event_if_waiting`` locks the job row with a conditional no-op UPDATE (the same row a
+claim updates), so a vote is ordered entirely before or after a resume or cancel claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from signoff.engine.models import Job
+from signoff.engine.store.encoding import approver_ref, unique_strings
+from signoff.engine.store.sql.core import Tx
+from signoff.engine.store.sql.events import DuplicateEvent
+from signoff.engine.store.sql.jobs import SQLJobs
+from signoff.engine.store.sql.queries import Q
+
+__all__ = ["SQLApprovals"]
+
+
+def _refs(refs: Iterable[str]) -> list[tuple[str, str | None, str | None, str | None]]:
+    """Each reference once, parsed (ValueError/TypeError before any change)."""
+    return [(ref, *approver_ref(ref)) for ref in unique_strings(refs, "refs")]
+
+
+class SQLApprovals(SQLJobs):
+    """Part of SQLStore: approver references, the assigned list, votes while a request waits."""
+
+    async def _write_refs(self, tx: Tx, job_id: str, request_id: str, parsed: list[Any], *, replace: bool) -> None:
+        # the job row first (when there is one): concurrent changes of one job's references queue
+        # on it, in the same order as a status change takes it (job, then the rest)
+        await tx.execute(Q.lock_job, (job_id,))
+        if replace:
+            await tx.execute(Q.delete_request_approvers, (job_id, request_id))
+        if parsed:
+            await tx.executemany(Q.insert_request_approver, [(job_id, request_id, *p) for p in parsed])
+
+    async def set_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> None:
+        """See Store.set_request_approvers."""
+        parsed = _refs(refs)
+        async with self._tx(write=True) as tx:
+            await self._write_refs(tx, job_id, request_id, parsed, replace=True)
+
+    async def add_request_approvers(self, job_id: str, request_id: str, refs: Iterable[str]) -> list[str]:
+        """See Store.add_request_approvers."""
+        parsed = _refs(refs)
+        async with self._tx(write=True) as tx:
+            await self._write_refs(tx, job_id, request_id, parsed, replace=False)
+            rows = await tx.fetchall(Q.request_approvers, (job_id, request_id))
+        return [r["ref"] for r in rows]
+
+    async def request_approvers(self, job_id: str, request_id: str) -> list[str]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.request_approvers, (job_id, request_id))
+        return [r["ref"] for r in rows]
+
+    async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
+        """See Store.list_assigned_pending: one statement, memberships read with the jobs."""
+        sql, params = Q.assigned_pending, [user_id, user_id]
+        if flow_id is not None:
+            sql += " AND j.flow_id = ?"
+            params.append(flow_id)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql + " ORDER BY j.updated_at DESC, j.job_id DESC", params)
+        return [self._job(r) for r in rows]
+
+    async def append_event_if_waiting(
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+    ) -> int | None:
+        """See Store.append_event_if_waiting. The conditional no-op UPDATE locks the job row while
+        it waits for ``request_id``; the append then takes the counter row (job row, then
+        counter: the order of every status change with its event, so no deadlock)."""
+        body = self._enc_json(data)
+        try:
+            async with self._tx(write=True) as tx:
+                if await tx.execute(Q.lock_waiting, (job_id, request_id)) > 0:
+                    return await self._append(tx, job_id, event, body, dedupe_key)
+                if dedupe_key is None:
+                    return None
+                first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
+                return int(first["seq"]) if first is not None else None
+        except DuplicateEvent as dup:  # rolled back: the counter and the job row untouched
+            return dup.seq
