@@ -17,7 +17,7 @@ from signoff.engine.egress import EgressPolicy, egress_client
 from signoff.engine.errors import ComponentError
 from signoff.engine.models import FlowRecord, utcnow
 from signoff.engine.secrets import SECRET_REF, is_secret_ref, secret_names
-from signoff.engine.settings import Settings
+from signoff.engine.settings import DEFAULT_MAX_OUTPUT_BYTES, Settings
 from signoff.engine.state import VertexResult
 from signoff.engine.store.base import HistoryStore
 
@@ -133,6 +133,11 @@ class RunContext:
         return egress_client(policy, timeout=min(timeout or settings.http_max_timeout_seconds,
                                                  settings.http_max_timeout_seconds),
                              max_response_bytes=settings.http_max_response_bytes)
+
+    @property
+    def max_output_bytes(self) -> int:
+        """The largest output a node may produce (SIGNOFF_MAX_OUTPUT_BYTES)."""
+        return self.settings.max_output_bytes if self.settings is not None else DEFAULT_MAX_OUTPUT_BYTES
 
     def capped_timeout(self, seconds: float) -> float:
         """A component's own timeout, bounded by SIGNOFF_HTTP_MAX_TIMEOUT_SECONDS."""

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
 from signoff.engine.errors import AlreadyVoted, Forbidden, InvalidDecision, InvalidValues, NotAnApprover, NotResumable
 from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote
 from signoff.engine.state import RunState
+from signoff.engine.valueschema import ValuesValidator
 
 
 @dataclass(frozen=True)
@@ -119,11 +120,14 @@ def _check_values(pending: PendingRequest, decision: Decision) -> None:
     schema = (pending.fields or {}).get(decision.action_id)
     if schema is None:
         return
-    problems = [
-        {"loc": ".".join(["values", *[str(p) for p in error.absolute_path], *_missing(error)]),
-         "message": error.message, "type": str(error.validator)}
-        for error in Draft202012Validator(schema).iter_errors(decision.values or {})
-    ]
+    by_field: dict[str, list[Any]] = {}
+    for error in ValuesValidator(schema).iter_errors(decision.values or {}):
+        loc = ".".join(["values", *[str(p) for p in error.absolute_path], *_missing(error)])
+        by_field.setdefault(loc, []).append(error)
+    # one problem per field: a value that breaks several rules (too short and not matching the
+    # pattern) is one field to fix; the most relevant rule is named
+    problems = [{"loc": loc, "message": error.message, "type": str(error.validator)}
+                for loc, errors in by_field.items() for error in [best_match(errors)] if error is not None]
     if problems:
         raise InvalidValues(sorted(problems, key=lambda p: p["loc"]))
 

@@ -29,6 +29,7 @@ import httpx
 
 from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
+from signoff.engine.secrets import scrubbed
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504}) | frozenset(range(520, 530))
@@ -101,21 +102,23 @@ def parse_tool_calls(message: dict[str, Any]) -> list[ToolCall]:
     return calls
 
 
-def _endpoint_error(resp: httpx.Response) -> str:
-    """The endpoint's own error message (OpenAI shape ``{"error": {"message"}}``) or the body."""
+def _endpoint_error(resp: httpx.Response, hide: list[str]) -> str:
+    """The endpoint's own error message (OpenAI shape ``{"error": {"message"}}``) or the body,
+    with ``hide`` (the API key) masked before it is cut short (a cut must not leave half a key)."""
     try:
         body = resp.json()
     except ValueError:
-        return resp.text[:300].strip()
+        return scrubbed(resp.text, hide)[:300].strip()
+    said: Any = body
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"][:300]
-        if isinstance(err, str):
-            return err[:300]
-        if isinstance(body.get("detail"), str):
-            return body["detail"][:300]
-    return json.dumps(body)[:300]
+            said = err["message"]
+        elif isinstance(err, str):
+            said = err
+        elif isinstance(body.get("detail"), str):
+            said = body["detail"]
+    return scrubbed(said if isinstance(said, str) else json.dumps(said), hide)[:300]
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -155,6 +158,10 @@ class ChatClient:
         self.who = who
 
     @property
+    def _hide(self) -> list[str]:
+        return [self.api_key] if self.api_key else []
+
+    @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
@@ -165,7 +172,10 @@ class ChatClient:
         return min(self.backoff * (2**attempt) * (1 + random.random() / 4), MAX_BACKOFF)
 
     def _fail(self, message: str, **details: Any) -> ModelError:
-        return ModelError(f"{self.who}: the model endpoint {self.url} {message}", model=self.model, **details)
+        # an endpoint that echoes the request (its Authorization header) must not put the key
+        # into the run's error, events and logs
+        return ModelError(scrubbed(f"{self.who}: the model endpoint {self.url} {message}", self._hide),
+                          model=self.model, **details)
 
     async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResult:
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.extra_body}
@@ -189,12 +199,12 @@ class ChatClient:
                     last = f"could not be reached ({e.__class__.__name__}: {e})"
                 else:
                     if resp.status_code in RETRY_STATUSES:
-                        last = f"answered {resp.status_code}: {_endpoint_error(resp)}"
+                        last = f"answered {resp.status_code}: {_endpoint_error(resp, self._hide)}"
                     elif resp.status_code >= 400:
                         hint = " (check the API key)" if resp.status_code in (401, 403) else ""
                         hint = hint or (" (check base_url and model)" if resp.status_code == 404 else "")
                         raise self._fail(
-                            f"answered {resp.status_code}: {_endpoint_error(resp)}{hint}", status_code=resp.status_code
+                            f"answered {resp.status_code}: {_endpoint_error(resp, self._hide)}{hint}", status_code=resp.status_code
                         )
                     else:
                         result = self._parse(resp)
@@ -211,7 +221,7 @@ class ChatClient:
         try:
             data = resp.json()
         except ValueError:
-            return f"answered {resp.status_code} with a body that is not JSON: {resp.text[:200]!r}"
+            return f"answered {resp.status_code} with a body that is not JSON: {scrubbed(resp.text, self._hide)[:200]!r}"
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return f"answered {resp.status_code} without choices: {json.dumps(data)[:200]}"

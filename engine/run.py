@@ -60,6 +60,29 @@ def _decisions_for(state: RunState, vertex_id: str) -> list[AppliedDecision]:
     return [d for d in state.decisions if state.decision_vertex.get(d.request_id) == vertex_id]
 
 
+def _over(value: Any, limit: int) -> bool:
+    """Whether ``value`` is over ``limit`` bytes, about its JSON size (text counted as UTF-8 at
+    most, numbers as 8), without building the JSON; stops as soon as it is over."""
+    size = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) if item.isascii() else len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            size += 2 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += len(item)
+            stack.extend(item)
+        else:
+            size += 8
+        if size > limit:
+            return True
+    return False
+
+
 async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunContext) -> VertexResult:
     """Build one vertex. This is the one place where a component runs: observability wraps it
     through ``ctx.wrap_build`` and ``ctx.on_vertex_built``."""
@@ -93,6 +116,11 @@ async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunCo
                 state=outputs.state if outputs.state is not None else bctx.state,
                 pause=outputs.request,
             )
+        over = _over(outputs, ctx.max_output_bytes)
+        if over:
+            raise ComponentError(
+                f"{vertex.type} '{vertex_id}': its output is over {ctx.max_output_bytes} bytes "
+                "(SIGNOFF_MAX_OUTPUT_BYTES)", vertex_id=vertex_id)
         return VertexResult(
             vertex_id=vertex_id,
             component_type=vertex.type,

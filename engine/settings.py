@@ -12,6 +12,9 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
 
@@ -91,6 +94,11 @@ class Settings(BaseSettings):
     )
     http_max_timeout_seconds: float = Field(
         300.0, gt=0, description="The longest an HTTP Request node or a model call may wait, whatever its timeout param.",
+    )
+    max_output_bytes: int = Field(
+        DEFAULT_MAX_OUTPUT_BYTES, ge=64 * 1024,
+        description="The largest output one node may produce (text and values, about their JSON size); beyond it the "
+        "node fails. Keep it at least SIGNOFF_HTTP_MAX_RESPONSE_BYTES.",
     )
     max_nested_runs: int = Field(
         100, ge=0, description="Nested runs (Run Flow, at any depth) one run may start in all; beyond it the node fails.",

@@ -112,7 +112,8 @@ class RunService:
             refused = untweakable(flow.spec, tweaks)
             if refused:
                 raise Forbidden(f"You may not tweak {', '.join(refused)}: the flow's owner has not marked "
-                                "them tweakable (a node's \"tweakable\" list)", flow_id=flow.id)
+                                "them tweakable (a node's \"tweakable\" list), or they would choose a credential, "
+                                "where one goes, or name a secret", flow_id=flow.id)
         parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes)
 
     async def supersede(self, job: Job) -> list[str]:

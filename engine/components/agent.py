@@ -37,13 +37,17 @@ from signoff.engine.components.base import (
 )
 from signoff.engine.decisions import tool_args
 from signoff.engine.errors import ComponentError, SignoffError
-from signoff.engine.llm import DEFAULT_BASE_URL, ChatClient
+from signoff.engine.llm import DEFAULT_BASE_URL, MAX_BACKOFF, ChatClient
 from signoff.engine.models import Option, PendingRequest
 
 DEFAULT_MODEL = "gpt-4o-mini"
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 REJECTED_DEFAULT = "A person rejected this tool call; it did not run."
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
+# A flow is untrusted input: an agent's loop is bounded (model calls, retries of each, tool calls
+# answered per model message), so one flow cannot hold a worker or bill without end.
+LIMITS = {"max_iterations": (1, 100), "max_retries": (0, 10)}
+MAX_TOOL_CALLS = 16
 
 
 def _same_endpoint(a: str, b: str) -> bool:
@@ -126,14 +130,16 @@ class Agent(Component):
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> list[str]:
         problems = super().check_params(params)
-        for name, low in (("max_iterations", 1), ("max_retries", 0)):
+        for name, (low, high) in LIMITS.items():
             v = params.get(name)
-            if isinstance(v, int) and not isinstance(v, bool) and v < low:
-                problems.append(f"param '{name}' must be >= {low}")
+            if isinstance(v, int) and not isinstance(v, bool) and not low <= v <= high:
+                problems.append(f"param '{name}' must be between {low} and {high}")
         for name in ("timeout", "retry_backoff"):
             v = params.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and (v < 0 or (name == "timeout" and v == 0)):
                 problems.append(f"param '{name}' must be > 0" if name == "timeout" else f"param '{name}' must be >= 0")
+            elif name == "retry_backoff" and isinstance(v, (int, float)) and v > MAX_BACKOFF:
+                problems.append(f"param 'retry_backoff' must be at most {MAX_BACKOFF:g} seconds")
         url = params.get("base_url")
         if isinstance(url, str) and url and not url.startswith(("http://", "https://")):
             problems.append("param 'base_url' must start with http:// or https://")
@@ -222,8 +228,10 @@ class Agent(Component):
             if not result.tool_calls:
                 return {"response": result.content}
             st["queue"] = [
-                {"id": c.id, "name": c.name, "args": c.arguments, "raw": c.raw_arguments, "error": c.error}
-                for c in result.tool_calls
+                {"id": c.id, "name": c.name, "args": c.arguments, "raw": c.raw_arguments,
+                 "error": c.error if i < MAX_TOOL_CALLS else
+                 f"not run: at most {MAX_TOOL_CALLS} tool calls are answered per model message; call again"}
+                for i, c in enumerate(result.tool_calls)
             ]
 
     async def _next_call(self, ctx: BuildContext, tools: dict[str, dict[str, Any]]) -> None:

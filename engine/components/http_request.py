@@ -5,12 +5,14 @@ It dials through the run's one HTTP client: the egress policy (SIGNOFF_EGRESS_AL
 on the resolved address of every connection, the body read is capped
 (SIGNOFF_HTTP_MAX_RESPONSE_BYTES) and so is the timeout (SIGNOFF_HTTP_MAX_TIMEOUT_SECONDS). A
 refusal or an oversize answer fails the node at once (retrying cannot help). Header values may
-be secret references (``{"$secret": "NAME"}``), revealed only for the request."""
+be secret references (``{"$secret": "NAME"}``), revealed only for the request, and only to the
+origin of the node's own ``url`` param: a URL that comes from an input (a share holder's, a model's, an upstream output) never carries them elsewhere."""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -21,6 +23,20 @@ from signoff.engine.errors import ComponentError
 from signoff.engine.secrets import is_secret_ref, scrubbed, secret_names
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+
+
+def origin(url: Any) -> tuple[str, str, int] | None:
+    """Scheme, host and port of an http(s) URL; None for anything else."""
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port
 
 
 def idempotency_key(run_id: str, vertex_id: str) -> str:
@@ -62,14 +78,14 @@ class HTTPRequest(Component):
             raise ComponentError(f"HTTPRequest: '{url}' is not an http(s) URL", vertex_id=ctx.vertex_id)
         method = str(self.params.get("method") or "GET").upper()
         declared = self.params.get("headers") or {}
-        if secret_names(declared) and ctx.inputs.get("url") is not None and (
-                ctx.model_chosen or ctx.run.user_id != ctx.run.owner_id):
-            # a confused deputy: someone else's run (a share holder's input) or a model (a prompt
-            # injection) must not choose where the owner's credential goes
+        fixed = origin(self.params.get("url"))
+        if secret_names(declared) and ctx.inputs.get("url") is not None and (fixed is None or origin(url) != fixed):
+            # a confused deputy: an input (a share holder's, a model's after a prompt injection, an
+            # upstream node's output) must not choose where the owner's credential goes
             raise ComponentError(
                 f"HTTPRequest '{ctx.vertex_id}' would send a secret of the flow's owner to a URL "
-                + ("a model chose" if ctx.model_chosen else "its input decides (in a run by someone else)")
-                + "; a secret goes only to a URL fixed in the node's params (url)",
+                + ("a model chose" if ctx.model_chosen else "its input decides")
+                + "; a secret goes only to the origin (scheme, host, port) of the node's url param",
                 vertex_id=ctx.vertex_id,
             )
         revealed = await ctx.run.reveal(declared, vertex_id=ctx.vertex_id)
@@ -100,7 +116,7 @@ class HTTPRequest(Component):
             ) from None
         if resp.status_code >= 400:
             raise ComponentError(
-                f"HTTPRequest: {method} {url} answered {resp.status_code}: {scrubbed(resp.text[:500], used)}",
+                f"HTTPRequest: {method} {url} answered {resp.status_code}: {scrubbed(resp.text, used)[:500]}",
                 vertex_id=ctx.vertex_id,
                 retryable=resp.status_code >= 500 or resp.status_code == 429,
                 status_code=resp.status_code,

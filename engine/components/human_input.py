@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, PendingRequest
+from signoff.engine.valueschema import ValuesValidator, pattern_problem
 
 UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 DEFAULT_DECISIONS = ["Approve", "Reject"]
@@ -35,8 +35,19 @@ def action_id(label: str) -> str:
     return label.strip().lower().replace(" ", "_")
 
 
+MAX_DURATION_DAYS = 3660  # ten years: longer is a mistake, and past ~2.7 million years a date overflows
+
+
 def duration_seconds(value: Any, what: str = "timeout") -> float:
-    """``{"value": 3, "unit": "Days"}`` or a number of seconds; 0 / None: none."""
+    """``{"value": 3, "unit": "Days"}`` or a number of seconds; 0 / None: none. At most
+    :data:`MAX_DURATION_DAYS`."""
+    seconds = _seconds(value, what)
+    if seconds > MAX_DURATION_DAYS * 86400:
+        raise ValueError(f"{what} must be at most {MAX_DURATION_DAYS} days")
+    return seconds
+
+
+def _seconds(value: Any, what: str) -> float:
     if value is None:
         return 0.0
     if isinstance(value, bool):
@@ -69,7 +80,7 @@ def schema_problems(schema: Any, where: str) -> list[str]:
     if schema.get("type", "object") != "object":
         return [f"{where}: the values are an object: its schema's type is 'object'"]
     try:
-        Draft202012Validator.check_schema(schema)
+        ValuesValidator.check_schema(schema)
     except SchemaError as e:
         return [f"{where} is not a valid JSON Schema: {e.message}"]
     problems = []
@@ -79,6 +90,8 @@ def schema_problems(schema: Any, where: str) -> list[str]:
         if not isinstance(node, dict):
             continue
         unknown = set(node) - SCHEMA_KEYWORDS
+        if "pattern" in node and (problem := pattern_problem(node["pattern"])):
+            problems.append(f"{at}: {problem}")
         if unknown:
             problems.append(f"{at}: unsupported keyword(s) {', '.join(sorted(unknown))} (no $ref; the form "
                             "keywords are type, properties, required, items, enum, bounds, lengths, pattern, "
@@ -248,7 +261,7 @@ class HumanInput(Component):
                 schema = (cls.fields_by_action(params) or {}).get(default)
                 values = params.get("default_values") or {}
                 if schema is not None and not schema_problems(schema, "fields"):
-                    for error in Draft202012Validator(schema).iter_errors(values):
+                    for error in ValuesValidator(schema).iter_errors(values):
                         problems.append(f"default_values: {error.message}")
         elif params.get("default_action") is not None or params.get("default_values") is not None:
             problems.append("params 'default_action' and 'default_values' are used by on_timeout: \"default\" only")

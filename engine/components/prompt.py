@@ -7,6 +7,7 @@ from typing import Any
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
+from signoff.engine.errors import ComponentError
 
 
 def template_variables(template: Any) -> tuple[list[str], list[str]]:
@@ -58,4 +59,10 @@ class Prompt(Component):
         template = self.params["template"]
         names, _ = template_variables(template)
         values = {n: as_text(self.value(ctx, n, "")) for n in names}
+        # the size before it is made: a template repeating a variable ("{x}{x}{x}...") over a
+        # large input, or prompts chained to double each time, must not fill the worker's memory
+        size = len(template) + sum(len(values[n]) * template.count("{" + n + "}") for n in names)
+        if size > ctx.run.max_output_bytes:
+            raise ComponentError(f"Prompt '{ctx.vertex_id}': the prompt would be {size} characters, over "
+                                 f"{ctx.run.max_output_bytes} (SIGNOFF_MAX_OUTPUT_BYTES)", vertex_id=ctx.vertex_id)
         return {"prompt": template.format(**values)}

@@ -12,6 +12,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from signoff.engine.components import get_component
 from signoff.engine.graph import Graph
 from signoff.engine.liveness import resolve_inputs
 from signoff.engine.state import RunState, VertexResult
@@ -48,6 +49,20 @@ class _Owner:
 _owner: ContextVar[_Owner | None] = ContextVar("signoff_span_owner", default=None)
 
 
+def shown(value: Any) -> Any:
+    """A vertex's inputs or outputs as its span shows them: every tool descriptor in them (an
+    Agent's ``tools`` input, a component's ``tool`` output) with its credentials masked (its
+    params travel with it so that an Agent can call the tool)."""
+    if isinstance(value, list):
+        return [shown(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    cls = get_component(value["component_type"]) if isinstance(value.get("component_type"), str) else None
+    if cls is not None and isinstance(value.get("params"), dict):
+        return {**value, "params": cls.masked_params(value["params"])}
+    return {k: shown(v) for k, v in value.items()}
+
+
 
 class RunTracer:
     """The span hooks for one run: ``RunContext(wrap_build=t.wrap_build,
@@ -65,15 +80,6 @@ class RunTracer:
         built vertex, and the spans of the components' model and tool calls."""
         return {"wrap_build": self.wrap_build, "on_vertex_built": self.on_vertex_built,
                 "model_span": model_call, "tool_span": tool_call}
-
-    def _shown(self, result: VertexResult) -> dict[str, Any]:
-        """The outputs as the span shows them: a tool descriptor's credentials masked (its params
-        travel with it so that an Agent can call the tool)."""
-        tool = result.outputs.get("tool")
-        vertex = self.graph.vertices.get(result.vertex_id)
-        if not isinstance(tool, dict) or not isinstance(tool.get("params"), dict) or vertex is None:
-            return result.outputs
-        return {**result.outputs, "tool": {**tool, "params": vertex.component_class.masked_params(tool["params"])}}
 
     def _is_gate_build(self, vertex_id: str, component_type: str) -> bool:
         vertex = self.graph.vertices.get(vertex_id)
@@ -101,7 +107,7 @@ class RunTracer:
             inputs = {}
             parent_ctx = otel_context.get_current()
         attrs = base_attributes(self.run_id, state.job_id, state.flow_id, "component", parent)
-        attrs.update({A_VERTEX: vertex_id, A_COMPONENT: component_type, A_INPUTS: json_attr(inputs, self.limit)})
+        attrs.update({A_VERTEX: vertex_id, A_COMPONENT: component_type, A_INPUTS: json_attr(shown(inputs), self.limit)})
         if nested is not None:
             attrs["signoff.nested"] = True
         with requesting(None, span_id):
@@ -127,7 +133,7 @@ class RunTracer:
         if span is None:
             return
         _ending.set(None)
-        span.set_attribute(A_OUTPUTS, json_attr(self._shown(result), self.limit))
+        span.set_attribute(A_OUTPUTS, json_attr(shown(result.outputs), self.limit))
         if result.pause is not None:
             span.set_attribute("signoff.paused", True)
             span.set_attribute("signoff.request_id", result.pause.request_id)
@@ -198,7 +204,7 @@ def _child_span(kind: str, name: str, key: str, attributes: dict[str, Any], inpu
     span_id = span_id_for(hex_span(owner.span_id), kind, key)
     attrs = base_attributes(owner.run_id, owner.job_id, owner.flow_id, kind, owner.span_id)
     attrs.update({k: v for k, v in attributes.items() if v is not None})
-    attrs[A_INPUTS] = json_attr(inputs, owner.limit)
+    attrs[A_INPUTS] = json_attr(shown(inputs), owner.limit)
     parent_ctx = otel_context.get_current()
     with requesting(None, span_id):
         span = tracer().start_span(name, context=parent_ctx, attributes=attrs)

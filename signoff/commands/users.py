@@ -10,11 +10,18 @@ import sys
 from signoff.engine.settings import Settings
 
 
-async def _create(name: str) -> tuple[str, str, bool]:
+def _open(settings: Settings):
+    """The database these commands talk to, as the server opens it: SIGNOFF_HOME private first
+    (a SQLite database made here holds API keys and every run's inputs)."""
     from signoff.engine.store import open_store
+    from signoff.home import prepare_home
 
-    settings = Settings()
-    store = open_store(settings.resolved_database_url)
+    prepare_home(settings.home)
+    return open_store(settings.resolved_database_url)
+
+
+async def _create(name: str) -> tuple[str, str, bool]:
+    store = _open(Settings())
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -41,9 +48,7 @@ def _handle_create(args: argparse.Namespace) -> int:
 
 
 async def _revoke(name: str, key: str | None) -> int:
-    from signoff.engine.store import open_store
-
-    store = open_store(Settings().resolved_database_url)
+    store = _open(Settings())
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -72,11 +77,10 @@ def _handle_revoke(args: argparse.Namespace) -> int:
 async def _delete(name: str) -> bool:
     """Through the service, with Temporal: the user's runs are cancelled and their flows deleted
     (with every run of them) before their keys, shares and secrets go."""
-    from signoff.engine.store import open_store
     from signoff.service import RunService, connect_client
 
     settings = Settings()
-    store = open_store(settings.resolved_database_url)
+    store = _open(settings)
     try:
         await store.setup()
         user = await store.get_user_by_name(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -174,3 +175,15 @@ async def test_secrets_keys_and_users_from_the_command_line(tmp_path: Path, temp
                 _stop(api)
     finally:
         await store.close()
+
+
+def test_users_create_makes_a_private_home(tmp_path: Path) -> None:
+    """The first command on a new machine may be `signoff users create`: the SQLite database it
+    makes holds API keys, so its SIGNOFF_HOME is private from the start, as under signoff dev."""
+    home = tmp_path / "new-home"
+    env = _env(home, free_port(), "127.0.0.1:1", "unused")
+    env["SIGNOFF_DATABASE_URL"] = f"sqlite:///{home / 'signoff.db'}"
+    created = _cli(env, "users", "create", "first")
+    assert created.returncode == 0, created.stderr
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "signoff.db").stat().st_mode) == 0o600

@@ -243,6 +243,30 @@ async def test_malformed_tool_calls_go_back_to_the_model_as_errors(runner, fake_
     assert fake_openai.count == 4
 
 
+async def test_a_model_answer_with_too_many_tool_calls_runs_only_the_first_ones(runner, fake_openai):
+    from signoff.engine.components.agent import MAX_TOOL_CALLS
+
+    fake_openai.add(calls([("calc", {"expression": f"{i}+1"}) for i in range(MAX_TOOL_CALLS + 4)]), say("done"))
+    spec = agent_flow(fake_openai, [("calc", "Calculator", {"tool_name": "calc"})])
+    done = await runner.start(spec, run_id="ag-many", input_value="x")
+    assert done.status == "completed", done.error
+    answers = tool_messages(fake_openai.requests[1])
+    assert answers[:MAX_TOOL_CALLS] == [str(i + 1) for i in range(MAX_TOOL_CALLS)]
+    assert len(answers) == MAX_TOOL_CALLS + 4 and all("not run: at most" in a for a in answers[MAX_TOOL_CALLS:])
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"max_iterations": 101}, "'max_iterations' must be between 1 and 100"),
+    ({"max_iterations": 0}, "'max_iterations' must be between 1 and 100"),
+    ({"max_retries": 11}, "'max_retries' must be between 0 and 10"),
+    ({"retry_backoff": 3600}, "'retry_backoff' must be at most 30 seconds"),
+])
+def test_an_agents_loop_is_bounded_when_the_flow_is_saved(fake_openai, params, problem):
+    with pytest.raises(FlowInvalid) as e:
+        parse_and_validate(agent_flow(fake_openai, [], **params))
+    assert problem in json.dumps(e.value.details)
+
+
 async def test_model_errors_are_retried_with_backoff(runner, fake_openai):
     from tests.fixtures.fake_openai import fail, garbage, hang, no_choices
 

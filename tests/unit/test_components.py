@@ -197,3 +197,34 @@ async def test_tool_output_is_a_serialisable_descriptor(runner, builds):
         }
     }
     json.dumps(vr.outputs)
+
+
+# ---- a node's output is bounded (SIGNOFF_MAX_OUTPUT_BYTES) ------------------------------------------
+
+
+async def test_prompts_chained_to_double_stop_at_the_output_cap(runner):
+    """Each Prompt doubles its input: 1 KB becomes 2 KB, 4 KB... past the cap the run fails at the
+    node that crosses it, with the setting named, instead of filling the worker's memory."""
+    runner.settings.max_output_bytes = 64 * 1024
+    nodes = [("in", "TextInput", {"value": "x" * 1024})]
+    edges = []
+    for i in range(12):  # 1 KB * 2**12 = 4 MB: far past 64 KB
+        nodes.append((f"p{i}", "Prompt", {"template": "{a}{a}"}))
+        edges.append((f"{'in.text' if i == 0 else f'p{i - 1}.prompt'}", f"p{i}.a"))
+    nodes.append(("out", "TextOutput"))
+    edges.append(("p11.prompt", "out.input_value"))
+    out = await runner.start(flow(nodes, edges), run_id="doubling", input_value="")
+    assert out.status == "failed" and out.error["vertex_id"] == "p5"  # 64 KB of text and its key: over 64 KB
+    assert "SIGNOFF_MAX_OUTPUT_BYTES" in out.error["error"]
+
+
+async def test_a_template_that_repeats_a_variable_is_refused_before_it_is_made(runner):
+    runner.settings.max_output_bytes = 64 * 1024
+    spec = flow([("in", "TextInput", {"value": "y" * 1024}), ("p", "Prompt", {"template": "{a}" * 100}),
+                 ("out", "TextOutput")], [("in.text", "p.a"), ("p.prompt", "out.input_value")])
+    out = await runner.start(spec, run_id="repeat", input_value="")
+    assert out.status == "failed" and out.error["vertex_id"] == "p"
+    assert "would be 102700 characters" in out.error["error"]
+    runner.settings.max_output_bytes = 128 * 1024
+    ok = await runner.start(spec, run_id="repeat-ok", input_value="")
+    assert ok.status == "completed" and len(ok.result["output"]["text"]) == 102400

@@ -65,3 +65,31 @@ def test_a_tool_approval_refuses_values_it_cannot_apply(decision, fault):
 ])
 def test_a_tool_approval_takes_what_it_can_apply(decision):
     check_decision(tool(), "agent:run:1", decision)
+
+
+# ---- values patterns run on RE2: a flow's pattern cannot hold a worker -----------------------------
+
+
+def test_a_catastrophic_pattern_checks_a_long_value_at_once():
+    """``^(a+)+$`` on 20 000 a's and a b: Python's backtracking re would not finish this year (so a
+    regression hangs the suite rather than passing); RE2 answers INVALID_VALUES at once."""
+    from signoff.engine.components.human_input import schema_problems
+    from signoff.engine.errors import InvalidValues
+
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^(a+)+$"}}}
+    assert schema_problems(schema, "fields") == []
+    pending = gate().model_copy(update={"fields": {"approve": schema}})
+    with pytest.raises(InvalidValues) as e:
+        check_decision(pending, "gate:run", Decision(action_id="approve", values={"code": "a" * 20_000 + "b"}))
+    assert [p["loc"] for p in e.value.details["problems"]] == ["values.code"]
+    check_decision(pending, "gate:run", Decision(action_id="approve", values={"code": "a" * 20_000}))
+
+
+@pytest.mark.parametrize("pattern", [r"^(a)\1$", r"^(?=a)a$", r"^(?<!b)a$"])
+def test_a_pattern_re2_cannot_run_is_refused_when_the_flow_is_saved(pattern):
+    from signoff.engine.components.human_input import schema_problems
+
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string",
+                                                                                  "pattern": pattern}}}}
+    (problem,) = schema_problems(schema, "fields")
+    assert problem.startswith("fields.tags[]: pattern") and "RE2" in problem

@@ -349,3 +349,28 @@ async def test_signoff_run_tells_the_same_story(store, tmp_path):
     assert [s.name for s in kids[root.span_id]] == [
         "Chat Input", "Prompt", "Human In The Loop — Request Changes", "Chat Output"]
     assert kids[root.span_id][2].attributes["signoff.decided_by"] == "terminal"
+
+
+async def test_a_tools_literal_credential_is_in_no_span(store, fake_openai, egress):
+    """An HTTP tool whose header holds a literal token: the descriptor travels from the tool's
+    vertex (its output) into the Agent's (its input); neither span shows the token."""
+    token = "tok-literal-5f1e2d"
+    fake_openai.add(say("no tool needed"))
+    spec = {"name": "agent with a literal header", "nodes": [
+        {"id": "ask", "type": "ChatInput"},
+        {"id": "agent", "type": "Agent", "params": {"model": "fake-model", "base_url": fake_openai.base_url,
+                                                    "max_retries": 0}},
+        {"id": "http", "type": "HTTPRequest", "params": {"tool_name": "http", "url": "http://api.test/x",
+                                                          "headers": {"Authorization": token}}},
+        {"id": "out", "type": "ChatOutput"}],
+        "edges": [{"from": "ask.message", "to": "agent.input_value"}, {"from": "http.tool", "to": "agent.tools"},
+                  {"from": "agent.response", "to": "out.input_value"}]}
+    run_id = str(uuid.uuid4())
+    async with telemetry.collect_spans(store):
+        out = await runner_for(store, settings=egress.bind(Settings())).start(spec, run_id=run_id, input_value="hi")
+    assert out.status == "completed", out.error
+    spans = await store.get_trace(run_id)
+    agent = next(s for s in spans if s.name == "Agent")
+    assert agent.inputs["tools"][0]["params"]["headers"]["Authorization"] == "********"  # the descriptor, masked
+    assert agent.inputs["tools"][0]["params"]["url"] == "http://api.test/x"
+    assert token not in json.dumps([(s.inputs, s.outputs, s.attributes) for s in spans], default=str)

@@ -53,6 +53,21 @@ async def test_a_share_holder_reads_the_flow_with_its_credentials_masked(api: Ha
     assert nodes["call"]["params"]["url"] == "https://bank.example/pay"  # what is not a credential stays readable
 
 
+async def test_a_token_in_a_url_is_masked_for_a_share_holder(api: Harness) -> None:
+    """People put tokens where they were not declared as headers: in a URL's userinfo or query."""
+    async with api.client("alice") as c:
+        r = await c.post("/api/v1/flows", json=authenticated_flow(
+            "https://svc:pw-in-url-77@bank.example:8443/pay?api_key=key-in-query-99&mode=live"))
+        assert r.status_code == 201, r.text
+        flow_id = r.json()["id"]
+    await _share(api, flow_id)
+    async with api.client("bob") as c:
+        r = await c.get(f"/api/v1/flows/{flow_id}")
+    assert r.status_code == 200 and "pw-in-url-77" not in r.text and "key-in-query-99" not in r.text
+    nodes = {n["id"]: n for n in r.json()["spec"]["nodes"]}
+    assert nodes["call"]["params"]["url"] == "https://********@bank.example:8443/pay?api_key=********&mode=********"
+
+
 async def test_a_share_holder_cannot_redirect_the_owners_call_with_tweaks(api: Harness) -> None:
     async with api.client("alice") as c:
         r = await c.post("/api/v1/flows", json=authenticated_flow("https://bank.example/pay"))

@@ -135,6 +135,37 @@ async def test_a_share_holder_tweaks_only_what_the_owner_marked_tweakable(worker
         await run(service, user, flow, tweaks={"nope": {"x": 1}})
 
 
+async def test_what_the_owner_marks_tweakable_never_moves_a_credential(worker, service, store, user, make_flow,
+                                                                       http_counter):
+    """The owner marked too much tweakable: still, a share holder never tweaks a credential, the
+    destination of a node that carries one, or any value naming a secret (secrets resolve
+    against the owner)."""
+    bob = await store.get_or_create_user(f"bob-{uuid.uuid4().hex[:6]}")
+    spec = {"name": "too trusting", "nodes": [
+        {"id": "ask", "type": "ChatInput", "tweakable": ["input_value"]},
+        {"id": "call", "type": "HTTPRequest", "params": {"url": f"{http_counter.url}/owner",
+                                                          "headers": {"Authorization": {"$secret": "payments"}}},
+         "tweakable": ["url", "headers", "body", "method"]},
+        {"id": "plain", "type": "HTTPRequest", "params": {"url": f"{http_counter.url}/plain"},
+         "tweakable": ["url"]},
+        {"id": "out", "type": "TextOutput"}],
+        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "plain.body"},
+                  {"from": "plain.response", "to": "out.input_value"}]}
+    flow = await make_flow(spec)
+    await store.grant_share(flow.id, bob.id, ["execute"])
+    for tweak in ({"call": {"url": "http://evil.example/steal"}}, {"call": {"headers": {"X": "y"}}},
+                  {"ask": {"input_value": {"$secret": "payments"}}},
+                  {"call": {"body": {"note": {"$secret": "payments"}}}}):
+        with pytest.raises(Forbidden) as err:
+            await run(service, bob, flow, tweaks=tweak)
+        assert "credential" in err.value.message
+    assert await store.list_user_active_jobs(bob.id) == []
+    assert http_counter.counts.get("/owner", 0) == 0
+    # what carries no credential stays the owner's to open up
+    from signoff.engine.sharing import untweakable
+    assert untweakable(spec, {"plain": {"url": "http://x.test/"}, "call": {"method": "PUT", "body": "b"}}) == []
+
+
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_deleting_a_flow_cancels_the_runs_that_wait_for_it(worker, service, store, user, make_flow):
     bob = await store.get_or_create_user(f"bob-{uuid.uuid4().hex[:6]}")

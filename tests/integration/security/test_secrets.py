@@ -104,8 +104,9 @@ def test_a_box_opens_only_what_its_key_sealed(tmp_path):
 
 async def test_someone_elses_run_cannot_choose_where_the_owners_secret_goes(worker, service, store, settings, user,
                                                                            make_flow, allowed):
-    """The owner's flow takes its URL from the run's input (a confused deputy): the owner's own
-    runs may, a share holder's may not send her secret where the input says."""
+    """The owner's flow takes its URL from the run's input (a confused deputy): nobody's run, the
+    owner's own included (her input may be pasted from anywhere), sends her secret where the
+    input says; an input URL goes with the secret only to the origin of the node's url param."""
     await Vault(store, settings).put(user.id, "payments", VALUE)
     spec = {"name": "url from input", "nodes": [
         {"id": "ask", "type": "ChatInput"},
@@ -120,13 +121,27 @@ async def test_someone_elses_run_cannot_choose_where_the_owners_secret_goes(work
                                   idempotency_key=None, mode="background")
     done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
     assert done.status == JobStatus.failed and "its input decides" in done.error["error"], done.error
+    job, _ = await service.submit(user, flow, input_value=f"{allowed.url}/steal", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
+    assert done.status == JobStatus.failed and "origin" in done.error["error"], done.error
     assert allowed.requests == []
-    # the owner's own run goes where her input says, and an echo of the secret is masked
+    # with the node's url param naming the server, an input URL on the same origin is sent (an
+    # echo of the secret is masked); another port of the same host is not
+    fixed = {**spec, "nodes": [spec["nodes"][0], {**spec["nodes"][1], "params": {
+        **spec["nodes"][1]["params"], "url": f"{allowed.url}/"}}, spec["nodes"][2]]}
+    flow = await make_flow(fixed)
     job, _ = await service.submit(user, flow, input_value=f"{allowed.url}/echo", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")
     done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
     assert done.status == JobStatus.completed and allowed.requests[0]["headers"]["Authorization"] == VALUE
     assert VALUE not in json.dumps(done.result)
+    host, port = allowed.url.rsplit(":", 1)
+    job, _ = await service.submit(user, flow, input_value=f"{host}:{int(port) + 1}/echo", session_id=None,
+                                  tweaks=None, idempotency_key=None, mode="background")
+    done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed)
+    assert done.status == JobStatus.failed and "origin" in done.error["error"], done.error
+    assert len(allowed.requests) == 1
 
 
 async def test_a_model_cannot_choose_where_the_owners_secret_goes(worker, service, store, settings, user, make_flow,
