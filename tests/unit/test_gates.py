@@ -323,3 +323,20 @@ async def test_a_built_vertex_is_never_handed_back_to_the_build_loop(runner):
         await build_vertices(graph, paused.state, ["pre"], context_for(paused.state))
     with pytest.raises(InvalidDecision):
         await runner.resume("r-guard", paused.pending.request_id, {"action_id": ""})
+
+
+@pytest.mark.parametrize("param, value", [
+    ("timeout", 1e300), ("timeout", {"value": 10_000, "unit": "Days"}), ("remind_every", 4e8),
+    ("escalate_after", {"value": 1e12, "unit": "Hours"}),
+])
+def test_a_duration_past_ten_years_is_refused_when_the_flow_is_saved(param, value):
+    """A date that far out overflows; the author hears it at save, not the decider at resume."""
+    from signoff.engine.errors import FlowInvalid
+    from signoff.engine.validate import parse_and_validate
+
+    params = {param: value, **({"escalate_to": ["bob"]} if param == "escalate_after" else {})}
+    spec = flow([("ask", "ChatInput"), ("gate", "HumanInput", params), ("out", "ChatOutput")],
+                [("ask.message", "gate.prompt"), ("gate.branch_approve", "out.input_value")])
+    with pytest.raises(FlowInvalid) as e:
+        parse_and_validate(spec)
+    assert f"{param} must be at most 3660 days" in json.dumps(e.value.details)
