@@ -16,6 +16,7 @@ from typing import Any, Callable
 from temporalio import activity
 
 from signoff.activities.failures import to_failure
+from signoff.activities.sender import sender
 from signoff.activities.state import StateCodec
 from signoff.activities.types import (
     Delivery,
@@ -37,7 +38,7 @@ from signoff.activities.types import (
 )
 from signoff.engine import tracing, webhooks
 from signoff.engine.access import Access
-from signoff.engine.decisions import apply_decision, check_decider, check_decision, with_defaults
+from signoff.engine.decisions import apply_decision, check_decider, check_decision, user_ref, with_defaults
 from signoff.engine.errors import NotAnApprover
 from signoff.engine.models import PendingRequest, Vote
 from signoff.engine.context import egress_policy
@@ -151,8 +152,10 @@ class FlowActivities:
             person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
             state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
                                                       person.id if person else None, inp.state, dedupe=inp.token,
-                                                      votes=inp.votes, timed_out=inp.timed_out)
-            deliveries = await self._decision_deliveries(job, applied)
+                                                      votes=inp.votes, timed_out=inp.timed_out,
+                                                      sent=None if inp.timed_out else await sender(job.job_id, inp),
+                                                      vote=inp.vote)
+            deliveries = await self._decision_deliveries(job, applied, vote=inp.vote is not None)
             step, built = inp.step, []
             # Layers built here happen after the decision, in real time: a pause reached here is
             # stamped now (the workflow's time when that is later, e.g. under time skipping).
@@ -190,7 +193,7 @@ class FlowActivities:
             result = final_result(self.graph(state), state) if state else {}
             return FinishOutput(status=await self._complete(inp.job_id, result))
         end = RunEnd(status, error=(inp.error or {"error": "failed", "type": "Error"}) if status == JobStatus.failed
-                      else None, max_suspend_seconds=self.settings.max_suspend_seconds)
+                      else None, max_suspend_seconds=self.settings.max_suspend_seconds, deadline=inp.deadline)
         # a timeout ends only a run that still waits: a decision that got in first goes on
         expect = [JobStatus.suspended] if status == JobStatus.timed_out else None
         ended = await end_run(self.store, inp.job_id, end, expect=expect)
@@ -258,7 +261,8 @@ class FlowActivities:
     async def record_vote(self, inp: RecordVoteInput) -> RecordVoteOutput:
         """One approver's vote on a request that needs several: checked as their HTTP resume is,
         then the ``human_input_vote`` event, written only while the request still waits (one
-        transaction), once per person (a retry finds its own vote)."""
+        transaction), once per person (a retry finds its own vote). ``check_only`` (the vote that
+        completes the quorum): checked, not written; resume_run writes it with the resolution."""
         try:
             job = await self._job(inp.job_id)
             person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by)
@@ -271,9 +275,10 @@ class FlowActivities:
                 assert pending is not None
                 mine = Vote(user=person.id, action_id=inp.decision.action_id,
                             values=with_defaults(pending, inp.decision.action_id, inp.decision.values), at=inp.now)
-                data = {"request_id": inp.request_id, "user": person.id, "action_id": mine.action_id,
-                        "values": mine.values, "at": mine.at.isoformat(), "votes": len(votes) + 1,
-                        "required": pending.required_approvals}
+                if inp.check_only:
+                    return RecordVoteOutput(vote=mine)
+                data = {**_vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
+                        **await sender(job.job_id, inp)}
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
@@ -295,6 +300,9 @@ class FlowActivities:
         elif inp.kind == "escalation":
             owner = await self._flow_owner(job)
             added = await self.access.approver_refs(owner, inp.escalate_to)
+            if pending is not None and not (pending.approvers or pending.approver_refs):
+                # nobody named: the run's owner decided; the escalation adds people to the owner
+                added = [user_ref(job.user_id), *added]
             refs = await self.store.add_request_approvers(job.job_id, inp.request_id, added)
             event, data, key = "human_input_escalated", {"request_id": inp.request_id, "added": inp.escalate_to}, "escalate"
         else:
@@ -316,8 +324,8 @@ class FlowActivities:
         if hook is None or job is None or not events:
             return
         event = events[0]
-        card = f"{self.settings.effective_api_url}/requests/{job.job_id}"
-        body = webhooks.payload(event, job, card)
+        body = webhooks.payload(event, job, webhooks.card_url(self.settings.effective_api_url, job.job_id,
+                                                              event.data.get("request_id")))
         attempt = activity.info().attempt
         try:
             status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
@@ -331,10 +339,12 @@ class FlowActivities:
         await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq, attempt=attempt,
                                       status_code=status, error=None, delivered=True)
 
-    async def _decision_deliveries(self, job: Job, applied: AppliedDecision) -> list[Delivery]:
-        """The webhook deliveries of a decision's events (expired, then decided)."""
+    async def _decision_deliveries(self, job: Job, applied: AppliedDecision, *, vote: bool = False) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (the vote that completed a quorum,
+        expired, then decided)."""
         out: list[Delivery] = []
-        for event in (("human_input_expired",) if applied.rerouted else ()) + ("human_input_decision",):
+        events = (("human_input_vote",) if vote else ()) + (("human_input_expired",) if applied.rerouted else ())
+        for event in events + ("human_input_decision",):
             out += await self._deliveries(job, event, applied.request_id, job.pending)
         return out
 
@@ -405,11 +415,14 @@ class FlowActivities:
         return ended.job.status.value if ended.job else JobStatus.completed.value
 
     async def _apply(self, job: Job, request_id: str, decision: Decision, now: datetime, decided_by: str | None,
-                     fallback: StateRef | None, dedupe: str, *, votes: list[Vote], timed_out: bool
+                     fallback: StateRef | None, dedupe: str, *, votes: list[Vote], timed_out: bool,
+                     sent: dict[str, Any] | None = None, vote: Vote | None = None
                      ) -> tuple[RunState, Graph, AppliedDecision]:
-        """Restore the checkpoint, apply the decision (timeout reroute), record
-        ``human_input_expired`` (when rerouted) then ``human_input_decision``, stamp the card,
-        clear the pending request. ``dedupe``: prefix of the events' dedupe keys."""
+        """Restore the checkpoint, apply the decision (timeout reroute), record the ``vote`` that
+        completes a quorum (``human_input_vote``, with the resolution), ``human_input_expired``
+        (when rerouted) then ``human_input_decision``, stamp the card, clear the pending request.
+        ``dedupe``: prefix of the events' dedupe keys; ``sent``: how the decision came
+        (:mod:`~signoff.activities.sender`), recorded in its event."""
         cp = await self.store.load_latest_checkpoint(job.run_id)
         if cp is not None:
             state = await self.codec.internalize(cp.data)
@@ -418,11 +431,16 @@ class FlowActivities:
         else:
             raise NotResumable("the checkpoint is gone")
         graph = self.graph(state)
+        votes = [*votes, vote] if vote is not None else votes
         new, applied = apply_decision(state, request_id, decision, now, decided_by, votes=votes, timed_out=timed_out)
         assert state.pending is not None and state.pending_vertex is not None
         tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
                             job_id=job.job_id, flow_id=state.flow_id,
                             component_type=graph.vertices[state.pending_vertex].type)  # "Human In The Loop — {label}"
+        if vote is not None:  # the same dedupe key as record_vote's: one event per person, retries included
+            await self.store.append_event(job.job_id, "human_input_vote", {
+                **_vote_data(request_id, vote, len(votes), state.pending.required_approvals), **(sent or {})},
+                dedupe_key=f"vote:{request_id}:{vote.user}")
         if applied.rerouted:
             await self.store.append_event(job.job_id, "human_input_expired", {
                 "request_id": applied.request_id,
@@ -441,10 +459,17 @@ class FlowActivities:
             data["timed_out"] = True
         if applied.votes:
             data["votes"] = [v.model_dump(mode="json") for v in applied.votes]
+        data.update(sent or {})
         await self.store.append_event(job.job_id, "human_input_decision", data, dedupe_key=f"{dedupe}:decision")
         await self.store.stamp_card(applied.request_id, applied.action_id)
         await self.store.clear_pending(job.job_id)
         return new, graph, applied
+
+
+def _vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, Any]:
+    """The data of a ``human_input_vote`` event: the ``n``-th vote of ``required``."""
+    return {"request_id": request_id, "user": vote.user, "action_id": vote.action_id, "values": vote.values,
+            "at": vote.at.isoformat(), "votes": n, "required": required}
 
 
 class _heartbeating:

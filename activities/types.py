@@ -72,6 +72,11 @@ class ResumeRunInput(BaseModel):
     inline: bool = True
     votes: list[Vote] = Field(default_factory=list)  # the quorum this decision completes
     timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
+    update_id: str | None = None  # the Update that sent it (None: a Signal, or the deadline)
+    # the vote that completes the quorum (checked by record_vote with ``check_only``): recorded
+    # (``human_input_vote``) with the resolution, under its claim, so a vote whose resolution
+    # loses the claim (a stop, a supersede) leaves no trace
+    vote: Vote | None = None
 
 
 class ResumeRunOutput(BaseModel):
@@ -90,6 +95,8 @@ class RecordVoteInput(BaseModel):
     decided_by: str | None = None
     user: str | None = None
     now: datetime
+    update_id: str | None = None  # the Update that sent it (None: a Signal)
+    check_only: bool = False  # the vote that completes the quorum: checked here, recorded by resume_run
 
 
 class RecordVoteOutput(BaseModel):
@@ -125,6 +132,9 @@ class FinishInput(BaseModel):
     status: str  # completed | failed | cancelled | timed_out
     state: StateRef | None = None
     error: dict[str, Any] | None = None
+    # timed_out by a gate's deadline (on_timeout: fail), not by the maximum suspension:
+    # {"request_id", "timeout_seconds"}, what run_timed_out says
+    deadline: dict[str, Any] | None = None
 
 
 class FinishOutput(BaseModel):

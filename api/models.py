@@ -192,6 +192,8 @@ class HumanRequest(BaseModel):
     fallback_action: str | None
     paused_at: datetime
     tool: dict[str, Any] | None = None
+    fields: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="The JSON Schema of each decision's `values`, by action id (DESIGN §9 `fields`)")
 
 
 def human_request(p: PendingRequest | None) -> HumanRequest | None:
@@ -207,6 +209,7 @@ def human_request(p: PendingRequest | None) -> HumanRequest | None:
         fallback_action=p.fallback_action,
         paused_at=p.paused_at,
         tool=p.tool,
+        fields=p.fields,
     )
 
 
@@ -335,6 +338,7 @@ class PendingItem(BaseModel):
     timeout_seconds: float
     fallback_action: str | None
     paused_at: datetime
+    fields: dict[str, dict[str, Any]] | None = None
 
 
 def pending_item(job: Job) -> PendingItem:

@@ -45,6 +45,7 @@ class RunEnd:
     reason: str = "stopped"  # cancelled: stopped | superseded
     superseded_by: str | None = None
     max_suspend_seconds: int | None = None  # timed_out
+    deadline: dict[str, Any] | None = None  # timed_out by a gate's on_timeout: fail ({request_id, timeout_seconds})
 
     def event(self) -> tuple[str, dict[str, Any]]:
         if self.status == JobStatus.completed:
@@ -59,6 +60,8 @@ class RunEnd:
                 data["superseded_by"] = self.superseded_by
             return "run_cancelled", data
         if self.status == JobStatus.timed_out:
+            if self.deadline is not None:
+                return "run_timed_out", {"reason": "on_timeout", **self.deadline}
             return "run_timed_out", {"max_suspend_seconds": self.max_suspend_seconds}
         raise ValueError(f"{self.status} is not how a run ends")
 

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 from typing import Any
+from urllib.parse import quote
 
 from signoff.engine.egress import EgressPolicy, egress_client
 from signoff.engine.errors import SignoffError
@@ -36,6 +37,13 @@ class DeliveryFailed(SignoffError):
 def signature(secret: str, body: bytes) -> str:
     """The ``X-Signoff-Signature`` header's value for ``body``."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def card_url(base_url: str, job_id: str, request_id: Any) -> str:
+    """The decision card of the request an event is about, on the person's pages (DESIGN §10:
+    ``/runs/{job_id}/requests/{request_id}``); the run's page when the event names no request."""
+    run = f"{base_url.rstrip('/')}/runs/{quote(job_id, safe='')}"
+    return f"{run}/requests/{quote(request_id, safe=':')}" if isinstance(request_id, str) and request_id else run
 
 
 def payload(event: Event, job: Job, card_url: str | None) -> bytes:

@@ -21,14 +21,31 @@ def valid_id(value: str) -> bool:
 
 
 async def visible_job(store: Store, user: User, job_id: str) -> Job:
-    """The job if the caller may see it: they submitted it, or its waiting request is assigned
-    to them (an approver, DESIGN §9); anything else is JobNotFound."""
+    """The job if the caller may see it: they submitted it, its waiting request is assigned to
+    them (an approver, DESIGN §9), or they voted on or decided one of its requests (so the
+    person who answered still sees what became of it, and a late vote is a 409, not a 404);
+    anything else is JobNotFound."""
     if not valid_id(job_id):
         raise JobNotFound(f"Job {job_id[:100]!r} not found")
     job = await store.get_job(job_id)
-    if job is None or (job.user_id != user.id and not await assigned(store, user, job)):
+    if job is None or (job.user_id != user.id and not await assigned(store, user, job)
+                       and not await took_part(store, user, job)):
         raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
     return job
+
+
+async def took_part(store: Store, user: User, job: Job) -> bool:
+    """Whether ``user`` voted on or decided a request of the job (its event log says so)."""
+    after = 0
+    while True:
+        events = await store.read_events(job.job_id, after_seq=after, limit=1000)
+        for event in events:
+            if (event.event == "human_input_vote" and event.data.get("user") == user.id) or (
+                    event.event == "human_input_decision" and event.data.get("decided_by") == user.id):
+                return True
+        if len(events) < 1000:
+            return False
+        after = events[-1].seq
 
 
 async def assigned(store: Store, user: User, job: Job) -> bool:

@@ -31,6 +31,13 @@ GATE_FLOW: dict[str, Any] = {
 }
 
 
+def gate_flow(name: str = "Refund approval", **gate: Any) -> dict[str, Any]:
+    """GATE_FLOW named ``name``, its gate asking "Approve this refund?" with ``gate``'s params."""
+    nodes = [dict(n) for n in GATE_FLOW["nodes"]]
+    nodes[1] = {**nodes[1], "params": {"prompt": "Approve this refund?", **nodes[1]["params"], **gate}}
+    return {**GATE_FLOW, "name": name, "nodes": nodes}
+
+
 class EgressAllow:
     """The egress allow-list (SIGNOFF_EGRESS_ALLOW) of one test: the local servers its flows may
     call, port by port, never a bypass. Settings bound to it (:meth:`bind`) see each server

@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         RunLayerOutput,
         StateRef,
     )
-    from signoff.engine.decisions import check_decision, deadline, deadline_decision
+    from signoff.engine.decisions import check_decision, count_vote, deadline, deadline_decision
     from signoff.engine.errors import AlreadyVoted, SignoffError
     from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest, Vote
     from signoff.workflows.types import (
@@ -93,6 +93,13 @@ WEBHOOK_RETRY = RetryPolicy(
 # times per pending request; the rest are counted in the workflow and logged, so a client
 # spamming bad Signals cannot grow the workflow's history without bound (docs/temporal.md).
 MAX_RECORDED_REJECTIONS = 20
+
+
+def _update_id() -> str | None:
+    """The id of the Update being handled (None in a Signal handler or the run's own code): the
+    activities find the identity of the Temporal client that sent it by this id (DESIGN §9)."""
+    info = workflow.current_update_info()
+    return info.id if info is not None else None
 
 
 @dataclass
@@ -224,16 +231,17 @@ class FlowRun:
                 timeout = None  # a claim is being applied: its outcome resumes the run
         return None
 
-    async def _end_waiting(self, inp: FlowRunInput) -> str | None:
-        """The maximum suspension (or an ``on_timeout: fail`` deadline) is over: end the run as
-        ``timed_out`` unless a decision got in first (None then: the run goes on)."""
+    async def _end_waiting(self, inp: FlowRunInput, gate: dict[str, Any] | None = None) -> str | None:
+        """The maximum suspension (or an ``on_timeout: fail`` deadline: ``gate`` says which request's,
+        for ``run_timed_out``) is over: end the run as ``timed_out`` unless a decision got in first
+        (None then: the run goes on)."""
         while True:
             await workflow.wait_condition(lambda: not self._applying)
             if self._applied:
                 return None
             before = self._decision
             fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.timed_out.value,
-                                                 state=self._state))
+                                                 state=self._state, deadline=gate))
             if fin.status in TERMINAL_STATUSES:
                 self._pending = None
                 self._set_status(fin.status)
@@ -272,7 +280,11 @@ class FlowRun:
             if kind == "reminder":
                 await self._gate_timer(inp, pending, "reminder", n=reminders)
                 reminders += 1
-                wakes["reminder"] = base + timedelta(seconds=pending.remind_every_seconds * reminders)
+                # the next period after now: a run that waited for a worker (an outage) sends one
+                # reminder for the periods it missed, not one each in a burst
+                every = pending.remind_every_seconds
+                period = max(reminders, int((workflow.now() - base).total_seconds() // every) + 1)
+                wakes["reminder"] = base + timedelta(seconds=every * period)
             elif kind == "escalation":
                 out = await self._gate_timer(inp, pending, "escalation")
                 if out.approver_refs:
@@ -300,7 +312,10 @@ class FlowRun:
                 return None
             if pending.on_timeout == "fail":
                 out = await self._gate_timer(inp, pending, "expired")
-                return await self._end_waiting(inp) if out.written else None
+                if not out.written:
+                    return None
+                return await self._end_waiting(inp, {"request_id": pending.request_id,
+                                                     "timeout_seconds": pending.timeout_seconds})
             try:
                 await self._apply(ResumeInput(request_id=pending.request_id, decision=deadline_decision(pending)),
                                   timed_out=True)
@@ -364,20 +379,20 @@ class FlowRun:
             except SignoffError as err:
                 raise refusal(err) from None
             assert self._pending is not None
-            if inp.decision.action_id == self._pending.quorum_action:  # one vote of a quorum
-                recorded = await self._vote(inp)
-                if len(self._votes) < self._pending.required_approvals:
-                    return recorded
-            return await self._apply(inp)  # any other decision, or the vote that completes it
+            if inp.decision.action_id != self._pending.quorum_action:
+                return await self._apply(inp)  # any other decision resolves at once
+            return await self._vote(inp, completes=count_vote(self._pending, inp.decision, self._votes))
 
-    async def _vote(self, inp: ResumeInput) -> ResumeResult:
+    async def _vote(self, inp: ResumeInput, *, completes: bool) -> ResumeResult:
         """Record one approver's vote (``human_input_vote``); durable in history, so a worker
-        restart between two votes loses neither."""
+        restart between two votes loses neither. The vote that ``completes`` the quorum is only
+        checked here (who votes, however named); resume_run records it with the resolution, under
+        its claim, so a vote whose resolution loses the claim (a stop, a supersede) leaves no trace."""
         assert self._inp is not None and self._pending is not None
         try:
             out: RecordVoteOutput = await self._store_activity(FlowActivities.record_vote, RecordVoteInput(
                 job_id=self._inp.job_id, request_id=inp.request_id, decision=inp.decision, decided_by=inp.decided_by,
-                user=inp.user, now=workflow.now()))
+                user=inp.user, now=workflow.now(), update_id=_update_id(), check_only=completes))
         except ActivityError as err:
             cause = err.cause
             raise ApplicationError(str(getattr(cause, "message", cause) or err), *getattr(cause, "details", ()),
@@ -385,6 +400,8 @@ class FlowRun:
                                    else "NOT_RESUMABLE", non_retryable=True) from None
         if any(v.user == out.vote.user for v in self._votes):
             raise refusal(AlreadyVoted())  # the same person by another name
+        if completes:
+            return await self._apply(inp, vote=out.vote)
         self._votes.append(out.vote)
         self._deliver(out.deliveries)
         return ResumeResult(job_id=self._inp.job_id, status="vote_recorded", request_id=inp.request_id,
@@ -416,7 +433,7 @@ class FlowRun:
                   "code": problem[0], "message": problem[1]},
         ))
 
-    async def _apply(self, inp: ResumeInput, *, timed_out: bool = False) -> ResumeResult:
+    async def _apply(self, inp: ResumeInput, *, timed_out: bool = False, vote: Vote | None = None) -> ResumeResult:
         """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
         deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
         and the dedupe keys of its events; the store's conditional claim lets exactly one
@@ -430,7 +447,8 @@ class FlowRun:
                 FlowActivities.resume_run,
                 ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
                                decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
-                               step=self._step, votes=list(self._votes), timed_out=timed_out),
+                               step=self._step, votes=list(self._votes), timed_out=timed_out,
+                               update_id=_update_id(), vote=vote),
                 start_to_close_timeout=STORE_TIMEOUT,
                 retry_policy=LAYER_RETRY,
             )
@@ -455,7 +473,8 @@ class FlowRun:
         if self._status not in TERMINAL_STATUSES:
             self._set_status(JobStatus.in_progress.value)
         return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
-                            votes=len(self._votes), required=self._pending.required_approvals if self._pending else 1)
+                            votes=len(self._votes) + (vote is not None),
+                            required=self._pending.required_approvals if self._pending else 1)
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
         """Start the webhook deliveries of an event: retried with backoff by Temporal, never

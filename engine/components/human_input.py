@@ -234,6 +234,9 @@ class HumanInput(Component):
             problems.append("param 'required_approvals' must be >= 1")
         if isinstance(n, int) and n > 1 and params.get("approvers") in (None, []):
             problems.append("param 'required_approvals' > 1 needs approvers (several people to approve)")
+        if params.get("allow_self_approval") is False and params.get("approvers") in (None, []):
+            problems.append("param 'allow_self_approval' false needs approvers (without them only the run's owner "
+                            "decides)")
         if bool(params.get("escalate_to")) != bool(durations.get("escalate_after")):
             problems.append("params 'escalate_after' and 'escalate_to' go together")
         return problems

@@ -21,7 +21,7 @@ PENDING_KEYS = {"request_id", "kind", "prompt", "options", "allowed_decisions", 
                 "paused_at"}
 LISTED_KEYS = {"job_id", "flow_id", "session_id", "created_at", "request_id", "kind", "prompt", "options",
                "allowed_decisions"}
-DECISION_KEYS = {"request_id", "action_id", "values", "decided_by", "decided_at"}
+DECISION_KEYS = {"request_id", "action_id", "values", "decided_by", "decided_at", "via", "client_identity"}
 
 
 def detail(r: httpx.Response, status: int, code: str, job_id: str | None = None) -> dict[str, Any]:
@@ -127,6 +127,7 @@ async def test_job_status_pending_resume_and_event_shapes(api: Harness) -> None:
         assert set(decision) == DECISION_KEYS
         assert decision["request_id"] == hr["request_id"] and decision["action_id"] == "approve"
         assert decision["values"] == {"n": 1} and decision["decided_by"] == api.users["alice"][0]
+        assert decision["via"] == "api" and decision["client_identity"] == api.service.client.identity
         datetime.fromisoformat(decision["decided_at"])
         assert "human_input_expired" not in names
         assert frames[-1]["event"] == "end" and frames[-1]["data"] == {"status": "completed"}

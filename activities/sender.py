@@ -1,0 +1,67 @@
+"""Who sent a decision through Temporal (DESIGN §9): recorded beside the person it was made for.
+
+The SDK tells a workflow an Update's id and name, not the identity of the client that sent it;
+Temporal records that identity in the workflow's history (the Update's accepted event, or the
+Signal's event). A decision's activity reads it there, by the Update's id, and the decision's
+event (and a vote's) carries:
+
+- ``via``: ``"api"`` when signoff's API sent it for the person it authenticated (it sets
+  ``decided_by`` and no ``user``), ``"temporal"`` when a Temporal client sent it, naming the
+  person (``user``) or not (the run's owner);
+- ``client_identity``: the Temporal client's identity as Temporal recorded it (the API's own
+  client for ``"api"``; ``temporal --identity ...``, an SDK client's ``identity``), None when it
+  cannot be read (the history is unreachable: the decision is not held up for it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from temporalio import activity
+from temporalio.api.common.v1 import Payloads
+
+from signoff.activities.types import RecordVoteInput, ResumeRunInput
+
+log = logging.getLogger("signoff.activities")
+
+
+async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str, Any]:
+    """``{"via", "client_identity"}`` of a decision (or vote) being applied (module docstring)."""
+    via = "api" if inp.decided_by and inp.user is None else "temporal"
+    try:
+        identity = await client_identity(job_id, inp)
+    except Exception as err:  # noqa: BLE001 - the record is an aid; the decision goes on without it
+        log.warning("the Temporal client identity of a decision on %s could not be read: %r", job_id, err)
+        identity = None
+    return {"via": via, "client_identity": identity}
+
+
+async def client_identity(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> str | None:
+    """The identity Temporal recorded with the Update ``inp.update_id``; without an Update id (a
+    Signal), with the last Signal carrying this decision."""
+    handle = activity.client().get_workflow_handle(job_id, run_id=activity.info().workflow_run_id)
+    found: str | None = None
+    async for event in handle.fetch_history_events():
+        if inp.update_id is not None:
+            if event.HasField("workflow_execution_update_accepted_event_attributes"):
+                meta = event.workflow_execution_update_accepted_event_attributes.accepted_request.meta
+                if meta.update_id == inp.update_id:
+                    return meta.identity or None
+        elif event.HasField("workflow_execution_signaled_event_attributes"):
+            signal = event.workflow_execution_signaled_event_attributes
+            if _same_decision(signal.input, inp):  # the run's one Signal is ``resume``
+                found = signal.identity or None
+    return found
+
+
+def _same_decision(payloads: Payloads, inp: ResumeRunInput | RecordVoteInput) -> bool:
+    try:
+        sent = json.loads(payloads.payloads[0].data)
+    except (IndexError, ValueError):
+        return False
+    if not isinstance(sent, dict) or not isinstance(sent.get("decision"), dict):
+        return False
+    return (sent.get("request_id") == inp.request_id and sent["decision"].get("action_id") == inp.decision.action_id
+            and sent.get("user") == inp.user and sent.get("decided_by") == inp.decided_by)

@@ -1,0 +1,240 @@
+"""Approvers and groups (DESIGN §9): who sees a request, who may decide it, and what a change of
+group or share does to that, over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from signoff.engine.models import JobStatus
+from tests.integration.api.conftest import Harness
+from tests.integration.decisions.conftest import (
+    code,
+    events,
+    gate_flow,
+    only,
+    pending_ids,
+    resume,
+    run_suspended,
+    uid,
+    upload,
+    user_name,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+async def _group(h: Harness, owner: str, *members: str) -> str:
+    """A new group of ``owner``'s with ``members`` (by user name); its name."""
+    group = f"finance-{uuid.uuid4().hex[:6]}"
+    async with h.client(owner) as c:
+        r = await c.post("/api/v1/groups", json={"name": group, "members": [await user_name(h, m) for m in members]})
+    assert r.status_code == 201, r.text
+    body = r.json()
+    assert body["reference"] == f"group:{group}"
+    assert sorted(m["id"] for m in body["members"]) == sorted(uid(h, m) for m in members)
+    return group
+
+
+async def _share(h: Harness, flow_id: str, who: str) -> None:
+    async with h.client("alice") as c:
+        r = await c.post(f"/api/v1/flows/{flow_id}/shares", json={"user": await user_name(h, who)})
+    assert r.status_code == 201, r.text
+
+
+async def test_approvers_see_and_decide_others_do_not(h: Harness):
+    group = await _group(h, "alice", "carol")
+    flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), f"group:{group}"]}, name="assigned"))
+    await _share(h, flow_id, "dave")  # dave may run alice's flow, but he is no approver
+    job = await run_suspended(h, flow_id)
+    job_id = job["job_id"]
+
+    # bob (by name) and carol (by alice's group) see it although the run is alice's
+    for who in ("bob", "carol"):
+        assert job_id in await pending_ids(h, who), who
+        async with h.client(who) as c:
+            r = await c.get(f"/api/v2/workflows/{job_id}")
+            assert r.status_code == 200 and r.json()["status"] == "suspended", r.text
+            p = await c.get(f"/api/v2/workflows/{job_id}/pending")
+            assert p.status_code == 200 and p.json()["request_id"] == f"gate:{job_id}"
+            ev = await c.get(f"/api/v2/workflows/{job_id}/events")
+            assert ev.status_code == 200
+    # alice sees her run but is not one of its approvers: not in her inbox, and a 403
+    assert job_id not in await pending_ids(h, "alice")
+    async with h.client("alice") as c:
+        assert (await c.get(f"/api/v2/workflows/{job_id}")).status_code == 200
+    r = await resume(h, "alice", job_id, "approve")
+    assert r.status_code == 403 and code(r) == "NOT_AN_APPROVER", r.text
+    # dave (a share holder of the flow) and erin (a stranger) cannot see it at all: 404
+    for who in ("dave", "erin"):
+        assert job_id not in await pending_ids(h, who)
+        async with h.client(who) as c:
+            r = await c.get(f"/api/v2/workflows/{job_id}")
+            assert r.status_code == 404 and code(r) == "JOB_NOT_FOUND", (who, r.text)
+            assert (await c.get(f"/api/v2/workflows/{job_id}/pending")).status_code == 404
+            assert (await c.get(f"/api/v2/workflows/{job_id}/events")).status_code == 404
+        r = await resume(h, who, job_id, "approve")
+        assert r.status_code == 404 and code(r) == "JOB_NOT_FOUND", (who, r.text)
+    # nothing of that changed the run
+    assert (await h.store.get_job(job_id)).status == JobStatus.suspended
+
+    # carol decides for the group
+    r = await resume(h, "carol", job_id, "reject")
+    assert r.status_code == 200, r.text
+    done = await h.wait_status(job_id, JobStatus.completed)
+    assert done.result["outputs"]["no"]["content"] == "refund 42"
+    data = only(await events(h, "alice", job_id), "human_input_decision")
+    assert data["decided_by"] == uid(h, "carol") and data["action_id"] == "reject"
+    # decided: out of every inbox; carol, who decided, still sees what became of the run (and a
+    # second answer is a 409, not a 404); bob, who took no part, no longer sees it
+    for who in ("bob", "carol"):
+        assert job_id not in await pending_ids(h, who)
+    async with h.client("carol") as c:
+        assert (await c.get(f"/api/v2/workflows/{job_id}")).json()["status"] == "completed"
+    r = await resume(h, "carol", job_id, "approve")
+    assert r.status_code == 409 and code(r) == "NOT_RESUMABLE", r.text
+    async with h.client("bob") as c:
+        assert (await c.get(f"/api/v2/workflows/{job_id}")).status_code == 404
+    async with h.client("alice") as c:
+        assert (await c.get(f"/api/v2/workflows/{job_id}")).json()["status"] == "completed"
+
+    # bob decides another run by name
+    job = await run_suspended(h, flow_id)
+    r = await resume(h, "bob", job["job_id"], "approve")
+    assert r.status_code == 200, r.text
+    done = await h.wait_status(job["job_id"], JobStatus.completed)
+    assert done.result["output"]["text"] == "Refund sent"
+    assert only(await events(h, "alice", job["job_id"]), "human_input_decision")["decided_by"] == uid(h, "bob")
+
+
+async def test_leaving_the_group_takes_the_right_away(h: Harness):
+    group = await _group(h, "alice", "carol")
+    flow_id = await upload(h, gate_flow({"approvers": [f"group:{group}"]}, name="group-only"))
+    job = await run_suspended(h, flow_id)
+    job_id = job["job_id"]
+    assert job_id in await pending_ids(h, "carol")
+
+    async with h.client("carol") as c:  # only the group's owner changes it
+        r = await c.delete(f"/api/v1/groups/{group}/members/{await user_name(h, 'carol')}")
+        assert r.status_code == 404 and code(r) == "GROUP_NOT_FOUND"
+    async with h.client("alice") as c:
+        r = await c.delete(f"/api/v1/groups/{group}/members/{await user_name(h, 'carol')}")
+    assert r.status_code == 200 and r.json()["members"] == [], r.text
+
+    # carol is no longer assigned: the run is not hers to see (404), nor to decide
+    assert job_id not in await pending_ids(h, "carol")
+    async with h.client("carol") as c:
+        r = await c.get(f"/api/v2/workflows/{job_id}")
+        assert r.status_code == 404 and code(r) == "JOB_NOT_FOUND"
+    r = await resume(h, "carol", job_id, "approve")
+    assert r.status_code == 404 and code(r) == "JOB_NOT_FOUND", r.text
+    assert (await h.store.get_job(job_id)).status == JobStatus.suspended
+
+    # added back (erin too): both decide again; erin's decision resolves it
+    async with h.client("alice") as c:
+        r = await c.post(f"/api/v1/groups/{group}/members",
+                         json={"users": [await user_name(h, "carol"), uid(h, "erin")]})
+    assert r.status_code == 200, r.text
+    assert job_id in await pending_ids(h, "carol") and job_id in await pending_ids(h, "erin")
+    r = await resume(h, "erin", job_id, "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
+    assert only(await events(h, "alice", job_id), "human_input_decision")["decided_by"] == uid(h, "erin")
+
+
+async def test_a_group_is_its_flow_owners(h: Harness):
+    """``group:NAME`` in alice's flow is alice's group, even in dave's run of it, and even when
+    dave has a group of that name: nobody takes over a flow's approvers by naming a group."""
+    group = await _group(h, "alice", "carol")
+    async with h.client("dave") as c:
+        r = await c.post("/api/v1/groups", json={"name": group, "members": [await user_name(h, "erin")]})
+    assert r.status_code == 201, r.text
+    async with h.client("alice") as c:
+        again = await c.post("/api/v1/groups", json={"name": group})
+    assert again.status_code == 409 and code(again) == "GROUP_EXISTS"
+    flow_id = await upload(h, gate_flow({"approvers": [f"group:{group}"]}, name="owner-group"))
+    await _share(h, flow_id, "dave")
+    job = await run_suspended(h, flow_id, who="dave")
+    job_id = job["job_id"]
+
+    assert job_id in await pending_ids(h, "carol")
+    assert job_id not in await pending_ids(h, "erin")
+    assert job_id not in await pending_ids(h, "dave")  # his run, but not his to decide
+    r = await resume(h, "erin", job_id, "approve")
+    assert r.status_code == 404 and code(r) == "JOB_NOT_FOUND"
+    r = await resume(h, "dave", job_id, "approve")
+    assert r.status_code == 403 and code(r) == "NOT_AN_APPROVER"
+    # alice owns the flow but not the run: she is not an approver of it and does not see it
+    async with h.client("alice") as c:
+        assert (await c.get(f"/api/v2/workflows/{job_id}")).status_code == 404
+    r = await resume(h, "carol", job_id, "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
+
+
+async def test_self_approval(h: Harness):
+    alice, bob = await user_name(h, "alice"), await user_name(h, "bob")
+    # the owner named among the approvers decides (allow_self_approval defaults to true)
+    flow_id = await upload(h, gate_flow({"approvers": [alice, bob]}, name="self-ok"))
+    job = await run_suspended(h, flow_id)
+    assert job["job_id"] in await pending_ids(h, "alice")
+    r = await resume(h, "alice", job["job_id"], "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job["job_id"], JobStatus.completed)
+
+    # allow_self_approval: false: the owner's decision is a 403 even though she is named
+    flow_id = await upload(h, gate_flow({"approvers": [alice, bob], "allow_self_approval": False}, name="self-no"))
+    job = await run_suspended(h, flow_id)
+    r = await resume(h, "alice", job["job_id"], "approve")
+    assert r.status_code == 403 and code(r) == "NOT_AN_APPROVER", r.text
+    assert "allow_self_approval" in r.json()["detail"]["message"]
+    assert (await h.store.get_job(job["job_id"])).status == JobStatus.suspended
+    r = await resume(h, "bob", job["job_id"], "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job["job_id"], JobStatus.completed)
+    assert only(await events(h, "alice", job["job_id"]), "human_input_decision")["decided_by"] == uid(h, "bob")
+
+
+def _cli(url: str, key: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "signoff.cli", *args, "--api-url", url, "--api-key", key],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+async def test_the_cli_groups_and_pending(h: Harness, live: str):
+    alice_key, bob_key, carol_key = h.users["alice"][1], h.users["bob"][1], h.users["carol"][1]
+    group = f"ops-{uuid.uuid4().hex[:6]}"
+    carol, bob = await user_name(h, "carol"), await user_name(h, "bob")
+    made = await asyncio.to_thread(_cli, live, alice_key, "groups", "create", group, carol)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == f"group:{group}\t{carol}"
+    flow_id = await upload(h, gate_flow({"approvers": [bob, f"group:{group}"]}, name="cli-pending"))
+    own = await run_suspended(h, await upload(h, gate_flow({}, name="bobs"), who="bob"), who="bob")  # bob's own
+    assigned = await run_suspended(h, flow_id)  # alice's run, assigned to bob
+
+    listed = await asyncio.to_thread(_cli, live, bob_key, "pending", "--json")
+    assert listed.returncode == 0, listed.stderr
+    items = {i["job_id"]: i for i in json.loads(listed.stdout)}
+    assert own["job_id"] in items and assigned["job_id"] in items
+    assert items[assigned["job_id"]]["flow_id"] == flow_id
+    text = await asyncio.to_thread(_cli, live, bob_key, "pending", "--flow", flow_id)
+    assert text.returncode == 0 and assigned["job_id"] in text.stdout and own["job_id"] not in text.stdout
+
+    for change in (("remove", group, carol), ("add", group, carol, bob)):
+        out = await asyncio.to_thread(_cli, live, alice_key, "groups", *change)
+        assert out.returncode == 0, out.stderr
+        carol_sees = assigned["job_id"] in await pending_ids(h, "carol")
+        assert carol_sees == (change[0] == "add")
+    listed = await asyncio.to_thread(_cli, live, alice_key, "groups", "list")
+    lines = dict(line.split("\t") for line in listed.stdout.splitlines())
+    assert sorted(lines[f"group:{group}"].split(", ")) == sorted([carol, bob])
+    carol_pending = await asyncio.to_thread(_cli, live, carol_key, "pending")
+    assert assigned["job_id"] in carol_pending.stdout
+    decided = await asyncio.to_thread(_cli, live, carol_key, "resume", assigned["job_id"], "--action", "approve")
+    assert decided.returncode == 0, decided.stderr
+    await h.wait_status(assigned["job_id"], JobStatus.completed)
+    async with h.client("bob") as c:
+        await c.post("/api/v2/workflows/stop", json={"job_id": own["job_id"]})
