@@ -10,7 +10,7 @@ from typing import Any
 
 from signoff.engine.errors import FlowInvalid
 from signoff.engine.settings import Settings
-from signoff.engine.spec import FlowSyntaxError, parse_text
+from signoff.engine.spec import FlowSyntaxError, flow_document, parse_text
 from signoff.engine.validate import parse_and_validate, too_many_nodes
 
 from signoff.api.errors import FlowTooLarge, InvalidRequest
@@ -38,7 +38,9 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Validate a flow spec; returns the spec to store. Raises FlowTooLarge over
     SIGNOFF_MAX_FLOW_NODES (checked first, the engine's rule), else FlowInvalid listing every
     problem: the strings (NUL, lone surrogates, SIGNOFF_MAX_STRING_CHARS), numbers (NaN, infinite)
-    and nesting (SIGNOFF_MAX_JSON_DEPTH) of the whole spec, then the engine's validation."""
+    and nesting (SIGNOFF_MAX_JSON_DEPTH) of the whole spec, then the engine's validation. A Langflow
+    export is converted first (every component or setting signoff cannot run is a FlowInvalid)."""
+    spec = flow_document(spec)
     nodes = spec.get("nodes")
     too_many = too_many_nodes(len(nodes), settings.max_flow_nodes) if isinstance(nodes, list) else None
     if too_many:

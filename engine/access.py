@@ -6,7 +6,7 @@ must be allowed to execute the child flow, checked when the child is loaded)."""
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from signoff.engine.decisions import Decider, group_ref, user_ref
 from signoff.engine.models import FlowRecord, Job, PendingRequest, User, Vote
@@ -45,17 +45,39 @@ class Access:
     async def may_execute(self, user_id: str, flow: FlowRecord) -> bool:
         return await may_execute(self.store, user_id, flow, await self.public_owner())
 
-    def flow_loader(self, user_id: str | None) -> Callable[[str], Awaitable[FlowRecord | None]]:
-        """Run Flow's loader for a run of ``user_id``: the child flow when that user may execute
-        it, else None (a flow they may not see is "not found")."""
+    def flow_loader(self, user_id: str | None) -> Callable[..., Awaitable[FlowRecord | None]]:
+        """Run Flow's loader for a run of ``user_id``: the child flow (by id, or by name with
+        ``by_name=True``) when that user may execute it, else None (a flow they may not see is
+        "not found")."""
 
-        async def load(flow_id: str) -> FlowRecord | None:
-            flow = await self.store.get_flow(flow_id)
+        async def load(ref: str, *, by_name: bool = False) -> FlowRecord | None:
+            if by_name:
+                return await self._by_name(user_id, ref)
+            flow = await self.store.get_flow(ref)
             if flow is None or user_id is None or not await self.may_execute(user_id, flow):
                 return None
             return flow
 
         return load
+
+    async def _by_name(self, user_id: str | None, name: str) -> FlowRecord | None:
+        """The flow named ``name`` that ``user_id`` may run: their own first, then one shared with
+        them, then one of SIGNOFF_FLOWS_DIR; the newest of a name."""
+        if user_id is None or not name:
+            return None
+        public = await self.public_owner()
+        candidates = list(await self.store.list_flows(user_id))
+        if public is not None and public != user_id:
+            candidates += [f for f in await self.store.list_flows(public) if f.owner_id == public]
+        named = [f for f in candidates if f.name == name]
+
+        def rank(f: FlowRecord) -> tuple[int, Any]:
+            return (0 if f.owner_id == user_id else 1 if f.owner_id != public else 2, -f.created_at.timestamp())
+
+        for flow in sorted(named, key=rank):
+            if await self.may_execute(user_id, flow):
+                return flow
+        return None
 
     # ---- who decides (DESIGN §9) --------------------------------------------------------------
 

@@ -21,9 +21,9 @@ from signoff.engine.settings import DEFAULT_MAX_OUTPUT_BYTES, Settings
 from signoff.engine.state import VertexResult
 from signoff.engine.store.base import HistoryStore
 
-# Loads a flow for a nested run by id, or None when it does not exist or the run's user may not
-# execute it (the caller does not learn which).
-FlowLoader = Callable[[str], Awaitable["FlowRecord | None"]]
+# Loads a flow for a nested run by id (or by name: ``loader(name, by_name=True)``), or None when it
+# does not exist or the run's user may not execute it (the caller does not learn which).
+FlowLoader = Callable[..., Awaitable["FlowRecord | None"]]
 # Called around each vertex build: (vertex_id, component_type) -> async context manager.
 BuildWrapper = Callable[[str, str], AsyncContextManager[Any]]
 # Called after each vertex build (also when it paused).

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from signoff.engine.components import get_component
+from signoff.engine.langflow import tweak_names
 from signoff.engine.secrets import MASK, secret_names
 
 # Where a component sends what it carries: never a share holder's to choose on a node that
@@ -79,7 +80,7 @@ def untweakable(spec: dict[str, Any], tweaks: dict[str, Any] | None) -> list[str
         if node is None or not isinstance(params, dict):
             continue
         allowed = tweakable(node) - guarded(node)
-        refused += [f"{node_id}.{name}" for name, value in params.items()
+        refused += [f"{node_id}.{name}" for name, value in tweak_names(str(node.get("type")), params).items()
                     if name not in allowed or secret_names(value)]
     return refused
 

@@ -321,12 +321,22 @@ def _yaml_error(err: yaml.YAMLError) -> str:
 _parse_text = parse_text
 
 
+def flow_document(data: Any) -> Any:
+    """A flow's data as a signoff spec: a Langflow export (recognised by its shape) is converted
+    (:mod:`signoff.engine.langflow`, DESIGN §11), anything else is returned as it is. The one place
+    a Langflow flow becomes a spec: :func:`load_flow` and the API's upload call it."""
+    from signoff.engine.langflow import from_langflow, is_langflow
+
+    return from_langflow(data) if is_langflow(data) else data
+
+
 def load_flow(source: str | bytes | dict[str, Any] | FlowSpec) -> FlowSpec:
-    """Parse a flow from JSON or YAML text, or a dict. Raises FlowInvalid on a bad shape (every
-    shape problem listed). Does not check the components; see :func:`validate_flow`."""
+    """Parse a flow from JSON or YAML text, or a dict (a signoff spec, or a Langflow export:
+    :func:`flow_document`). Raises FlowInvalid on a bad shape (every shape problem listed). Does
+    not check the components; see :func:`validate_flow`."""
     if isinstance(source, FlowSpec):
         return source
-    data = _parse_text(source) if isinstance(source, (str, bytes)) else source
+    data = flow_document(_parse_text(source) if isinstance(source, (str, bytes)) else source)
     if not isinstance(data, dict):
         raise FlowInvalid([{"message": "a flow is an object with name, nodes and edges"}])
     try:
@@ -371,6 +381,9 @@ def apply_tweaks(spec: dict[str, Any], tweaks: dict[str, Any] | None) -> dict[st
     ]
     if problems:
         raise FlowInvalid(problems, problems[0]["message"])
+    from signoff.engine.langflow import tweak_names
+
     for node_id, params in tweaks.items():
-        nodes[node_id].setdefault("params", {}).update(params)
+        # Langflow's field names (a tweak as Langflow's API takes it) are the node's params' names
+        nodes[node_id].setdefault("params", {}).update(tweak_names(str(nodes[node_id].get("type")), params))
     return spec

@@ -1,12 +1,16 @@
-"""Flows: upload (JSON or YAML), list, read, delete, share."""
+"""Flows: upload (JSON or YAML, a signoff spec or a Langflow export), list, read, export, delete, share."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from signoff.engine.errors import FlowNotFound, Forbidden
+from signoff.engine.langflow import to_langflow
 from signoff.engine.sharing import shared_view
 
 from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow
@@ -33,7 +37,8 @@ _FLOW_BODY = {
              responses=error_responses({422: "`INVALID_REQUEST` (not one JSON or YAML object), `FLOW_INVALID` (every "
                                              "problem listed), `FLOW_TOO_LARGE`"}, body=True))
 async def create_flow(request: Request, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> FlowPublic:
-    """Upload a flow spec as JSON or YAML; a validation failure lists every problem."""
+    """Upload a flow spec as JSON or YAML, or a Langflow export (recognised by its shape: converted,
+    or every component and setting signoff cannot run listed); a validation failure lists every problem."""
     body, ctype = await request.body(), request.headers.get("content-type")
     # parsing (YAML above all) takes time in proportion to the body: off the event loop, so one
     # upload never stalls the others (or /health)
@@ -59,6 +64,20 @@ async def get_flow(flow_id: str, store: StoreDep, user: CurrentUser, public_owne
     """One flow with its spec; anyone but its owner reads it with its credentials masked."""
     flow = await runnable_flow(store, user, flow_id, public_owner)
     return flow_public(flow if flow.owner_id == user.id else flow.model_copy(update={"spec": shared_view(flow.spec)}))
+
+
+@router.get("/{flow_id}/export", response_model=dict[str, Any],
+            responses=error_responses({404: "`FLOW_NOT_FOUND`", 422: "`INVALID_REQUEST` (an unknown format)"}))
+async def export_flow(flow_id: str, store: StoreDep, user: CurrentUser, public_owner: PublicOwner,
+                      format: Annotated[Literal["langflow", "signoff"], Query()] = "langflow") -> JSONResponse:
+    """The flow as a file to download: `langflow` (default) a Langflow export that Langflow loads and
+    signoff imports back to the same spec; `signoff` the spec itself. Credentials are masked for
+    anyone but the owner, as in `GET /api/v1/flows/{id}`."""
+    flow = await runnable_flow(store, user, flow_id, public_owner)
+    spec = flow.spec if flow.owner_id == user.id else shared_view(flow.spec)
+    doc = to_langflow(spec, flow_id=flow.id) if format == "langflow" else spec
+    filename = re.sub(r"[^A-Za-z0-9._-]+", "-", flow.name).strip("-")[:80] or flow.id
+    return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{filename}.json"'})
 
 
 @router.delete("/{flow_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from signoff.engine.components import get_component, register
 from signoff.engine.components.base import (
@@ -35,31 +34,34 @@ from signoff.engine.components.base import (
     PauseRequested,
     as_text,
 )
+from signoff.engine.components._model import (
+    DEFAULT_MODEL,
+    ENDPOINT_PARAMS,
+    RETRY_PARAMS,
+    chat_client,
+    check_model_params,
+)
+from signoff.engine.components.message_history import earlier_messages
 from signoff.engine.decisions import tool_args
 from signoff.engine.errors import ComponentError, SignoffError
-from signoff.engine.llm import DEFAULT_BASE_URL, MAX_BACKOFF, ChatClient
+from signoff.engine.llm import ChatClient
 from signoff.engine.models import Option, PendingRequest
 
-DEFAULT_MODEL = "gpt-4o-mini"
+__all__ = ["DEFAULT_MODEL", "MAX_TOOL_CALLS", "Agent", "tool_specs"]
 ACTION_LABELS = {"approve": "Approve", "edit": "Edit", "reject": "Reject", "respond": "Respond"}
 REJECTED_DEFAULT = "A person rejected this tool call; it did not run."
 _NAME_OK = re.compile(r"[^A-Za-z0-9_-]")
 # A flow is untrusted input: an agent's loop is bounded (model calls, retries of each, tool calls
 # answered per model message), so one flow cannot hold a worker or bill without end.
-LIMITS = {"max_iterations": (1, 100), "max_retries": (0, 10)}
+LIMITS = {"max_iterations": (1, 100), "max_retries": (0, 10), "n_messages": (0, 1000)}
 MAX_TOOL_CALLS = 16
-
-
-def _same_endpoint(a: str, b: str) -> bool:
-    return a.rstrip("/").lower() == b.rstrip("/").lower()
-
-
-def _host_port(url: str) -> str:
-    """``host:port`` of a URL, as SIGNOFF_EGRESS_ALLOW writes it (IPv6 in brackets)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+# (flag, component, tool name, description) of the tools an agent brings itself
+BUILTIN_TOOLS = (
+    ("add_current_date_tool", "CurrentDate", "get_current_date",
+     "The current date and time; the argument timezone is an IANA name such as Europe/Paris (default UTC)."),
+    ("add_calculator_tool", "Calculator", "evaluate_expression",
+     "Evaluates an arithmetic expression with + - * / // % ** and parentheses, e.g. 2 * (3 + 4)."),
+)
 
 
 def tool_specs(descriptors: list[Any]) -> dict[str, dict[str, Any]]:
@@ -111,84 +113,58 @@ class Agent(Component):
     inputs = [
         InputDef("input_value", description="The task (default: the run's input)."),
         InputDef("tools", many=True, description="Tool-capable components (their `tool` output)."),
+        InputDef("system_prompt", description="The system message (an edge, else the param)."),
     ]
     outputs = [OutputDef("response", "The model's final answer.")]
     params = [
-        ParamDef("model", "str", description="Model name (default: settings openai_model)."),
-        ParamDef("base_url", "str", description="OpenAI-compatible base URL, e.g. http://localhost:11434/v1."),
-        ParamDef("api_key", "str", secret=True,
-                 description='API key, or a secret: {"$secret": "NAME"} (default: the operator\'s key, for the '
-                             "operator's model URL only)."),
-        ParamDef("system_prompt", "str", default="", description="The system message."),
+        *ENDPOINT_PARAMS,
+        ParamDef("system_prompt", "str", default="",
+                 description="The system message; {current_date} and {model_name} are filled in."),
         ParamDef("max_iterations", "int", default=10, description="Most model calls in one run."),
-        ParamDef("temperature", "number", description="Sampling temperature (left to the server when unset)."),
-        ParamDef("timeout", "number", default=60, description="Seconds to wait for one model answer."),
-        ParamDef("max_retries", "int", default=3, description="Retries of a model call on timeouts, 429 and 5xx."),
-        ParamDef("retry_backoff", "number", default=0.5, description="First retry delay in seconds (doubles)."),
+        *RETRY_PARAMS,
+        ParamDef("n_messages", "int", default=0,
+                 description="Earlier messages of the session the model sees before the task (0: none)."),
+        ParamDef("add_current_date_tool", "bool", default=False, description="Give the model a current-date tool."),
+        ParamDef("add_calculator_tool", "bool", default=False, description="Give the model a calculator tool."),
     ]
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> list[str]:
-        problems = super().check_params(params)
-        for name, (low, high) in LIMITS.items():
-            v = params.get(name)
-            if isinstance(v, int) and not isinstance(v, bool) and not low <= v <= high:
-                problems.append(f"param '{name}' must be between {low} and {high}")
-        for name in ("timeout", "retry_backoff"):
-            v = params.get(name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and (v < 0 or (name == "timeout" and v == 0)):
-                problems.append(f"param '{name}' must be > 0" if name == "timeout" else f"param '{name}' must be >= 0")
-            elif name == "retry_backoff" and isinstance(v, (int, float)) and v > MAX_BACKOFF:
-                problems.append(f"param 'retry_backoff' must be at most {MAX_BACKOFF:g} seconds")
-        url = params.get("base_url")
-        if isinstance(url, str) and url and not url.startswith(("http://", "https://")):
-            problems.append("param 'base_url' must start with http:// or https://")
-        return problems
+        return super().check_params(params) + check_model_params(params, LIMITS)
 
     # ---- the loop --------------------------------------------------------------------------
 
     async def _client(self, ctx: BuildContext) -> ChatClient:
-        """The model endpoint and its key. The operator's key (SIGNOFF_OPENAI_API_KEY) goes only
-        to the operator's model URL (SIGNOFF_OPENAI_BASE_URL, else OpenAI's): an agent with a
-        base_url of its own uses its own api_key or none. The operator's URL is let through the
-        egress policy for this call only; an agent's own URL obeys SIGNOFF_EGRESS_ALLOW."""
+        """The model endpoint and its key, by the operator-key rule (``_model.chat_client``)."""
+        return await chat_client(ctx, self.params, who=f"Agent '{ctx.vertex_id}'")
+
+    def _builtin_tools(self, ctx: BuildContext) -> list[dict[str, Any]]:
+        """The tools the agent brings itself (``add_current_date_tool``, ``add_calculator_tool``)."""
+        found = []
+        for flag, component, name, description in BUILTIN_TOOLS:
+            if self.params.get(flag):
+                found.append({"component_type": component, "vertex_id": f"{ctx.vertex_id}.{name}", "params": {},
+                              "tool_name": name, "tool_description": description, "approval_actions": []})
+        return found
+
+    def _system_prompt(self, ctx: BuildContext) -> str:
+        prompt = as_text(self.value(ctx, "system_prompt", ""))
         settings = ctx.run.settings
-        operator_url = (settings.openai_base_url if settings else None) or DEFAULT_BASE_URL
-        base_url = self.params.get("base_url") or (settings.openai_base_url if settings else None)
-        operators = _same_endpoint(base_url or DEFAULT_BASE_URL, operator_url)
-        api_key = await ctx.run.reveal(self.params.get("api_key"), vertex_id=ctx.vertex_id)
-        if not api_key and operators and settings is not None:
-            api_key = settings.openai_api_key
-        allow = [_host_port(operator_url)] if operators and settings is not None and settings.openai_base_url else []
-        if not base_url and not api_key:
-            raise ComponentError(
-                f"Agent '{ctx.vertex_id}': no model endpoint: set the agent's base_url (any OpenAI-compatible server, "
-                "e.g. http://localhost:11434/v1) or an API key for OpenAI (param api_key, or SIGNOFF_OPENAI_BASE_URL / "
-                "SIGNOFF_OPENAI_API_KEY, or OPENAI_BASE_URL / OPENAI_API_KEY for the process)",
-                vertex_id=ctx.vertex_id,
-            )
-        extra: dict[str, Any] = {}
-        if self.params.get("temperature") is not None:
-            extra["temperature"] = self.params["temperature"]
-        return ChatClient(
-            model=self.params.get("model") or (settings.openai_model if settings else None) or DEFAULT_MODEL,
-            base_url=base_url,
-            api_key=api_key,
-            timeout=ctx.run.capped_timeout(float(self.params.get("timeout") or 60)),
-            max_retries=int(self.params.get("max_retries") if self.params.get("max_retries") is not None else 3),
-            backoff=float(self.params.get("retry_backoff") if self.params.get("retry_backoff") is not None else 0.5),
-            http_client_factory=lambda: ctx.run.http_client(allow=allow),
-            extra_body=extra,
-            who=f"Agent '{ctx.vertex_id}'",
-        )
+        model = self.params.get("model") or (settings.openai_model if settings else None) or DEFAULT_MODEL
+        return (prompt.replace("{current_date}", ctx.now().strftime("%Y-%m-%d %H:%M:%S UTC"))
+                .replace("{model_name}", str(model)))
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
-        tools = tool_specs(ctx.inputs.get("tools") or [])
+        tools = tool_specs([*(ctx.inputs.get("tools") or []), *self._builtin_tools(ctx)])
         st = ctx.state
         if "messages" not in st:
             messages: list[dict[str, Any]] = []
-            if self.params.get("system_prompt"):
-                messages.append({"role": "system", "content": str(self.params["system_prompt"])})
+            system = self._system_prompt(ctx)
+            if system:
+                messages.append({"role": "system", "content": system})
+            n = int(self.params.get("n_messages") or 0)
+            for msg in await earlier_messages(ctx, n) if n > 0 else []:
+                messages.append({"role": "user" if msg.sender == "User" else "assistant", "content": msg.text})
             task = ctx.inputs.get("input_value")
             if task is None:
                 task = self.params.get("input_value", ctx.run.input_value)

@@ -1,14 +1,54 @@
-"""Conditional Router: two branches, by equals / contains / regex."""
+"""Conditional Router (If-Else): two branches, by comparing the input with a text.
+
+The operators are Langflow's If-Else operators: equals, not_equals, contains, starts_with,
+ends_with, regex (found anywhere), regex_match (matches at the start, as Langflow's ``regex``),
+and the numeric less_than, less_than_or_equal, greater_than, greater_than_or_equal (false when
+either side is not a number). The routed value is the input, or ``true_case_message`` /
+``false_case_message`` when set (an edge or a param), as Langflow's Case True / Case False."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 
-OPERATORS = ("equals", "contains", "regex", "starts_with", "ends_with")
+NUMERIC = ("less_than", "less_than_or_equal", "greater_than", "greater_than_or_equal")
+OPERATORS = ("equals", "not_equals", "contains", "regex", "regex_match", "starts_with", "ends_with", *NUMERIC)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def matches(op: str, text: str, match: str, case_sensitive: bool) -> bool:
+    """Whether ``text`` passes ``op`` against ``match``."""
+    if op in ("regex", "regex_match"):
+        flags = 0 if case_sensitive else re.IGNORECASE
+        found = re.match(match, text, flags) if op == "regex_match" else re.search(match, text, flags)
+        return found is not None
+    if op in NUMERIC:
+        a, b = _number(text), _number(match)
+        if a is None or b is None:
+            return False
+        return {"less_than": a < b, "less_than_or_equal": a <= b,
+                "greater_than": a > b, "greater_than_or_equal": a >= b}[op]
+    a, b = (text, match) if case_sensitive else (text.lower(), match.lower())
+    if op == "equals":
+        return a == b
+    if op == "not_equals":
+        return a != b
+    if op == "contains":
+        return b in a
+    if op == "starts_with":
+        return a.startswith(b)
+    return a.endswith(b)
 
 
 @register
@@ -17,7 +57,12 @@ class ConditionalRouter(Component):
     instant = True
     display_name = "If-Else"
     description = "Routes the input to true_result or false_result."
-    inputs = [InputDef("input_text", required=True)]
+    inputs = [
+        InputDef("input_text", required=True),
+        InputDef("match_text", description="The text to compare with (an edge, else the param)."),
+        InputDef("true_case_message", description="Sent on true_result instead of the input, when set."),
+        InputDef("false_case_message", description="Sent on false_result instead of the input, when set."),
+    ]
     outputs = [OutputDef("true_result"), OutputDef("false_result")]
     params = [
         ParamDef("operator", "str", default="equals"),
@@ -31,7 +76,7 @@ class ConditionalRouter(Component):
         op = params.get("operator", "equals")
         if isinstance(op, str) and op not in OPERATORS:
             problems.append(f"param 'operator': '{op}' is not one of {', '.join(OPERATORS)}")
-        if op == "regex" and isinstance(params.get("match_text"), str):
+        if op in ("regex", "regex_match") and isinstance(params.get("match_text"), str):
             try:
                 re.compile(params["match_text"])
             except re.error as e:
@@ -40,23 +85,13 @@ class ConditionalRouter(Component):
 
     async def build(self, ctx: BuildContext) -> dict[str, Any]:
         raw = self.value(ctx, "input_text", "")
-        text = as_text(raw)
-        match = self.params.get("match_text") or ""
-        case = bool(self.params.get("case_sensitive"))
+        match = as_text(self.value(ctx, "match_text", ""))
         op = self.params.get("operator") or "equals"
-        a, b = (text, match) if case else (text.lower(), match.lower())
-        if op == "equals":
-            ok = a == b
-        elif op == "contains":
-            ok = b in a
-        elif op == "starts_with":
-            ok = a.startswith(b)
-        elif op == "ends_with":
-            ok = a.endswith(b)
-        else:
-            ok = re.search(match, text, 0 if case else re.IGNORECASE) is not None
-        if ok:
-            ctx.stop("false_result")
-            return {"true_result": raw}
-        ctx.stop("true_result")
-        return {"false_result": raw}
+        try:
+            ok = matches(op, as_text(raw), match, bool(self.params.get("case_sensitive")))
+        except re.error:  # a pattern that came in on an edge: no match, as Langflow's If-Else
+            ok = False
+        chosen, other = ("true_result", "false_result") if ok else ("false_result", "true_result")
+        override = self.value(ctx, "true_case_message" if ok else "false_case_message")
+        ctx.stop(other)
+        return {chosen: override if override not in (None, "") and as_text(override) else raw}

@@ -101,7 +101,7 @@ def test_missing_required_param_is_named():
     p = problems_of(flow([("p", "Prompt")], []))
     assert p == [{"node": "p", "message": "missing required param 'template'"}]
     p = problems_of(flow([("r", "RunFlow")], []))
-    assert p == [{"node": "r", "message": "missing required param 'flow_id'"}]
+    assert p == [{"node": "r", "message": "missing required param 'flow_id' (or 'flow_name': the flow's name)"}]
 
 
 def test_missing_required_input_is_named():
