@@ -22,26 +22,39 @@ def frame(ev: Event) -> bytes:
     return f"id: {ev.seq}\ndata: {data}\n\n".encode()
 
 
-async def job_events(store: Store, job_id: str, *, after_seq: int = 0, poll_seconds: float = 0.1,
-                     keepalive_seconds: float = 15.0) -> AsyncIterator[bytes]:
+async def follow_job(store: Store, job_id: str, *, after_seq: int = 0, poll_seconds: float = 0.1
+                     ) -> AsyncIterator[list[Event]]:
+    """The job's log as it grows, read from the store: each batch of events after ``after_seq``,
+    and an empty batch each time a poll found none (a tick: when a follower may send a keep-alive
+    or look at anything else of the run). Ends once the job is neither queued nor in progress
+    and its log is drained. The one poller of a job's events (this SSE stream, AG-UI's)."""
     seq = after_seq
-    idle = 0.0
     while True:
         events = await store.read_events(job_id, after_seq=seq)
-        for ev in events:
-            seq = ev.seq
-            yield frame(ev)
         if events:
-            idle = 0.0
+            seq = events[-1].seq
+            yield events
             continue
         job = await store.get_job(job_id)
         if job is None or job.status not in ACTIVE:
             # Events are written before the status changes: drain once more, then close.
-            for ev in await store.read_events(job_id, after_seq=seq):
-                seq = ev.seq
-                yield frame(ev)
+            while events := await store.read_events(job_id, after_seq=seq):
+                seq = events[-1].seq
+                yield events
             return
+        yield []
         await asyncio.sleep(poll_seconds)
+
+
+async def job_events(store: Store, job_id: str, *, after_seq: int = 0, poll_seconds: float = 0.1,
+                     keepalive_seconds: float = 15.0) -> AsyncIterator[bytes]:
+    idle = 0.0
+    async for events in follow_job(store, job_id, after_seq=after_seq, poll_seconds=poll_seconds):
+        for ev in events:
+            yield frame(ev)
+        if events:
+            idle = 0.0
+            continue
         idle += poll_seconds
         if idle >= keepalive_seconds:
             idle = 0.0

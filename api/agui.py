@@ -1,0 +1,534 @@
+"""AG-UI 1.0 (DESIGN §12, docs/agui.md): a signoff flow as an AG-UI agent.
+
+One ``POST /api/v1/agui/{flow_id}`` is one AG-UI run: a ``RunAgentInput`` in, an SSE stream of
+AG-UI events out, every one built with the ``ag-ui-protocol`` package's models (built, so
+validated) and written by its ``EventEncoder``. ``threadId`` is signoff's session.
+
+- Without ``resume``, the last user message is the input of a new run of the flow (a submit
+  like the HTTP API's: it supersedes the thread's suspended runs of the flow).
+- With ``resume`` (one entry: signoff's runs wait for one decision at a time), the entry's
+  ``interruptId`` is the ``request_id`` of the thread's waiting run, and its ``payload``
+  (``{action_id, values?}``, or the action id alone) is the decision, sent through
+  :meth:`RunService.resume` (the one decision path: the same checks, the same errors, the job
+  untouched when refused). ``status: "cancelled"`` stops the waiting run. An approver deciding
+  someone else's run gets the end of their decision, not the rest of the owner's run.
+
+What the run does comes from what signoff already records, read from the store (so any API
+replica can serve it): the job's event log, followed by :func:`~signoff.api.sse.follow_job`
+(the one poller of a job's events), and the run's trace, whose spans are written by each layer
+before the job's status moves on. Each component built is a ``STEP_STARTED`` / ``STEP_FINISHED``
+pair (the span's times as timestamps), with, inside it, a Chat or Text Output's text as
+``TEXT_MESSAGE_*`` and an Agent's tool calls as ``TOOL_CALL_*`` with their results. Every log
+event also goes out as a ``CUSTOM`` event ``signoff.<event>``. The AG-UI run ends with the job:
+``RUN_FINISHED`` (success with the HTTP API's response as ``result``; the interrupt outcome at a
+gate, one interrupt whose id is the request id; the cancelled outcome for a stop or a supersede)
+or ``RUN_ERROR`` (a failure, or any signoff error, with signoff's code).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from ag_ui.core import (
+    PROTOCOL_VERSION,
+    BaseEvent,
+    CustomEvent,
+    Interrupt,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+from pydantic import Field, ValidationError
+
+from signoff.engine.components.agent import REJECTED_DEFAULT
+from signoff.engine.components.base import as_text
+from signoff.engine.components.io import message_id
+from signoff.engine.errors import NotResumable, SignoffError
+from signoff.engine.models import Decision, Event, Job, JobStatus, PendingRequest, SpanRecord, User
+from signoff.engine.store.base import Store
+from signoff.engine.tracing import A_COMPONENT, A_VERTEX, hex_span, root_span_id
+from signoff.service import RunService
+from signoff.service.access import runnable_flow
+
+from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
+from signoff.api.errors import _jsonable as jsonable  # an error detail as JSON, as the HTTP answers carry it
+from signoff.api.limits import ID_MAX_CHARS
+from signoff.api.models import human_request, workflow_response
+from signoff.api.sse import follow_job
+
+log = logging.getLogger("signoff.api.agui")
+
+KEEPALIVE_SECONDS = 15.0
+POLL_SECONDS = 0.1
+# RUN_ERROR codes of a run that ended by itself (a signoff error carries its own code)
+RUN_FAILED = "RUN_FAILED"
+RUN_TIMED_OUT = "RUN_TIMED_OUT"
+INTERNAL_ERROR = "INTERNAL_ERROR"
+# an Agent's tool approval: what each action's `values` carry (DESIGN §4, docs/agent.md)
+TOOL_VALUES: dict[str, dict[str, Any]] = {
+    "edit": {"type": "object", "properties": {"args": {"type": "object", "description": "the arguments to run the "
+                                                                                         "tool with instead"}},
+             "required": ["args"]},
+    "reject": {"type": "object", "properties": {"message": {"type": "string", "description": "what the model is told"}}},
+    "respond": {"type": "object", "properties": {"message": {"type": "string", "description": "the tool's answer, "
+                                                                                              "in its place"}}},
+}
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+class AguiRunInput(RunAgentInput):
+    """AG-UI's ``RunAgentInput`` (the package's model), with signoff's bounds on the two ids:
+    ``threadId`` is a session id."""
+
+    thread_id: str = Field(min_length=1, max_length=ID_MAX_CHARS, description="the session")
+    run_id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
+
+
+TEXT_FIELDS = ("messages", "state", "tools", "context", "forwardedProps", "resume")  # strings bounded like input_value
+
+
+def _ms(at: datetime | None = None) -> int:
+    return int((at.timestamp() if at is not None else time.time()) * 1000)
+
+
+def _uid(*parts: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "signoff:agui/" + "/".join(parts)))
+
+
+def last_user_text(inp: RunAgentInput) -> str:
+    """The run's input: the text of the last user message ("" when there is none)."""
+    for message in reversed(inp.messages):
+        if getattr(message, "role", None) != "user":
+            continue
+        content = message.content
+        if isinstance(content, str):
+            return content
+        return "\n".join(part.text for part in content if getattr(part, "type", None) == "text")
+    return ""
+
+
+def decision_of(payload: Any) -> Decision:
+    """A resume entry's payload as a decision: ``{"action_id", "values"?}``, or the action id."""
+    if isinstance(payload, str):
+        payload = {"action_id": payload}
+    if not isinstance(payload, dict):
+        raise InvalidRequest("resume[0].payload must be the decision: {\"action_id\": ..., \"values\": {...}} "
+                             "(or the action id alone)")
+    try:
+        return Decision.model_validate(payload)
+    except ValidationError as err:
+        problems = [{"loc": ".".join(["resume", "0", "payload", *(str(p) for p in e["loc"])]), "message": e["msg"],
+                     "type": e["type"]} for e in err.errors()]
+        raise InvalidRequest("resume[0].payload is not a decision: "
+                             + "; ".join(f"{p['loc']}: {p['message']}" for p in problems), problems=problems) from None
+
+
+def response_schema(p: PendingRequest) -> dict[str, Any]:
+    """A JSON Schema of the resume payload this request takes: an allowed action, and the
+    ``values`` its ``fields`` schema (or, for a tool approval, the action) asks for."""
+    branches = []
+    for action in p.allowed_decisions:
+        values = (p.fields or {}).get(action)
+        if values is None and p.kind == "tool_approval":
+            values = TOOL_VALUES.get(action)
+        branch: dict[str, Any] = {"type": "object", "properties": {"action_id": {"const": action}},
+                                  "required": ["action_id"]}
+        if values is not None:
+            branch["properties"]["values"] = values
+            if values.get("required"):
+                branch["required"].append("values")
+        branches.append(branch)
+    return {
+        "type": "object",
+        "description": "the decision: one of the allowed actions, with the values it takes",
+        "properties": {"action_id": {"type": "string", "enum": list(p.allowed_decisions)},
+                       "values": {"type": "object"}},
+        "required": ["action_id"],
+        "oneOf": branches,
+    }
+
+
+def interrupt_of(job: Job, p: PendingRequest, **extra: Any) -> Interrupt:
+    """A pending request as an AG-UI interrupt: id = request id, the prompt as its message, the
+    tool call it is about, the schema of its answer; ``metadata`` is the HTTP API's pending
+    request (options, allowed decisions, fields, tool, timeout...) and the job id."""
+    public = human_request(p)
+    assert public is not None
+    return Interrupt(
+        id=p.request_id,
+        reason="tool_approval" if p.kind == "tool_approval" else "human_input",
+        message=p.prompt or None,
+        tool_call_id=str(p.tool["call_id"]) if p.tool and p.tool.get("call_id") else None,
+        response_schema=response_schema(p),
+        metadata={"job_id": job.job_id, **public.model_dump(mode="json"), **extra},
+    )
+
+
+def gate_vertex(request_id: str, run_id: str) -> str:
+    """The vertex that asked: request ids are ``{vertex}:{run_id}[:{n}]``."""
+    head, sep, _ = request_id.partition(f":{run_id}")
+    return head if sep else request_id
+
+
+class AguiRun:
+    """One AG-UI run of a flow (see the module's docstring). :meth:`events` yields the events,
+    and None when a keep-alive is due (a comment, not an event)."""
+
+    def __init__(self, *, store: Store, service: RunService, user: User, flow_id: str, public_owner: str | None,
+                 inp: RunAgentInput) -> None:
+        self.store = store
+        self.service = service
+        self.user = user
+        self.flow_id = flow_id
+        self.public_owner = public_owner
+        self.inp = inp
+        self.job_id: str | None = None
+        self.announced: set[str] = set()  # tool call ids whose TOOL_CALL_START went out (this run or the last)
+        self.cancel_reason: dict[str, Any] = {}
+
+    # ---- the run -------------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[BaseEvent | None]:
+        yield RunStartedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id, protocol_version=PROTOCOL_VERSION,
+                              timestamp=_ms(), metadata={"flow_id": self.flow_id})
+        try:
+            if self.inp.resume:
+                async for event in self._resume():
+                    yield event
+            else:
+                async for event in self._submit():
+                    yield event
+        except SignoffError as err:
+            yield self._error(err)
+        except Exception:  # noqa: BLE001 - the stream has begun: end the AG-UI run, log the cause
+            log.exception("AG-UI run %s of flow %s failed", self.inp.run_id, self.flow_id)
+            yield RunErrorEvent(message="Internal error; see the server log", code=INTERNAL_ERROR, timestamp=_ms(),
+                                metadata=self._meta())
+
+    def _meta(self, **more: Any) -> dict[str, Any]:
+        return {"job_id": self.job_id, **more} if self.job_id else dict(more)
+
+    def _error(self, err: SignoffError) -> RunErrorEvent:
+        if STATUS_BY_CODE.get(err.code, 500) >= 500 and err.code != "UNAVAILABLE":
+            log.error("AG-UI run %s: signoff error %s: %s", self.inp.run_id, err.code, err.message, exc_info=err)
+            return RunErrorEvent(message="Internal error; see the server log", code=INTERNAL_ERROR, timestamp=_ms(),
+                                 metadata=self._meta())
+        # the HTTP API's error details too (``problems`` of INVALID_VALUES, ``job_id``)
+        meta = {k: v for k, v in jsonable(err.details).items() if v is not None}
+        if self.job_id and "job_id" not in meta:
+            meta["job_id"] = self.job_id
+        return RunErrorEvent(message=err.message, code=err.code, timestamp=_ms(), metadata=meta or None)
+
+    async def _submit(self) -> AsyncIterator[BaseEvent | None]:
+        flow = await runnable_flow(self.store, self.user, self.flow_id, self.public_owner)
+        # a retried POST of the same AG-UI run (same thread, run id and flow) is the same job
+        key = "agui:" + _uid(self.flow_id, self.inp.thread_id, self.inp.run_id)
+        job, _created = await self.service.submit(
+            self.user, flow, input_value=last_user_text(self.inp), session_id=self.inp.thread_id, tweaks=None,
+            idempotency_key=key, mode="stream")
+        self.job_id = job.job_id
+        async for event in self._follow(job, after_seq=0, seen=set(), resumed=None):
+            yield event
+
+    async def _resume(self) -> AsyncIterator[BaseEvent | None]:
+        entries = self.inp.resume or []
+        if len(entries) != 1:
+            raise InvalidRequest(f"resume has {len(entries)} entries: a signoff run waits for one decision at a time, "
+                                 "so answer its one interrupt")
+        entry = entries[0]
+        # a malformed answer is refused first, like a malformed HTTP body
+        decision = decision_of(entry.payload) if entry.status == "resolved" else None
+        job = await self._job_of(entry.interrupt_id)
+        self.job_id = job.job_id
+        # what the AG-UI runs before this one already told: the log so far, the spans so far
+        after_seq = await _last_seq(self.store, job.job_id)
+        seen = {s.span_id for s in await self.store.get_trace(job.run_id)}
+        resumed = job.pending if job.status == JobStatus.suspended else None
+        if entry.status == "cancelled":
+            if job.status == JobStatus.cancelled:  # stopped already: the thread's run is over
+                self.cancel_reason = await _cancel_data(self.store, job.job_id)
+                yield self._cancelled()
+                return
+            if resumed is None or resumed.request_id != entry.interrupt_id:
+                raise NotResumable(f"Interrupt {entry.interrupt_id!r} is not waiting for an answer (the job is "
+                                   f"{job.status.value})", job_id=job.job_id)
+            job = await self.service.stop(self.user, job.job_id)
+            if job.status == JobStatus.cancelled:
+                self.cancel_reason = await _cancel_data(self.store, job.job_id)
+                yield self._cancelled()
+                return
+            # a decision got in before the stop: tell what it did
+        else:
+            assert decision is not None
+            done = await self.service.resume(self.user, job.job_id, entry.interrupt_id, decision)
+            if done.status == "vote_recorded":  # one vote of a quorum: the run still waits
+                job = await self.service.get_job(self.user, job.job_id)
+                if job.status == JobStatus.suspended and job.pending is not None:
+                    yield self._interrupted(job, job.pending, votes=done.votes, required=done.required)
+                    return
+            if job.user_id != self.user.id:
+                # an approver of someone else's run: the decision is theirs, the rest of the run
+                # is its owner's (as over HTTP, where the job is no longer theirs to see)
+                yield RunFinishedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id,
+                                       result={"job_id": job.job_id, "status": "resuming"},
+                                       outcome=RunFinishedSuccessOutcome(), timestamp=_ms(), metadata=self._meta())
+                return
+        if resumed is not None and resumed.tool and resumed.tool.get("call_id"):
+            self.announced.add(str(resumed.tool["call_id"]))  # the last AG-UI run started that tool call
+        async for event in self._follow(job, after_seq=after_seq, seen=seen, resumed=resumed):
+            yield event
+
+    async def _job_of(self, interrupt_id: str) -> Job:
+        """The job waiting for ``interrupt_id``: the thread's suspended run of this flow asking
+        it, else the run its id names (a request id carries the run id). Someone else's run is
+        not found (404 rule); a run of another flow or thread, or an id naming no run, is not
+        resumable here. Nothing is changed."""
+        for job in await self.store.find_suspended(self.flow_id, self.user.id, self.inp.thread_id):
+            if job.pending is not None and job.pending.request_id == interrupt_id:
+                return job
+        for candidate in reversed(_UUID.findall(interrupt_id)):
+            if await self.store.get_job(candidate) is not None:
+                job = await self.service.get_job(self.user, candidate)  # JobNotFound unless visible
+                if job.flow_id != self.flow_id or job.effective_session != self.inp.thread_id:
+                    raise NotResumable(f"Interrupt {interrupt_id!r} belongs to another flow or thread (resume it "
+                                       "where it was asked)", job_id=job.job_id)
+                return job
+        raise NotResumable(f"No run of this thread waits for interrupt {interrupt_id!r}")
+
+    # ---- following the job ---------------------------------------------------------------
+
+    async def _follow(self, job: Job, *, after_seq: int, seen: set[str],
+                      resumed: PendingRequest | None) -> AsyncIterator[BaseEvent | None]:
+        """The job's events and its trace's new spans as AG-UI events until the run pauses or
+        ends, then the AG-UI run's end."""
+        idle = 0.0
+        async for batch in follow_job(self.store, job.job_id, after_seq=after_seq, poll_seconds=POLL_SECONDS):
+            # what this poll found, in the order it happened (a step at its span's start)
+            groups = [(_ms(ev.created_at), self._log_event(job, ev, resumed)) for ev in batch]
+            groups += await self._new_spans(job, seen)
+            groups.sort(key=lambda g: g[0])
+            for _at, events in groups:
+                for event in events:
+                    yield event
+            if groups:
+                idle = 0.0
+                continue
+            idle += POLL_SECONDS
+            if idle >= KEEPALIVE_SECONDS:
+                idle = 0.0
+                yield None
+        for _at, events in await self._new_spans(job, seen):  # written before the status moved on
+            for event in events:
+                yield event
+        for event in await self._end(job.job_id):
+            yield event
+
+    def _log_event(self, job: Job, ev: Event, resumed: PendingRequest | None) -> list[BaseEvent]:
+        out: list[BaseEvent] = [CustomEvent(name=f"signoff.{ev.event}", value=ev.data, timestamp=_ms(ev.created_at),
+                                            metadata={"seq": ev.seq})]
+        if ev.event == "run_cancelled":
+            self.cancel_reason = dict(ev.data)
+        if (ev.event == "human_input_decision" and resumed is not None and resumed.kind == "tool_approval"
+                and resumed.tool and ev.data.get("request_id") == resumed.request_id
+                and ev.data.get("action_id") in ("reject", "respond")):
+            # the tool did not run: the model gets the person's message as its result
+            message = (ev.data.get("values") or {}).get("message")
+            if ev.data["action_id"] == "reject" and not (isinstance(message, str) and message.strip()):
+                message = REJECTED_DEFAULT
+            call_id = str(resumed.tool.get("call_id"))
+            outcome = {"reject": "rejected", "respond": "responded"}[ev.data["action_id"]]
+            out.append(ToolCallResultEvent(message_id=_uid(job.run_id, "tool", call_id), tool_call_id=call_id,
+                                           content=as_text(message), role="tool", timestamp=_ms(ev.created_at),
+                                           metadata={"outcome": outcome}))
+        return out
+
+    async def _new_spans(self, job: Job, seen: set[str]) -> list[tuple[int, list[BaseEvent]]]:
+        """The steps of the trace's spans not told yet: each top-level component (and each gate
+        decided), in the order they started, with its tool calls and its text inside."""
+        spans = await self.store.get_trace(job.run_id)
+        root = hex_span(root_span_id(job.run_id))
+        fresh = [s for s in spans if s.span_id not in seen and s.end_time is not None and s.parent_id == root
+                 and s.type in ("component", "gate")]
+        if not fresh:
+            return []
+        children: dict[str, list[SpanRecord]] = {}
+        for s in spans:
+            if s.type == "tool" and s.parent_id is not None:
+                children.setdefault(s.parent_id, []).append(s)
+        texts: dict[str, str] | None = None
+        out: list[tuple[int, list[BaseEvent]]] = []
+        for span in sorted(fresh, key=lambda s: (s.start_time, s.end_time or s.start_time, s.span_id)):
+            seen.add(span.span_id)
+            component = str(span.attributes.get(A_COMPONENT) or "")
+            if component == "ChatOutput" and texts is None:
+                texts = {m.id: m.text for m in await self.store.list_messages(job.effective_session,
+                                                                               flow_id=job.flow_id)
+                         if m.job_id == job.job_id}
+            tools = sorted(children.get(span.span_id, []), key=lambda s: s.start_time)
+            seen.update(t.span_id for t in tools)
+            out.append((_ms(span.start_time), self._step(job, span, component, tools, texts or {})))
+        return out
+
+    def _step(self, job: Job, span: SpanRecord, component: str, tools: list[SpanRecord],
+              texts: dict[str, str]) -> list[BaseEvent]:
+        vertex = str(span.attributes.get(A_VERTEX) or span.name)
+        attrs = span.attributes
+        start_meta: dict[str, Any] = {"component_type": component or None, "display_name": span.name}
+        end_meta: dict[str, Any] = {"status": span.status}
+        if span.type == "gate":
+            start_meta["component_type"] = component or "HumanInput"
+            end_meta.update({k: attrs.get(f"signoff.{k}") for k in ("request_id", "action_id", "requested_action",
+                                                                    "decided_by")})
+        if attrs.get("signoff.paused"):
+            end_meta.update(paused=True, request_id=attrs.get("signoff.request_id"))
+        if span.status == "error":
+            end_meta["error"] = attrs.get("signoff.error")
+        out: list[BaseEvent] = [StepStartedEvent(step_name=vertex, timestamp=_ms(span.start_time), metadata=start_meta)]
+        for tool in tools:
+            out += self._tool_call(job, tool)
+        if component in ("ChatOutput", "TextOutput") and span.type == "component":
+            out += self._text(job, vertex, component, span, texts)
+        out.append(StepFinishedEvent(step_name=vertex, timestamp=_ms(span.end_time), metadata=end_meta))
+        return out
+
+    def _tool_call(self, job: Job, tool: SpanRecord) -> list[BaseEvent]:
+        attrs = tool.attributes
+        call_id = str(attrs.get("signoff.tool.call_id") or tool.span_id)
+        name = str(attrs.get("signoff.tool.name") or tool.name)
+        at = _ms(tool.end_time or tool.start_time)
+        out: list[BaseEvent] = []
+        if call_id not in self.announced:
+            self.announced.add(call_id)
+            out += _announce(call_id, name, tool.inputs, _ms(tool.start_time))
+        result = next(iter(tool.outputs.values()), None) if tool.outputs else None
+        if tool.status == "error" and result is None:
+            result = f"Error: {attrs.get('signoff.error') or 'the tool failed'}"
+        out.append(ToolCallResultEvent(message_id=_uid(job.run_id, "tool", call_id), tool_call_id=call_id,
+                                       content=as_text(result), role="tool", timestamp=at,
+                                       metadata={"outcome": attrs.get("signoff.tool.outcome"), "args": tool.inputs,
+                                                 "status": tool.status}))
+        return out
+
+    def _text(self, job: Job, vertex: str, component: str, span: SpanRecord, texts: dict[str, str]) -> list[BaseEvent]:
+        if component == "ChatOutput":
+            mid = message_id(job.run_id, vertex, "machine")
+            text = texts.get(mid)
+            if text is None:
+                text = as_text(span.outputs.get("message"))
+            name = (span.outputs.get("message") or {}).get("sender_name") if isinstance(
+                span.outputs.get("message"), dict) else None
+        else:
+            mid = _uid(job.run_id, vertex, "text")
+            text = as_text(span.outputs.get("text"))
+            name = None
+        at = _ms(span.end_time)
+        out: list[BaseEvent] = [TextMessageStartEvent(message_id=mid, role="assistant", name=name or None, timestamp=at,
+                                                      metadata={"vertex_id": vertex})]
+        if text:
+            out.append(TextMessageContentEvent(message_id=mid, delta=text, timestamp=at))
+        out.append(TextMessageEndEvent(message_id=mid, timestamp=at))
+        return out
+
+    # ---- the end of the AG-UI run ----------------------------------------------------------
+
+    async def _end(self, job_id: str) -> list[BaseEvent]:
+        job = await self.store.get_job(job_id)
+        if job is None:
+            return [RunErrorEvent(message=f"Job {job_id} is gone", code="JOB_NOT_FOUND", timestamp=_ms(),
+                                  metadata=self._meta())]
+        if job.status == JobStatus.suspended and job.pending is not None:
+            out: list[BaseEvent] = []
+            pending = job.pending
+            if pending.kind == "tool_approval" and pending.tool and pending.tool.get("call_id"):
+                call_id = str(pending.tool["call_id"])
+                if call_id not in self.announced:
+                    self.announced.add(call_id)
+                    out += _announce(call_id, str(pending.tool.get("name") or "tool"), pending.tool.get("args"),
+                                     _ms(pending.paused_at))
+            elif pending.kind == "node_input":  # the gate's own step: it asked (its span comes with the answer)
+                vertex = gate_vertex(pending.request_id, job.run_id)
+                at = _ms(pending.paused_at)
+                out += [StepStartedEvent(step_name=vertex, timestamp=at, metadata={"component_type": "HumanInput"}),
+                        StepFinishedEvent(step_name=vertex, timestamp=at,
+                                          metadata={"paused": True, "request_id": pending.request_id})]
+            return [*out, self._interrupted(job, pending)]
+        if job.status == JobStatus.completed:
+            return [RunFinishedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id,
+                                     result=workflow_response(job).model_dump(mode="json"),
+                                     outcome=RunFinishedSuccessOutcome(), timestamp=_ms(), metadata=self._meta())]
+        if job.status == JobStatus.cancelled:
+            if not self.cancel_reason:
+                self.cancel_reason = await _cancel_data(self.store, job.job_id)
+            return [self._cancelled()]
+        if job.status == JobStatus.failed:
+            error = job.error or {}
+            return [RunErrorEvent(message=str(error.get("error") or "The run failed"), code=RUN_FAILED, timestamp=_ms(),
+                                  metadata=self._meta(type=error.get("type"), vertex_id=error.get("vertex_id")))]
+        if job.status == JobStatus.timed_out:
+            return [RunErrorEvent(message="The run timed out waiting for a decision", code=RUN_TIMED_OUT,
+                                  timestamp=_ms(), metadata=self._meta())]
+        # not over and not waiting (cannot happen: the log is followed until it is)
+        return [RunErrorEvent(message=f"The run is {job.status.value}", code=INTERNAL_ERROR, timestamp=_ms(),
+                              metadata=self._meta())]
+
+    def _interrupted(self, job: Job, pending: PendingRequest, **extra: Any) -> RunFinishedEvent:
+        return RunFinishedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id,
+                                outcome=RunFinishedInterruptOutcome(interrupts=[interrupt_of(job, pending, **extra)]),
+                                timestamp=_ms(), metadata=self._meta())
+
+    def _cancelled(self) -> RunFinishedEvent:
+        return RunFinishedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id,
+                                outcome=RunFinishedCancelledOutcome(), timestamp=_ms(),
+                                metadata=self._meta(**self.cancel_reason))
+
+
+def _announce(call_id: str, name: str, args: Any, at: int) -> list[BaseEvent]:
+    return [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name, timestamp=at),
+            ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args if args is not None else {},
+                                                                     ensure_ascii=False), timestamp=at),
+            ToolCallEndEvent(tool_call_id=call_id, timestamp=at)]
+
+
+async def _last_seq(store: Store, job_id: str) -> int:
+    seq = 0
+    while events := await store.read_events(job_id, after_seq=seq):
+        seq = events[-1].seq
+    return seq
+
+
+async def _cancel_data(store: Store, job_id: str) -> dict[str, Any]:
+    """The data of the job's ``run_cancelled`` event (its reason)."""
+    data: dict[str, Any] = {}
+    seq = 0
+    while events := await store.read_events(job_id, after_seq=seq):
+        seq = events[-1].seq
+        for ev in events:
+            if ev.event == "run_cancelled":
+                data = dict(ev.data)
+    return data
+
+
+async def encode(events: AsyncIterator[BaseEvent | None], encoder: Any) -> AsyncIterator[str]:
+    """The events as the encoder writes them (SSE); a comment for each keep-alive."""
+    async for event in events:
+        yield ": keep-alive\n\n" if event is None else encoder.encode(event)
