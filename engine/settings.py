@@ -38,6 +38,13 @@ class Settings(BaseSettings):
     flows_dir: Path | None = None
     dev_api_key: str | None = None
 
+    # The person's pages (api/pages, docs/pages.md)
+    temporal_ui_url: str | None = Field(
+        None, description="Base URL of the Temporal Web UI the run pages link to; default under `signoff dev`: "
+        "http://127.0.0.1:{SIGNOFF_DEV_UI_PORT}; unset with an external Temporal: no link.",
+    )
+    page_session_hours: float = Field(12.0, gt=0, le=24 * 90, description="How long a signed-in page session lasts.")
+
     # What the client commands (`signoff submit/status/pending/resume/flows`) talk to.
     api_url: str | None = Field(None, description="Base URL of the API; default http://{api_host}:{api_port}.")
     api_key: str | None = Field(None, description="API key the client commands send as x-api-key.")
@@ -162,6 +169,12 @@ class Settings(BaseSettings):
         if self.otlp_endpoint:
             return self.otlp_endpoint.rstrip("/") + "/v1/traces"
         return None
+
+    @property
+    def effective_temporal_ui_url(self) -> str | None:
+        if self.temporal_ui_url:
+            return self.temporal_ui_url.rstrip("/")
+        return f"http://127.0.0.1:{self.dev_ui_port}" if self.embedded_temporal and self.dev_ui_port else None
 
     @property
     def embedded_temporal(self) -> bool:

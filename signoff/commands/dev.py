@@ -158,6 +158,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             _say()
             _say(f"signoff dev is running. State: {home}")
             _say()
+            _say(f"  Inbox:            {api_url}/   (sign in with the API key below)")
             _say(f"  API:              {api_url}   (OpenAPI UI: {api_url}/docs)")
             if server is not None:
                 note = "   (an existing server, not started by signoff dev: left running)" if server.reused else ""

@@ -1,0 +1,178 @@
+// signoff's pages work without this file: every form posts and every page renders on the server.
+// It only keeps pages live (Server-Sent Events from the API process) and counts deadlines down.
+(function () {
+  "use strict";
+
+  function announce(text) {
+    var el = document.getElementById("announce");
+    if (!el) return;
+    el.textContent = "";
+    window.setTimeout(function () { el.textContent = text; }, 60);
+  }
+
+  function fromHTML(html) {
+    var t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+
+  async function fetchPage(url) {
+    var r = await fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" });
+    if (!r.ok && r.status !== 409) return null;
+    return new DOMParser().parseFromString(await r.text(), "text/html");
+  }
+
+  // ---- the inbox: rows come and go as runs pause and requests are decided ----------------------
+  function inbox(list) {
+    var empty = document.querySelector("[data-inbox-empty]");
+    var summary = document.querySelector("[data-inbox-summary]");
+    var filtered = summary && summary.textContent.indexOf("(filtered)") >= 0;
+    var rows = function () { return Array.prototype.slice.call(list.querySelectorAll(":scope > li.req")); };
+    var find = function (id) { return rows().find(function (li) { return li.dataset.requestId === id; }); };
+
+    function setCount(n, total) {
+      if (total === undefined) total = n;
+      document.querySelectorAll("[data-inbox-count]").forEach(function (el) {
+        el.textContent = String(total);
+        el.setAttribute("aria-label", total + " waiting");
+      });
+      document.title = (total ? "(" + total + ") " : "") + "Inbox · signoff";
+      if (summary) {
+        summary.textContent = (n === 1 ? "1 request waits for you" : n ? n + " requests wait for you" : "Nothing waits for you") +
+          (filtered ? " (filtered)." : ".");
+      }
+    }
+    function refreshEmpty() { if (empty) empty.hidden = rows().length > 0; }
+
+    var es = new EventSource(list.dataset.liveUrl);
+    es.addEventListener("snapshot", function (e) {
+      var d = JSON.parse(e.data);
+      var keep = new Set(d.ids);
+      rows().forEach(function (li) { if (!keep.has(li.dataset.requestId)) li.remove(); });
+      setCount(d.count, d.total);
+      refreshEmpty();
+    });
+    es.addEventListener("add", function (e) {
+      var d = JSON.parse(e.data);
+      if (find(d.id)) return;
+      var li = fromHTML(d.html);
+      if (!li) return;
+      li.classList.add("is-new");
+      var before = rows().find(function (other) { return (other.dataset.paused || "") < (d.paused_at || ""); });
+      list.insertBefore(li, before || null);
+      var title = li.querySelector(".req-title");
+      announce("New request: " + (title ? title.textContent.trim() : ""));
+      refreshEmpty();
+    });
+    es.addEventListener("remove", function (e) {
+      var d = JSON.parse(e.data);
+      var li = find(d.id);
+      if (!li) return;
+      var hadFocus = li.contains(document.activeElement);
+      var next = li.nextElementSibling || li.previousElementSibling;
+      li.remove();
+      if (hadFocus) {
+        var target = next && next.querySelector("a, button");
+        (target || document.getElementById("main")).focus();
+      }
+      announce("Request closed: " + d.why);
+      refreshEmpty();
+    });
+    es.addEventListener("count", function (e) { var d = JSON.parse(e.data); setCount(d.count, d.total); });
+  }
+
+  // ---- a run: its regions are fetched again when its log grows -------------------------------------
+  function run(root) {
+    var timer = null;
+    async function refresh() {
+      var doc = await fetchPage(window.location.href);
+      if (!doc) return;
+      document.querySelectorAll("[data-live-region]").forEach(function (el) {
+        var fresh = doc.getElementById(el.id);
+        if (!fresh) return;
+        var open = new Set();
+        el.querySelectorAll("details[open][data-key]").forEach(function (d) { open.add(d.dataset.key); });
+        fresh.querySelectorAll("details[data-key]").forEach(function (d) { if (open.has(d.dataset.key)) d.open = true; });
+        var inputOpen = el.querySelector("details.input-box[open]");
+        var freshInput = fresh.querySelector("details.input-box");
+        if (inputOpen && freshInput) freshInput.open = true;
+        el.replaceWith(fresh);
+      });
+    }
+    function soon() {
+      if (timer) window.clearTimeout(timer);
+      timer = window.setTimeout(refresh, 150);
+    }
+    var es = new EventSource(root.dataset.liveUrl);
+    es.addEventListener("change", function (e) {
+      var d = JSON.parse(e.data);
+      announce("Run " + String(d.status).replace("_", " "));
+      soon();
+    });
+    es.addEventListener("end", function () { es.close(); soon(); });
+  }
+
+  // ---- a decision card: locked as soon as it is decided elsewhere -------------------------------
+  function card(region) {
+    var es = new EventSource(region.dataset.liveUrl);
+    async function refresh(final) {
+      var doc = await fetchPage(window.location.pathname);
+      if (!doc) return;
+      var fresh = doc.getElementById("card-region");
+      if (!fresh) return;
+      var state = fresh.querySelector("[data-state]");
+      if (!final && state && state.dataset.state === "open") return; // keep what the person typed
+      var current = document.getElementById("card-region");
+      if (current) current.replaceWith(fresh);
+      var outcome = fresh.querySelector("[data-outcome] .outcome-title");
+      if (outcome) announce(outcome.textContent.trim());
+      if (fresh.hasAttribute("data-live-card") && !final) {
+        es.close();
+        card(fresh);
+      }
+    }
+    es.addEventListener("change", function () { refresh(false); });
+    es.addEventListener("closed", function () { es.close(); refresh(true); });
+  }
+
+  // ---- deadlines count down ---------------------------------------------------------------------
+  function left(seconds) {
+    if (seconds <= 0) return "past its deadline";
+    if (seconds < 60) return Math.floor(seconds) + " s left";
+    var m = Math.floor(seconds / 60);
+    if (m < 60) return m + " min left";
+    var h = Math.floor(m / 60);
+    if (h < 48) return h + " h " + (m % 60) + " min left";
+    return Math.floor(h / 24) + " d " + (h % 24) + " h left";
+  }
+  function tick() {
+    document.querySelectorAll("time[data-deadline]").forEach(function (t) {
+      var due = Date.parse(t.dataset.deadline);
+      if (!isNaN(due)) t.textContent = left((due - Date.now()) / 1000);
+    });
+  }
+
+  // ---- a form is sent once ------------------------------------------------------------------------
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (form.method.toLowerCase() !== "post") return;
+    if (form.dataset.busy) { e.preventDefault(); return; }
+    form.dataset.busy = "1";
+    form.classList.add("is-busy");
+  });
+  window.addEventListener("pageshow", function () {
+    document.querySelectorAll("form[data-busy]").forEach(function (f) { delete f.dataset.busy; f.classList.remove("is-busy"); });
+  });
+
+  function start() {
+    var list = document.querySelector("[data-live-inbox]");
+    if (list && window.EventSource) inbox(list);
+    var runRoot = document.querySelector("[data-live-run]");
+    if (runRoot && window.EventSource) run(runRoot);
+    var region = document.querySelector("[data-live-card]");
+    if (region && window.EventSource) card(region);
+    if (document.querySelector("time[data-deadline]")) window.setInterval(tick, 15000);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

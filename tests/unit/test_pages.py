@@ -1,0 +1,123 @@
+"""The pages' pure parts (api/pages): Markdown is sanitised, a ``fields`` schema becomes a form and
+a submitted form the decision's values, the flow graph's layout and node states, and the pages
+answer with their security headers (the JSON API and /docs keep theirs)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+import httpx
+from starlette.datastructures import FormData
+
+from signoff.api.pages import forms, markdown, views
+from signoff.engine.models import Job, JobStatus, PendingRequest, SpanRecord
+
+
+def test_markdown_is_sanitised() -> None:
+    html = str(markdown.render('**ok** <script>alert(1)</script> <img src=x onerror=alert(2)> '
+                               '[a](javascript:alert(3)) [b](https://example.com) ![i](https://example.com/i.png)'))
+    assert "<strong>ok</strong>" in html
+    assert "<script" not in html
+    assert "<img" not in html
+    assert 'href="javascript' not in html
+    assert "&lt;script&gt;" in html  # raw HTML stays text
+    assert '<a href="https://example.com" rel="noopener noreferrer nofollow">b</a>' in html
+    assert markdown.excerpt("a\n\n  b " * 100, 20).endswith("…")
+
+
+SCHEMA = {"type": "object", "required": ["reason"], "properties": {
+    "reason": {"type": "string", "minLength": 3, "title": "Reason"},
+    "note": {"type": "string", "maxLength": 50},
+    "amount": {"type": "number", "minimum": 0, "maximum": 100},
+    "count": {"type": "integer"},
+    "notify": {"type": "boolean", "default": True},
+    "channel": {"enum": ["bank", "card", 3]},
+    "tags": {"type": "array", "items": {"enum": ["urgent", "vip"]}},
+    "lines": {"type": "array", "items": {"type": "integer"}},
+    "when": {"type": "string", "format": "date"},
+}}
+
+
+def test_a_schema_becomes_labelled_controls() -> None:
+    by_name = {f.name: f for f in forms.fields_of(SCHEMA)}
+    assert by_name["reason"].control == "textarea" and by_name["reason"].required and by_name["reason"].label == "Reason"
+    assert by_name["reason"].attrs == {"minlength": 3}
+    assert by_name["note"].control == "text" and by_name["note"].attrs == {"maxlength": 50}
+    assert by_name["amount"].control == "number" and by_name["amount"].attrs == {"step": "any", "min": 0, "max": 100}
+    assert by_name["count"].attrs == {"step": "1"}
+    assert by_name["notify"].control == "checkbox" and by_name["notify"].value is True  # the default
+    assert by_name["channel"].control == "select" and [v for v, _ in by_name["channel"].choices] == ["bank", "card", "3"]
+    assert by_name["tags"].control == "checkboxes"
+    assert by_name["lines"].control == "lines"
+    assert by_name["when"].attrs == {"type": "date"}
+
+
+def test_a_form_becomes_values_as_the_schema_says() -> None:
+    form = FormData([("v.reason", "too late"), ("v.note", ""), ("v.amount", "12.5"), ("v.count", "3"),
+                     ("v.channel", "3"), ("v.tags", "vip"), ("v.tags", "urgent"), ("v.lines", "1\n 2 \n\n"),
+                     ("v.when", "2030-01-02")])
+    assert forms.values_from(SCHEMA, form) == {
+        "reason": "too late", "amount": 12.5, "count": 3, "notify": False, "channel": 3, "tags": ["vip", "urgent"],
+        "lines": [1, 2], "when": "2030-01-02"}
+    # what cannot be read as the schema says is sent as typed: the decision check names the field
+    assert forms.values_from(SCHEMA, FormData([("v.amount", "lots")]))["amount"] == "lots"
+    assert forms.typed_values(form)["tags"] == ["vip", "urgent"]
+
+
+def test_tool_arguments_keep_their_types_when_edited() -> None:
+    args = {"body": "45 EUR", "amount": 45, "items": [1, 2]}
+    assert [f.control for f in forms.arg_fields(args)] == ["text", "text", "text"]
+    edited = forms.edited_args(args, FormData([("arg.body", "40 EUR"), ("arg.amount", "40"), ("arg.items", "[1")]))
+    assert edited == {"body": "40 EUR", "amount": 40, "items": "[1"}
+
+
+def _job(status: JobStatus, pending: PendingRequest | None = None) -> Job:
+    now = datetime.now(timezone.utc)
+    return Job(job_id="j1", flow_id="f", flow_version=1, user_id="u", session_id=None, status=status, request={},
+               pending=pending, run_id="j1", created_at=now, updated_at=now)
+
+
+def test_node_states_come_from_the_spans_and_the_pending_request() -> None:
+    now = datetime.now(timezone.utc)
+
+    def span(vid: str, **kw) -> SpanRecord:
+        return SpanRecord(trace_id="j1", span_id=vid, name=vid, start_time=now, end_time=now + timedelta(seconds=1),
+                          status=kw.pop("status", "ok"), attributes={"signoff.vertex_id": vid, **kw})
+
+    spec = {"nodes": [{"id": i, "type": "T"} for i in ("a", "b", "gate", "c", "d")],
+            "edges": [{"from": "a.x", "to": "b.y"}, {"from": "b.x", "to": "gate.prompt"},
+                      {"from": "gate.branch_ok", "to": "c.y"}, {"from": "gate.branch_no", "to": "d.y"}]}
+    pending = PendingRequest(request_id="gate:j1", paused_at=now)
+    states = views.node_states(_job(JobStatus.suspended, pending),
+                               [span("a"), span("b", **{"signoff.skipped": True})])
+    graph = views.layout(spec, states)
+    by_id = {n.id: n for n in graph.nodes}
+    assert {i: n.state for i, n in by_id.items()} == {"a": "built", "b": "skipped", "gate": "paused",
+                                                       "c": "not_reached", "d": "not_reached"}
+    assert by_id["a"].x < by_id["b"].x < by_id["gate"].x < by_id["c"].x == by_id["d"].x
+    assert by_id["c"].y != by_id["d"].y
+    failed = views.node_states(_job(JobStatus.failed), [span("a", status="error", **{"signoff.error": "boom"})])
+    assert failed["a"] == ("failed", "boom")
+
+
+async def test_pages_send_their_security_headers_and_the_api_keeps_its_own(tmp_path) -> None:
+    from signoff.api.app import create_app
+    from signoff.engine.settings import Settings
+    from signoff.engine.store.memory import MemoryStore
+
+    store = MemoryStore()
+    await store.setup()
+    app = create_app(Settings(home=tmp_path), store=store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        page = await c.get("/sign-in")
+        assert page.status_code == 200
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
+        assert not re.search(r"<script>|\son\w+=|style=", page.text)  # nothing inline
+        assert (await c.get("/")).headers["location"] == "/sign-in?next=%2F"
+        static = await c.get("/static/signoff.js")
+        assert static.status_code == 200 and "content-security-policy" in static.headers
+        docs = await c.get("/docs")
+        assert "content-security-policy" not in docs.headers  # FastAPI's own UI, untouched
+        assert "/sign-in" not in (await c.get("/openapi.json")).text  # pages stay out of the API's schema
