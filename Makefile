@@ -18,6 +18,8 @@ dev: $(STAMP)
 
 test: $(STAMP)
 	./scripts/ensure-postgres
+	./scripts/ensure-agui-client
+	./scripts/ensure-chromium
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -86,6 +86,14 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await N("GET", "/api/v1/flows", 401)
         await A("GET", "/api/v1/flows/{flow_id}", 200, path={"flow_id": flow})
         await B("GET", "/api/v1/flows/{flow_id}", 404, path={"flow_id": flow})
+        # Langflow: an export uploads (and is refused with every problem), a flow exports
+        exported = (await A("GET", "/api/v1/flows/{flow_id}/export", 200, path={"flow_id": flow})).json()
+        await A("GET", "/api/v1/flows/{flow_id}/export", 200, path={"flow_id": flow}, params={"format": "signoff"})
+        await A("GET", "/api/v1/flows/{flow_id}/export", 422, path={"flow_id": flow}, params={"format": "xml"})
+        await B("GET", "/api/v1/flows/{flow_id}/export", 404, path={"flow_id": flow})
+        await A("POST", "/api/v1/flows", 201, json=exported)
+        await A("POST", "/api/v1/flows", 422, json={"name": "lf", "data": {"nodes": [
+            {"id": "Chroma-x1", "data": {"id": "Chroma-x1", "type": "Chroma", "node": {"template": {}}}}], "edges": []}})
         await B("POST", "/api/v1/flows/{flow_id}/shares", 404, path={"flow_id": flow}, json={"user": alice_id})
         await A("POST", "/api/v1/flows/{flow_id}/shares", 404, path={"flow_id": flow}, json={"user": "nobody-here"})
         await A("POST", "/api/v1/flows/{flow_id}/shares", 422, path={"flow_id": flow}, json={"user": ""})
@@ -121,6 +129,15 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("GET", "/api/v2/workflows/{job_id}/events", 422, path={"job_id": job_id},
                 headers={"Last-Event-ID": "abc"})
         await A("GET", "/api/v2/workflows/{job_id}/events", 404, path={"job_id": "nope"})
+
+        # AG-UI: a run (AG-UI events as SSE; it stops at the gate), not a RunAgentInput, too big
+        agui = {"threadId": "agui", "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "refund 1"}]}
+        run = await A("POST", "/api/v1/agui/{flow_id}", 200, path={"flow_id": flow}, json=agui)
+        assert run.headers["content-type"].startswith("text/event-stream") and '"interrupt"' in run.text
+        await A("POST", "/api/v1/agui/{flow_id}", 422, path={"flow_id": flow}, json={"threadId": "agui"})
+        await A("POST", "/api/v1/agui/{flow_id}", 413, path={"flow_id": flow},
+                content=b"x" * (api.settings.max_body_bytes + 1))
+        await N("POST", "/api/v1/agui/{flow_id}", 401, path={"flow_id": flow}, json=agui)
 
         # resume: 404, 403, 422, 409, 413, then 200; the pending request is gone afterwards
         resume = {"request_id": f"gate:{job_id}", "decision": {"action_id": "approve"}}
@@ -222,6 +239,7 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await D("POST", "/api/v2/workflows", 503, json={"flow_id": api.flows["refund"], "input_value": "x"})
         await D("POST", "/api/v2/workflows/stop", 503, json={"job_id": job_id})
         await D("POST", "/api/v2/workflows/{job_id}/resume", 503, path={"job_id": job_id}, json=resume)
+        await D("POST", "/api/v1/agui/{flow_id}", 503, path={"flow_id": api.flows["refund"]}, json=agui)
 
     class NoDatabase:
         async def ping(self) -> None:
