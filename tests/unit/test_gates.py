@@ -167,6 +167,22 @@ async def test_late_decision_goes_to_fallback_when_enabled(runner, builds, clock
     assert done.result["output"]["source"] == "out_fallback"
 
 
+async def test_an_explicit_fallback_before_the_deadline_is_a_decision_like_any(runner, builds, clock):
+    """Langflow's Human Input: with enable_fallback, "fallback" is one of the allowed decisions
+    (a person may take it on time); the buttons stay the labels."""
+    spec = gate_flow(timeout={"value": 3, "unit": "Days"}, enable_fallback=True)
+    out = await runner.start(spec, run_id="r-fb-now", input_value="x")
+    assert out.pending.allowed_decisions == ["approve", "reject", "fallback"]
+    assert [o.label for o in out.pending.options] == ["Approve", "Reject"]
+    clock.advance(hours=1)
+    done = await runner.resume("r-fb-now", out.pending.request_id, Decision(action_id="fallback"), decided_by="u1")
+    assert done.status == "completed" and done.applied.rerouted is False and done.applied.action_id == "fallback"
+    assert builds == {"pre": 1, "on_fallback": 1}
+    without = await runner.start(gate_flow(), run_id="r-no-fb", input_value="x")
+    with pytest.raises(InvalidDecision):
+        await runner.resume("r-no-fb", without.pending.request_id, Decision(action_id="fallback"))
+
+
 async def test_late_decision_without_fallback_expires(runner, builds, clock, history):
     spec = gate_flow(timeout={"value": 10, "unit": "Minutes"})
     out = await runner.start(spec, run_id="r-exp", input_value="x")
