@@ -172,8 +172,11 @@ class RunService:
 
     async def stop(self, user: User, job_id: str) -> Job:
         """Suspended: take the cancel claim (the loser, a resume that got in first, changes
-        nothing). Running: the backend stops it. Returns what the job really is afterwards."""
+        nothing). Running: the backend stops it. Returns what the job really is afterwards. Only
+        the run's owner may (Forbidden for an approver, JobNotFound for anyone else)."""
         job = await visible_job(self.store, user, job_id)
+        if job.user_id != user.id:  # an approver sees the run and decides its request, no more
+            raise Forbidden("Only the run's owner may stop it; you may decide its request", job_id=job_id)
         if job.status.terminal:
             return job
         if job.status == JobStatus.suspended:

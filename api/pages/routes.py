@@ -10,6 +10,7 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
@@ -24,7 +25,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from signoff.engine.errors import FlowInvalid, JobNotFound, SignoffError
-from signoff.engine.models import Decision, JobStatus, User
+from signoff.engine.models import Decision, JobStatus, User, utcnow
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.access import runnable_flow, valid_id, visible_job
@@ -127,6 +128,14 @@ def sessions_of(request: Request) -> Sessions:
     if getattr(app.state, "page_sessions", None) is None:
         app.state.page_sessions = Sessions(app.state.store, app.state.settings)
     return app.state.page_sessions
+
+
+def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
+    """The process's one reader of the open inboxes (api/pages/live.py)."""
+    watcher = getattr(request.app.state, "inbox_watcher", None)
+    if watcher is None or watcher.service is not service:
+        watcher = request.app.state.inbox_watcher = live.InboxWatcher(service)
+    return watcher
 
 
 def service_of(request: Request) -> RunService:
@@ -246,23 +255,28 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     shown = items[(p - 1) * PAGE_SIZE: p * PAGE_SIZE]
     flows = sorted({(i.job.flow_id, i.flow_name) for i in everything}, key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
-    live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0"})
+    since = views.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
+    live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
     return render(request, "inbox.html", items=shown, total=len(items), page_no=p, pages=pages, flows=flows,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
 
 @router.get("/inbox/live")
 async def inbox_live(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                     kind: str | None = None, rows: str = "1") -> Response:
+                     kind: str | None = None, rows: str = "1", since: str | None = None) -> Response:
     flow, session = _clean(flow), _clean(session)
     kind = kind if kind in ("node_input", "tool_approval") else None
     csrf = page.session.csrf
+    try:
+        after = views.aware(datetime.fromisoformat(since)) if since else None
+    except ValueError:
+        after = None
 
     async def row(item: views.InboxItem) -> str:
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
-    stream = live.inbox_stream(page.service, page.user, flow=flow, session=session, kind=kind, add_rows=rows == "1",
-                               render_row=row)
+    stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
+                               kind=kind, add_rows=rows == "1", render_row=row, since=after)
     return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                               "X-Accel-Buffering": "no"})
 
@@ -443,6 +457,8 @@ async def run_page(request: Request, job_id: str, page: PageContext = Page) -> R
         for m in await store.list_messages(job.effective_session, flow_id=job.flow_id):
             if m.job_id is None:
                 continue
+            if m.job_id != job.job_id and job.user_id != page.user.id:
+                continue  # an approver reads this run's messages, not the owner's earlier runs
             if m.job_id not in owners:
                 other = job if m.job_id == job.job_id else await store.get_job(m.job_id)
                 owners[m.job_id] = other is not None and other.user_id == job.user_id

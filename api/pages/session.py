@@ -1,7 +1,8 @@
 """Signing in to the pages: a server-side session named by a sealed cookie, and CSRF tokens.
 
-A session is a record in the store (a blob under ``pages/sessions/``, keyed by a hash of its
-id), so any API replica knows it and signing out ends it everywhere. The cookie holds only the
+A session is a record in the store (a blob under ``pages/sessions/<user id>/``, keyed by a hash
+of its id), so any API replica knows it, signing out ends it everywhere, and revoking a user's
+keys (``signoff users revoke-key``) ends all their sessions (:func:`end_all`). The cookie holds only the
 session id, sealed with the deployment's key (Fernet: encrypted and authenticated, so a forged or
 altered cookie is no session); it is HttpOnly, SameSite=Strict, ``Secure`` over HTTPS and lasts
 ``SIGNOFF_PAGE_SESSION_HOURS``. The API key a person signs in with is checked once and never
@@ -65,8 +66,10 @@ class Sessions:
         return timedelta(hours=self.settings.page_session_hours)
 
     @staticmethod
-    def _key(sid: str) -> str:
-        return PREFIX + hashlib.sha256(sid.encode()).hexdigest()
+    def _key(named: str) -> str:
+        """The store key of a session named ``<user id>/<session id>``."""
+        user_id, _, sid = named.partition("/")
+        return f"{PREFIX}{user_id}/{hashlib.sha256(sid.encode()).hexdigest()}"
 
     def _open(self, sealed: str | None) -> str | None:
         if not sealed or len(sealed) > 512:
@@ -76,19 +79,24 @@ class Sessions:
         except (SecretKeyError, UnicodeError, ValueError):
             return None
 
+    def _session_named(self, request: Request) -> str | None:
+        """The ``<user id>/<session id>`` the session cookie names, or None."""
+        named = self._open(request.cookies.get(COOKIE))
+        return named if named and "/" in named else None
+
     async def create(self, user: User) -> tuple[str, PageSession]:
         """A new session for ``user``: (the cookie's value, the session)."""
-        sid = secrets.token_urlsafe(32)
+        named = f"{user.id}/{secrets.token_urlsafe(32)}"
         now = utcnow()
         session = PageSession(user_id=user.id, csrf=secrets.token_urlsafe(32), created_at=now,
                               expires_at=now + self.lifetime)
-        await self.store.put_blob(self._key(sid), session.model_dump_json().encode())
-        return self.box.seal(sid).decode("ascii"), session
+        await self.store.put_blob(self._key(named), session.model_dump_json().encode())
+        return self.box.seal(named).decode("ascii"), session
 
     async def load(self, request: Request) -> tuple[PageSession, User] | None:
         """The request's session and its user, or None (no cookie, a forged one, expired, ended,
         or the user deleted)."""
-        sid = self._open(request.cookies.get(COOKIE))
+        sid = self._session_named(request)
         if sid is None:
             return None
         raw = await self.store.get_blob(self._key(sid))
@@ -98,7 +106,7 @@ class Sessions:
             session = PageSession.model_validate(json.loads(raw))
         except ValueError:
             return None
-        if session.expires_at <= utcnow():
+        if session.expires_at <= utcnow() or not sid.startswith(f"{session.user_id}/"):
             await self.store.delete_blobs(self._key(sid))
             return None
         user = await self.store.get_user(session.user_id)
@@ -107,7 +115,7 @@ class Sessions:
         return session, user
 
     async def end(self, request: Request) -> None:
-        sid = self._open(request.cookies.get(COOKIE))
+        sid = self._session_named(request)
         if sid is not None:
             await self.store.delete_blobs(self._key(sid))
 
@@ -159,3 +167,9 @@ def check_same_origin(request: Request) -> None:
 def check_csrf(session: PageSession, sent: str | None) -> None:
     if not sent or not hmac.compare_digest(session.csrf.encode(), str(sent).encode()):
         raise CsrfRefused("The form's security token is missing or out of date; reload the page and try again")
+
+
+async def end_all(store: Store, user_id: str) -> int:
+    """End every page session of ``user_id`` (their keys were revoked: a session signed in with
+    one must not outlive it)."""
+    return await store.delete_blobs(f"{PREFIX}{user_id}/")

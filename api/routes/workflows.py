@@ -94,7 +94,8 @@ async def status_by_query(
 
 
 @router.post("/stop", response_model=StopResponse,
-             responses=error_responses({404: "`JOB_NOT_FOUND` (also any malformed id)", 422: None,
+             responses=error_responses({403: "`FORBIDDEN`: an approver of the run, not its owner",
+                                        404: "`JOB_NOT_FOUND` (also any malformed id)", 422: None,
                                         503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True))
 async def stop(body: StopRequest, service: ServiceDep, settings: SettingsDep, user: CurrentUser) -> StopResponse:
     """Stop a job. `status` is what the job really is afterwards."""

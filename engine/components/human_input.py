@@ -92,6 +92,11 @@ def schema_problems(schema: Any, where: str) -> list[str]:
         unknown = set(node) - SCHEMA_KEYWORDS
         if "pattern" in node and (problem := pattern_problem(node["pattern"])):
             problems.append(f"{at}: {problem}")
+        elif "default" in node and not problems:  # a default fills values left out: it must pass too
+            wrong = next(iter(ValuesValidator({k: v for k, v in node.items() if k != "default"}).iter_errors(
+                node["default"])), None)
+            if wrong is not None:
+                problems.append(f"{at}: its default does not fit its own schema: {wrong.message}")
         if unknown:
             problems.append(f"{at}: unsupported keyword(s) {', '.join(sorted(unknown))} (no $ref; the form "
                             "keywords are type, properties, required, items, enum, bounds, lengths, pattern, "

@@ -48,6 +48,8 @@ def _handle_create(args: argparse.Namespace) -> int:
 
 
 async def _revoke(name: str, key: str | None) -> int:
+    from signoff.api.pages.session import end_all
+
     store = _open(Settings())
     try:
         await store.setup()
@@ -58,8 +60,11 @@ async def _revoke(name: str, key: str | None) -> int:
             owner = await store.user_for_api_key(key)
             if owner is None or owner.id != user.id:
                 raise LookupError(f"{name} has no such key")
-            return int(await store.revoke_api_key(key))
-        return await store.revoke_api_keys(user.id)
+            revoked = int(await store.revoke_api_key(key))
+        else:
+            revoked = await store.revoke_api_keys(user.id)
+        await end_all(store, user.id)  # a page session signed in with a revoked key ends with it
+        return revoked
     finally:
         await store.close()
 

@@ -93,3 +93,19 @@ def test_a_pattern_re2_cannot_run_is_refused_when_the_flow_is_saved(pattern):
                                                                                   "pattern": pattern}}}}
     (problem,) = schema_problems(schema, "fields")
     assert problem.startswith("fields.tags[]: pattern") and "RE2" in problem
+
+
+@pytest.mark.parametrize("prop", [
+    {"type": "integer", "maximum": 5, "default": 1000},
+    {"type": "string", "enum": ["a", "b"], "default": "c"},
+    {"type": "array", "items": {"type": "string", "minLength": 2}, "default": ["x"]},
+])
+def test_a_default_that_breaks_its_own_schema_is_refused_when_the_flow_is_saved(prop):
+    """A default fills values a person left out, after the values were checked: one the schema
+    refuses would slip into the decision."""
+    from signoff.engine.components.human_input import schema_problems
+
+    (problem,) = schema_problems({"type": "object", "properties": {"n": prop}}, "fields")
+    assert problem.startswith("fields.n: its default does not fit its own schema")
+    assert schema_problems({"type": "object", "properties": {"n": {**prop, "default": None} | {
+        "default": {"integer": 3, "string": "a"}.get(prop["type"], ["xy"])}}}, "fields") == []

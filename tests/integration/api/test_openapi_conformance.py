@@ -166,6 +166,12 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job["job_id"]})
         await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job_id})
         await A("POST", "/api/v2/workflows/stop", 404, json={"job_id": str(uuid.uuid4())})
+        assigned = (await A("POST", "/api/v1/flows", 201, json={**REFUND, "name": "assigned", "nodes": [
+            {**n, "params": {**n.get("params", {}), "approvers": [bob_id]}} if n["type"] == "HumanInput" else n
+            for n in REFUND["nodes"]]})).json()["id"]
+        theirs = (await A("POST", "/api/v2/workflows", 200, json={"flow_id": assigned, "input_value": "x",
+                                                                  "mode": "sync", "session_id": "as"})).json()
+        await B("POST", "/api/v2/workflows/stop", 403, json={"job_id": theirs["job_id"]})  # an approver
         await A("POST", "/api/v2/workflows/stop", 422, json={})
         await A("POST", "/api/v2/workflows/stop", 413, content=b"x" * (api.settings.max_body_bytes + 1))
 

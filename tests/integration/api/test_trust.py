@@ -9,7 +9,7 @@ import uuid
 
 from signoff.engine.models import JobStatus
 
-from tests.integration.api.conftest import Harness, submit, submit_suspended
+from tests.integration.api.conftest import REFUND, Harness, submit, submit_suspended
 
 
 def code(r) -> str:
@@ -149,3 +149,69 @@ async def test_the_traces_list_filters_before_it_limits(api: Harness) -> None:
     # before the fix, the newest trace (bob's) took the one place and alice saw none
     assert len(rows) == 1 and (await api.store.get_job(rows[0]["run_id"])).user_id == api.users["alice"][0]
     assert mine["job_id"]
+
+
+async def test_revoking_a_users_keys_ends_their_page_sessions(api: Harness, monkeypatch) -> None:
+    """`signoff users revoke-key` against the pages' database: a page session signed in with a
+    key must not outlive it (another user's session stays)."""
+    from signoff.commands.users import _revoke
+
+    monkeypatch.setenv("SIGNOFF_HOME", str(api.settings.home))
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", api.settings.resolved_database_url)
+    name = f"mallory-{uuid.uuid4().hex[:6]}"
+    mallory = await api.store.create_user(name)
+    key = await api.store.create_api_key(mallory.id)
+
+    async with browser(api) as hers, browser(api) as alices:
+        await signed_in(hers, key)
+        await signed_in(alices, api.users["alice"][1])
+        assert await _revoke(name, None) == 1
+        r = await hers.get("/flows")
+        assert r.status_code == 303 and r.headers["location"].startswith("/sign-in")
+        assert (await alices.get("/flows")).status_code == 200
+
+
+def browser(api: Harness) -> "httpx.AsyncClient":
+    """A cookie-keeping client of the pages."""
+    import httpx
+
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://t")
+
+
+async def signed_in(c: "httpx.AsyncClient", api_key: str) -> None:
+    """Sign ``c`` in to the pages with ``api_key`` (the form's token, then the key)."""
+    import re
+
+    token = re.search(r'name="token" value="([^"]+)"', (await c.get("/sign-in")).text).group(1)
+    r = await c.post("/sign-in", data={"token": token, "next": "/flows", "api_key": api_key})
+    assert r.status_code == 303, r.text
+    assert (await c.get("/flows")).status_code == 200
+
+
+async def test_an_approver_reads_the_run_not_the_owners_other_runs_and_cannot_stop_it(api: Harness) -> None:
+    """bob decides alice's run; he sees that run's messages and answers, not what alice typed in
+    her earlier runs of the session, and he may not stop her run (API, pages)."""
+    bob_id = api.users["bob"][0]
+    flow = {**REFUND, "name": f"assigned {uuid.uuid4().hex[:6]}", "nodes": [
+        {**n, "params": {**n.get("params", {}), "approvers": [bob_id]}} if n["type"] == "HumanInput" else n
+        for n in REFUND["nodes"]]}
+    session = f"s-{uuid.uuid4().hex[:6]}"
+    async with api.client("alice") as c:
+        flow_id = (await c.post("/api/v1/flows", json=flow)).json()["id"]
+        first = (await c.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": "ALICE-PRIVATE-EARLIER",
+                                                         "mode": "sync", "session_id": session})).json()
+        await c.post("/api/v2/workflows/stop", json={"job_id": first["job_id"]})
+        second = (await c.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": "refund 77 EUR",
+                                                          "mode": "sync", "session_id": session})).json()
+    assert second["status"] == "suspended", second
+    job_id = second["job_id"]
+    async with browser(api) as b:
+        await signed_in(b, api.users["bob"][1])
+        page = await b.get(f"/runs/{job_id}")
+        assert page.status_code == 200 and "refund 77 EUR" in page.text
+        assert "ALICE-PRIVATE-EARLIER" not in page.text
+        assert f"/runs/{job_id}/stop" not in page.text  # no Stop button for an approver
+    async with api.client("bob") as c:
+        r = await c.post("/api/v2/workflows/stop", json={"job_id": job_id})
+        assert r.status_code == 403 and r.json()["detail"]["code"] == "FORBIDDEN", r.text
+    assert (await api.store.get_job(job_id)).status == JobStatus.suspended
