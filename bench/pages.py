@@ -1,0 +1,272 @@
+"""The person's pages under load (issue 12): the inbox with many waiting requests, and the API
+process with many open live pages. Prints JSON.
+
+A real signoff: the Temporal dev server, a worker (``signoff worker``) and the API
+(``signoff api``) in their own processes, as under a deployment. Measured in the same run:
+
+(a) the inbox of a person with ``--waiting`` (default 1,000) requests waiting, against one with
+    ``--small`` (10): the time of ``GET /`` as a client on the same host sees it (median of
+    ``--reps``), and the first contentful paint in Chromium (Playwright, Debian's
+    ``/usr/bin/chromium``; ``performance.getEntriesByType('paint')``, median of ``--paints``);
+(b) the API process's CPU time (``/proc/PID/stat`` utime+stime) and RSS (``/proc/PID/status``
+    VmRSS) over ``--seconds`` (30) with ``--pages`` (100) live pages held open by a client:
+    half inbox streams (``/inbox/live``) and half run pages (``/runs/{job}/live``) of the person
+    with 10 waiting, then all of them inbox streams of the person with 1,000 waiting; against
+    the same process idle for the same time.
+
+Usage: python bench/pages.py [--waiting 1000] [--pages 100] [--seconds 30]
+       [--database-url postgresql://...]   (default: a SQLite file in a temp folder)
+Takes ~3 minutes on the 2-core box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.suspended import rss_mb, suspend  # noqa: E402
+from bench.overhead import GATE_FLOW  # noqa: E402
+from signoff.devserver import DevServer, free_port  # noqa: E402
+from signoff.engine.settings import Settings  # noqa: E402
+from signoff.engine.store import open_store  # noqa: E402
+from signoff.service import RunService, with_converter  # noqa: E402
+
+CHROMIUM = os.environ.get("SIGNOFF_TEST_CHROMIUM", "/usr/bin/chromium")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def start_api(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "signoff.cli", "api", "--log-level", "warning"], env=env,
+                            cwd=ROOT, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"signoff api exited, see {log}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("signoff api never became healthy")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+async def sign_in(browser, url: str, key: str):
+    """A browser context signed in through the sign-in page; its session cookie."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    await page.goto(url + "/sign-in")
+    await page.get_by_label("API key").fill(key)
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(url + "/")
+    await page.close()
+    cookie = next(c for c in await context.cookies() if c["name"] == "signoff_session")
+    return context, {"signoff_session": cookie["value"]}
+
+
+async def inbox_figures(url: str, context, cookies: dict[str, str], reps: int, paints: int) -> dict:
+    async with httpx.AsyncClient(base_url=url, cookies=cookies, timeout=60) as c:
+        r = await c.get("/")
+        assert r.status_code == 200, r.status_code
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            r = await c.get("/")
+            times.append(time.perf_counter() - t)
+            assert r.status_code == 200
+        title = r.text.split("<title>", 1)[1].split("</title>", 1)[0]
+    fcp = []
+    for _ in range(paints):
+        page = await context.new_page()
+        await page.goto(url + "/", wait_until="load")
+        value = await page.evaluate("""() => new Promise(done => {
+            const get = () => (performance.getEntriesByType('paint')
+                .find(e => e.name === 'first-contentful-paint') || {}).startTime;
+            const v = get();
+            if (v !== undefined) return done(v);
+            setTimeout(() => done(get() ?? null), 1000);
+        })""")
+        await page.close()
+        if value is not None:
+            fcp.append(value)
+    return {"title": title, "get_ms_median": round(statistics.median(times) * 1000, 1),
+            "get_ms_min": round(min(times) * 1000, 1), "get_reps": reps,
+            "first_contentful_paint_ms_median": round(statistics.median(fcp), 1) if fcp else None,
+            "paints": len(fcp)}
+
+
+async def hold(url: str, cookies: dict[str, str], paths: list[str], seconds: float, pid: int) -> dict:
+    """Hold one SSE stream per path open for ``seconds``, reading all it sends; the API
+    process's CPU over that time and its RSS at the end."""
+    got = {"bytes": 0, "open": 0}
+    limits = httpx.Limits(max_connections=len(paths) + 10, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, cookies=cookies, limits=limits,
+                                 timeout=httpx.Timeout(10, read=None)) as c:
+        async def one(path: str) -> None:
+            async with c.stream("GET", path) as r:
+                assert r.status_code == 200, (path, r.status_code)
+                got["open"] += 1
+                async for chunk in r.aiter_bytes():
+                    got["bytes"] += len(chunk)
+
+        tasks = [asyncio.create_task(one(p)) for p in paths]
+        deadline = time.monotonic() + 30
+        while got["open"] < len(paths):
+            if any(t.done() for t in tasks):
+                for t in tasks:
+                    if t.done():
+                        t.result()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {got['open']} of {len(paths)} streams opened")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.0)  # the first snapshots sent
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        await asyncio.sleep(seconds)
+        cpu = cpu_seconds(pid) - cpu0
+        wall = time.monotonic() - t0
+        rss = rss_mb(pid)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return {"streams": len(paths), "cpu_seconds": round(cpu, 2), "cpu_percent": round(100 * cpu / wall, 1),
+            "rss_mb": rss, "bytes_received": got["bytes"]}
+
+
+async def idle(pid: int, seconds: float) -> dict:
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    await asyncio.sleep(seconds)
+    cpu, wall = cpu_seconds(pid) - cpu0, time.monotonic() - t0
+    return {"cpu_seconds": round(cpu, 2), "cpu_percent": round(100 * cpu / wall, 1), "rss_mb": rss_mb(pid)}
+
+
+async def main() -> None:
+    from playwright.async_api import async_playwright
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--waiting", type=int, default=1000)
+    ap.add_argument("--small", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=20, help="GET / timed, per inbox")
+    ap.add_argument("--paints", type=int, default=5, help="page loads in Chromium, per inbox")
+    ap.add_argument("--pages", type=int, default=100, help="live pages held open")
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--concurrency", type=int, default=32, help="submissions in flight")
+    ap.add_argument("--database-url", default=None)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-pages-"))
+    server = DevServer(port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log")
+    server.start()
+    worker = api = None
+    started = time.perf_counter()
+    try:
+        client = with_converter(await server.wait_healthy())
+        settings = Settings(home=tmp, database_url=args.database_url or f"sqlite:///{tmp / 'bench.db'}",
+                            temporal_address=server.address, task_queue=f"bench-{uuid.uuid4()}")
+        store = open_store(settings.resolved_database_url)
+        await store.setup()
+        port = free_port()
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")},
+               "SIGNOFF_HOME": str(tmp), "SIGNOFF_DATABASE_URL": settings.resolved_database_url,
+               "SIGNOFF_TEMPORAL_ADDRESS": server.address, "SIGNOFF_TASK_QUEUE": settings.task_queue,
+               "SIGNOFF_API_PORT": str(port), "PYTHONPATH": str(ROOT)}
+        worker = subprocess.Popen([sys.executable, "-m", "signoff.cli", "worker"], cwd=ROOT, env=env,
+                                  stdout=open(tmp / "worker.log", "ab"), stderr=subprocess.STDOUT)
+        api = start_api(env, port, tmp / "api.log")
+        url = f"http://127.0.0.1:{port}"
+
+        service = RunService(settings, store, client)
+        small_user = await store.create_user(f"bench-small-{uuid.uuid4().hex[:6]}")
+        many_user = await store.create_user(f"bench-many-{uuid.uuid4().hex[:6]}")
+        small_key, many_key = (await store.create_api_key(small_user.id), await store.create_api_key(many_user.id))
+        small_flow = await store.save_flow(small_user.id, "Refund approval", GATE_FLOW)
+        many_flow = await store.save_flow(many_user.id, "Refund approval", GATE_FLOW)
+        t = time.perf_counter()
+        small_jobs = await suspend(service, store, small_user, small_flow, args.small, args.small)
+        await suspend(service, store, many_user, many_flow, args.waiting, args.concurrency)
+        suspend_seconds = time.perf_counter() - t
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM)
+            small_ctx, small_cookies = await sign_in(browser, url, small_key)
+            many_ctx, many_cookies = await sign_in(browser, url, many_key)
+            inbox_small = await inbox_figures(url, small_ctx, small_cookies, args.reps, args.paints)
+            inbox_many = await inbox_figures(url, many_ctx, many_cookies, args.reps, args.paints)
+            await browser.close()
+
+        await asyncio.sleep(2.0)
+        rss_idle_before = rss_mb(api.pid)
+        quiet = await idle(api.pid, args.seconds)
+        half = args.pages // 2
+        since = "&since=" + quote((datetime.now(timezone.utc) - timedelta(seconds=5)).isoformat())  # as the page says
+        mixed = [f"/inbox/live?rows=1{since}" for _ in range(half)] + \
+            [f"/runs/{small_jobs[i % len(small_jobs)].job_id}/live?seq=0&status=suspended"
+             for i in range(args.pages - half)]
+        live_mixed = await hold(url, small_cookies, mixed, args.seconds, api.pid)
+        live_many = await hold(url, many_cookies, [f"/inbox/live?rows=1{since}"] * args.pages, args.seconds, api.pid)
+        await asyncio.sleep(2.0)
+        rss_after = rss_mb(api.pid)
+
+        out = {
+            "database": settings.resolved_database_url.split(":", 1)[0],
+            "suspend_seconds": round(suspend_seconds, 1),
+            "inbox": {
+                f"{args.small}_waiting": inbox_small,
+                f"{args.waiting}_waiting": inbox_many,
+                "ratio_get_median": round(inbox_many["get_ms_median"] / inbox_small["get_ms_median"], 2),
+                "ratio_fcp_median": round(inbox_many["first_contentful_paint_ms_median"]
+                                          / inbox_small["first_contentful_paint_ms_median"], 2)
+                if inbox_many["first_contentful_paint_ms_median"] and inbox_small["first_contentful_paint_ms_median"]
+                else None,
+            },
+            "api_process": {
+                "seconds_each": args.seconds,
+                "idle": {**quiet, "rss_mb_before": rss_idle_before},
+                f"{args.pages}_live_pages_{half}_inbox_{args.pages - half}_run_{args.small}_waiting": live_mixed,
+                f"{args.pages}_live_inboxes_{args.waiting}_waiting": live_many,
+                "rss_mb_after_streams_closed": rss_after,
+            },
+            "wall_seconds": round(time.perf_counter() - started, 1),
+        }
+        await store.close()
+        print(json.dumps(out, indent=2))
+    finally:
+        stop(api)
+        stop(worker)
+        server.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
