@@ -7,8 +7,12 @@ same run on the same dev server. Prints JSON.
 - gate latency: submit→suspended and resume→completed (p50, p95 over --runs runs) vs a bare
   workflow shaped like a gate flow (two activities, wait for an Update, one activity).
 
-Usage: python bench/overhead.py [--runs 50] [--layers 50] [--reps 3]
+Usage: python bench/overhead.py [--runs 50] [--layers 50] [--reps 3] [--no-tuning] [--no-eager]
        [--database-url postgresql://...]   (default: a SQLite file in a temp folder)
+
+--no-tuning starts the dev server with its defaults (the per-task dispatch throttle kept,
+docs/temporal.md "Dev server tuning"), for before/after figures; --no-eager starts the
+workflows (signoff's and the bare ones) without asking for eager workflow start.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from signoff.engine.models import Decision, JobStatus  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
-from signoff.service import RunService, with_converter  # noqa: E402
+from signoff.service import RunService, TemporalBackend, with_converter  # noqa: E402
 from signoff.worker import build_worker  # noqa: E402
 
 # ---- flows -------------------------------------------------------------------------------
@@ -87,10 +91,15 @@ async def main() -> None:
     ap.add_argument("--layers", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--database-url", default=None)
+    ap.add_argument("--no-tuning", action="store_true", help="dev server defaults (throttle kept)")
+    ap.add_argument("--no-eager", action="store_true", help="no eager workflow start (signoff and bare)")
     args = ap.parse_args()
+    eager = not args.no_eager
+    TemporalBackend.eager_start = eager
 
     tmp = Path(tempfile.mkdtemp(prefix="signoff-bench-"))
-    server = DevServer(port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log")
+    server = DevServer(port=free_port(), ui_port=None, db_file=None, log_file=tmp / "temporal.log",
+                       tuned=not args.no_tuning)
     server.start()
     try:
         client = with_converter(await server.wait_healthy())
@@ -103,7 +112,8 @@ async def main() -> None:
         chain = await store.save_flow(user.id, "chain", chain_flow(args.layers))
         gate = await store.save_flow(user.id, "gate", GATE_FLOW)
         out: dict = {"database": settings.resolved_database_url.split(":", 1)[0], "layers": args.layers,
-                     "runs": args.runs, "reps": args.reps, "per_layer_ms": {}, "gate": {}}
+                     "runs": args.runs, "reps": args.reps, "tuned": server.tuned, "eager_start": eager,
+                     "per_layer_ms": {}, "gate": {}}
 
         bare_worker = Worker(client, task_queue=queue + "-bare", workflows=[BareLayers, BareGate],
                              activities=[noop, mark_waiting])
@@ -114,7 +124,7 @@ async def main() -> None:
             for _ in range(args.reps):
                 t = time.perf_counter()
                 await client.execute_workflow("BareLayers", args=[args.layers, local], id=str(uuid.uuid4()),
-                                              task_queue=queue + "-bare")
+                                              task_queue=queue + "-bare", request_eager_start=eager)
                 bare.append((time.perf_counter() - t) / args.layers)
                 t = time.perf_counter()
                 job, _ = await service.submit(user, chain, input_value="x", session_id=str(uuid.uuid4()),
@@ -129,7 +139,8 @@ async def main() -> None:
             for _ in range(args.runs):
                 wf_id = str(uuid.uuid4())
                 t = time.perf_counter()
-                h = await client.start_workflow("BareGate", local, id=wf_id, task_queue=queue + "-bare")
+                h = await client.start_workflow("BareGate", local, id=wf_id, task_queue=queue + "-bare",
+                                                request_eager_start=eager)
                 await poll(lambda: wf_id in _waiting)
                 b_sub.append(_waiting.pop(wf_id) - t)
                 t = time.perf_counter()

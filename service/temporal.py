@@ -94,6 +94,12 @@ def with_tracing(client: temporalio.client.Client) -> temporalio.client.Client:
 
 class TemporalBackend(RunBackend):
     name: ClassVar[str] = "temporal"
+    # Ask for eager workflow start (docs/temporal.md, "Dev server tuning"): when a worker of this
+    # connection polls the task queue in this process (`signoff dev`) and the server allows it
+    # (`system.enableEagerWorkflowStart`), the start's reply carries the first workflow task and
+    # skips the trip through matching; otherwise the start is an ordinary one. The workflow id,
+    # the id policies and an existing workflow's error are the same either way.
+    eager_start: ClassVar[bool] = True
 
     def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client) -> None:
         self.settings = settings
@@ -129,6 +135,7 @@ class TemporalBackend(RunBackend):
                 ]),
                 static_summary=f"{flow.name} · session {session}",
                 static_details=f"Flow `{flow.name}` ({flow.id} v{flow.version}) run by user {job.user_id}",
+                request_eager_start=self.eager_start,
             )
 
     async def recover(self, *, older_than: float | None = None) -> list[str]:

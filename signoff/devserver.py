@@ -38,6 +38,19 @@ class DevServerError(RuntimeError):
     """The embedded Temporal dev server could not be started."""
 
 
+# Dynamic config that removes the dev server's per-task dispatch delay (docs/temporal.md, "Dev
+# server tuning"): the dev server runs one history shard, and its transfer queue processor polls
+# at most 20 times a second (the default of ``history.transferProcessorMaxPollRPS``, with a
+# burst), so once the burst is spent every workflow task of every run waits ~40 ms for its turn.
+# ``system.enableEagerWorkflowStart`` lets a start that asks for it (``request_eager_start``)
+# hand the first workflow task to a worker of the same process in the start's reply (the CLI
+# 1.9.1 dev server already allows it; set so that an older one does too).
+TUNING: dict[str, str] = {
+    "history.transferProcessorMaxPollRPS": "100000",
+    "system.enableEagerWorkflowStart": "true",
+}
+
+
 # Run in the child between fork and the temporal binary: ask for SIGTERM when the parent goes
 # (Linux prctl PR_SET_PDEATHSIG = 1), give up if the parent already went, then exec. A separate
 # interpreter rather than ``preexec_fn``, which is unsafe in a process with threads (the
@@ -96,6 +109,8 @@ class DevServer:
     # lives as long as the server should (the main thread).
     die_with_parent: bool = True
     pid_file: Path | None = None
+    # TUNING applied (False: the dev server's defaults, for the benches' before/after figures).
+    tuned: bool = True
 
     @property
     def address(self) -> str:
@@ -120,6 +135,9 @@ class DevServer:
             cmd += ["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"]
         # Tests and `signoff dev` query by search attributes right after writing them.
         cmd += ["--dynamic-config-value", "system.forceSearchAttributesCacheRefreshOnRead=true"]
+        if self.tuned:
+            for key, value in TUNING.items():
+                cmd += ["--dynamic-config-value", f"{key}={value}"]
         return cmd
 
     def start(self) -> None:
