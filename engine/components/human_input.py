@@ -84,6 +84,7 @@ def schema_problems(schema: Any, where: str) -> list[str]:
     except SchemaError as e:
         return [f"{where} is not a valid JSON Schema: {e.message}"]
     problems = []
+    defaults: list[tuple[str, dict[str, Any]]] = []
     stack: list[tuple[str, Any]] = [(where, schema)]
     while stack:
         at, node = stack.pop()
@@ -92,11 +93,8 @@ def schema_problems(schema: Any, where: str) -> list[str]:
         unknown = set(node) - SCHEMA_KEYWORDS
         if "pattern" in node and (problem := pattern_problem(node["pattern"])):
             problems.append(f"{at}: {problem}")
-        elif "default" in node and not problems:  # a default fills values left out: it must pass too
-            wrong = next(iter(ValuesValidator({k: v for k, v in node.items() if k != "default"}).iter_errors(
-                node["default"])), None)
-            if wrong is not None:
-                problems.append(f"{at}: its default does not fit its own schema: {wrong.message}")
+        if "default" in node:
+            defaults.append((at, node))
         if unknown:
             problems.append(f"{at}: unsupported keyword(s) {', '.join(sorted(unknown))} (no $ref; the form "
                             "keywords are type, properties, required, items, enum, bounds, lengths, pattern, "
@@ -116,6 +114,13 @@ def schema_problems(schema: Any, where: str) -> list[str]:
                 stack.append((f"{at}.{name}", sub))
         if isinstance(node.get("items"), dict):
             stack.append((f"{at}[]", node["items"]))
+    if not problems:  # a default fills values left out: it must pass its own schema (a sound one: no
+        # pattern RE2 cannot run, which would raise rather than refuse)
+        for at, node in defaults:
+            wrong = next(iter(ValuesValidator({k: v for k, v in node.items() if k != "default"}).iter_errors(
+                node["default"])), None)
+            if wrong is not None:
+                problems.append(f"{at}: its default does not fit its own schema: {wrong.message}")
     return problems
 
 

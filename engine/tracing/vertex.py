@@ -52,16 +52,18 @@ _owner: ContextVar[_Owner | None] = ContextVar("signoff_span_owner", default=Non
 def shown(value: Any) -> Any:
     """A vertex's inputs or outputs as its span shows them: every tool descriptor in them (an
     Agent's ``tools`` input, a component's ``tool`` output) with its credentials masked (its
-    params travel with it so that an Agent can call the tool)."""
+    params travel with it so that an Agent can call the tool). What holds no descriptor is
+    returned as it is, not copied (this runs for every traced vertex)."""
     if isinstance(value, list):
-        return [shown(v) for v in value]
+        items = [shown(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
     if not isinstance(value, dict):
         return value
     cls = get_component(value["component_type"]) if isinstance(value.get("component_type"), str) else None
     if cls is not None and isinstance(value.get("params"), dict):
         return {**value, "params": cls.masked_params(value["params"])}
-    return {k: shown(v) for k, v in value.items()}
-
+    items = {k: shown(v) for k, v in value.items()}
+    return value if all(items[k] is v for k, v in value.items()) else items
 
 
 class RunTracer:

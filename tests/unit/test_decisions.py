@@ -86,11 +86,13 @@ def test_a_catastrophic_pattern_checks_a_long_value_at_once():
 
 
 @pytest.mark.parametrize("pattern", [r"^(a)\1$", r"^(?=a)a$", r"^(?<!b)a$"])
-def test_a_pattern_re2_cannot_run_is_refused_when_the_flow_is_saved(pattern):
+@pytest.mark.parametrize("default", [{}, {"default": ["x"]}], ids=["no-default", "default"])
+def test_a_pattern_re2_cannot_run_is_refused_when_the_flow_is_saved(pattern, default):
+    """Refused, not raised: also when the array around it has a default to check."""
     from signoff.engine.components.human_input import schema_problems
 
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string",
-                                                                                  "pattern": pattern}}}}
+                                                                                  "pattern": pattern}, **default}}}
     (problem,) = schema_problems(schema, "fields")
     assert problem.startswith("fields.tags[]: pattern") and "RE2" in problem
 
