@@ -92,10 +92,17 @@ class FlowActivities:
                 state = await self.codec.load(inp.state)
             graph = self.graph(state)
             ids = plan_next(graph, state)
+            step, built = inp.step + 1, list(ids)
             if ids:
                 async with _heartbeating():
                     state = await self._build_layer(graph, state, ids, lambda: inp.now)
-            return await self._layer_output(inp.job_id, graph, state, inp.step + 1, inp.now, list(ids))
+                if inp.inline:
+                    # stamped now, as resume_run's (the workflow's time when that is later): a gate
+                    # built here paused after the layer before it, and its span starts after that
+                    # layer's
+                    state, step, built = await self._instant_layers(graph, state, step, built,
+                                                                    lambda: max(inp.now, utcnow()))
+            return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist)
         except SignoffError as err:
             raise to_failure(err) from None
 
@@ -107,19 +114,7 @@ class FlowActivities:
         job = await self.store.get_job(inp.job_id)
         if job is None or job.status.terminal:
             return None
-        pending = inp.pending
-        if pending.approver_refs:  # before the status: an approver's inbox lists it as it shows
-            await self.store.set_request_approvers(job.job_id, pending.request_id, pending.approver_refs)
-        if not (job.status == JobStatus.suspended and job.pending and job.pending.request_id == pending.request_id):
-            # the event and the status in one conditional write: a stop that ended the job since
-            # the read above (the workflow's finish(cancelled) runs alongside this activity) gets
-            # no ``human_input_required`` after its ``run_cancelled``; a retry of an attempt that
-            # already persisted this pause writes nothing
-            await self.store.mark_suspended(job.job_id, pending,
-                                            event=("human_input_required", pending.model_dump(mode="json")),
-                                            dedupe_key=inp.dedupe_key)
-        return PersistPauseOutput(deliveries=await self._deliveries(job, "human_input_required", pending.request_id,
-                                                                    pending))
+        return PersistPauseOutput(deliveries=await self._persist_pause(job, inp.pending, inp.dedupe_key))
 
     @activity.defn(name="resume_run")
     async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
@@ -161,20 +156,10 @@ class FlowActivities:
             # stamped now (the workflow's time when that is later, e.g. under time skipping).
             clock = lambda: max(inp.now, utcnow())  # noqa: E731
             if inp.inline:
-                for _ in range(MAX_INLINE_LAYERS):
-                    ids = plan_next(graph, state)
-                    if not ids or not all(graph.vertices[v].component_class.instant for v in ids):
-                        break
-                    try:
-                        state = await self._build_layer(graph, state, ids, clock)
-                    except Exception:  # noqa: BLE001 - run_layer builds it again, with its retry policy
-                        break
-                    step += 1
-                    built += ids
-                    if state.pending is not None:
-                        break
+                state, step, built = await self._instant_layers(graph, state, step, built, clock)
             out = await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
-                                           blob_step=len(state.decisions) * 100000 + state.layers)
+                                           blob_step=len(state.decisions) * 100000 + state.layers,
+                                           persist=inp.persist)
         except SignoffError as err:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out, deliveries=deliveries)
@@ -376,11 +361,49 @@ class FlowActivities:
         layer = await build_vertices(graph, state, ids, ctx)
         return apply_layer(graph, state, layer)
 
+    async def _instant_layers(self, graph: Graph, state: RunState, step: int, built: list[str],
+                              clock: Callable[[], datetime]) -> tuple[RunState, int, list[str]]:
+        """The layers that follow, built here while they are instant (``Component.instant``: no
+        I/O beyond the store, so a retry that builds them again repeats nothing outside), up to
+        a pause or the end of the run. A failure leaves the state before that layer: the workflow
+        builds it with ``run_layer``, its retry policy and its ``run_failed``."""
+        for _ in range(MAX_INLINE_LAYERS):
+            if state.pending is not None:
+                break
+            ids = plan_next(graph, state)
+            if not ids or not all(graph.vertices[v].component_class.instant for v in ids):
+                break
+            try:
+                state = await self._build_layer(graph, state, ids, clock)
+            except Exception:  # noqa: BLE001 - run_layer builds it again, with its retry policy
+                break
+            step += 1
+            built = [*built, *ids]
+        return state, step, built
+
+    async def _persist_pause(self, job: Job, pending: PendingRequest, dedupe_key: str | None) -> list[Delivery]:
+        """The pause made visible: who may decide (the request's approvers), the
+        ``human_input_required`` event and ``suspended`` with the pending request; returns the
+        webhook deliveries of the event."""
+        if pending.approver_refs:  # before the status: an approver's inbox lists it as it shows
+            await self.store.set_request_approvers(job.job_id, pending.request_id, pending.approver_refs)
+        if not (job.status == JobStatus.suspended and job.pending and job.pending.request_id == pending.request_id):
+            # the event and the status in one conditional write: a stop that ended the job since
+            # it was read (the workflow's finish(cancelled) runs alongside) gets no
+            # ``human_input_required`` after its ``run_cancelled``; a retry of an attempt that
+            # already persisted this pause writes nothing
+            await self.store.mark_suspended(job.job_id, pending,
+                                            event=("human_input_required", pending.model_dump(mode="json")),
+                                            dedupe_key=dedupe_key)
+        return await self._deliveries(job, "human_input_required", pending.request_id, pending)
+
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
-                            built: list[str], blob_step: int | None = None) -> RunLayerOutput:
+                            built: list[str], blob_step: int | None = None, *, persist: bool = False
+                            ) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
-        pause the request's approvers resolved and the checkpoint saved; at the end the completion
-        recorded."""
+        pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
+        pause persisted (the job ``suspended``: the workflow then waits without a ``persist_pause``
+        activity); at the end the completion recorded."""
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
@@ -405,6 +428,11 @@ class FlowActivities:
             await self.store.delete_checkpoints(job.run_id)
             await self.store.delete_blobs(run_blob_prefix(job_id))
             return RunLayerOutput(step=step, state=ref, built=built, cancelled=True, status=job.status.value)
+        if persist and job is not None and state.pending is not None:
+            # the same dedupe key as the workflow's persist_pause: one event, retries included
+            deliveries = await self._persist_pause(job, state.pending, f"pause:{step}:{state.pending.request_id}")
+            return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
+                                  deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
 
     async def _complete(self, job_id: str, result: dict[str, Any]) -> str:

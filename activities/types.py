@@ -20,11 +20,25 @@ class StateRef(BaseModel):
     blob_key: str | None = None
 
 
+class Delivery(BaseModel):
+    """One event for one webhook: what the workflow hands to ``deliver_webhook``."""
+
+    webhook_id: str
+    job_id: str
+    seq: int
+
+
 class RunLayerInput(BaseModel):
     job_id: str
     step: int
     state: StateRef | None = None  # None: the first layer (the activity creates the state)
     now: datetime
+    # The round trips a run saves (docs/temporal.md, "Round trips per run"): build the layers that
+    # follow while they are instant (``inline``), and on a pause persist it here (``persist``:
+    # approvers, ``human_input_required``, ``suspended``) instead of in a ``persist_pause``
+    # activity. Both False for a workflow that started before they existed (its history replays).
+    inline: bool = False
+    persist: bool = False
 
 
 class RunLayerOutput(BaseModel):
@@ -35,20 +49,14 @@ class RunLayerOutput(BaseModel):
     built: list[str] = Field(default_factory=list)
     cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
     status: str | None = None  # when done or cancelled: what the job really is
+    persisted: bool = False  # the pause is persisted (``persist``): the job shows ``suspended``
+    deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
 
 
 class PersistPauseInput(BaseModel):
     job_id: str
     pending: PendingRequest
     dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
-
-
-class Delivery(BaseModel):
-    """One event for one webhook: what the workflow hands to ``deliver_webhook``."""
-
-    webhook_id: str
-    job_id: str
-    seq: int
 
 
 class PersistPauseOutput(BaseModel):
@@ -70,6 +78,7 @@ class ResumeRunInput(BaseModel):
     state: StateRef | None = None
     step: int = 0
     inline: bool = True
+    persist: bool = False  # a pause reached after the decision is persisted here (RunLayerInput.persist)
     votes: list[Vote] = Field(default_factory=list)  # the quorum this decision completes
     timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
     update_id: str | None = None  # the Update that sent it (None: a Signal, or the deadline)

@@ -56,3 +56,25 @@ async def _call(local: bool, name: str, arg: str):
     if local:
         return await workflow.execute_local_activity(name, arg, start_to_close_timeout=timedelta(seconds=30))
     return await workflow.execute_activity(name, arg, start_to_close_timeout=timedelta(seconds=30))
+
+
+@workflow.defn(name="BareGateMin")
+class BareGateMin:
+    """The least a durable gate can cost: one activity to the pause (it marks the run waiting,
+    as signoff's first layer persists the pause), wait for an Update, one activity to the end."""
+
+    def __init__(self) -> None:
+        self.decided = False
+
+    @workflow.run
+    async def run(self, local: bool) -> str:
+        await _call(local, "mark_waiting", workflow.info().workflow_id)
+        await workflow.wait_condition(lambda: self.decided)
+        await _call(local, "noop", "c")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return "done"
+
+    @workflow.update
+    async def resume(self, action: str) -> str:
+        self.decided = True
+        return action

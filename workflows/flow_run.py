@@ -89,6 +89,12 @@ WEBHOOK_RETRY = RetryPolicy(
     maximum_attempts=12,
 )
 
+# Patch id (workflow.patched): a layer's activity builds the instant layers that follow and
+# persists the pause it reaches (RunLayerInput.inline/persist), so a gate flow reaches its pause
+# in one activity instead of three (docs/temporal.md, "Round trips per run"). Histories recorded
+# before it replay the old path.
+PAUSE_IN_LAYER = "pause-in-layer"
+
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
 # spamming bad Signals cannot grow the workflow's history without bound (docs/temporal.md).
@@ -126,6 +132,10 @@ class FlowRun:
         self._outbox: list[Any] = []  # webhook deliveries under way
         self._status = JobStatus.queued.value
         self._rejections: dict[str | None, int] = {}  # rejected resume Signals per pending request id
+        # A layer's activity is under way that may persist a pause: the store may show the job
+        # ``suspended`` before this workflow has the layer's result, so a decision arriving now
+        # is held until it has (then checked), not refused.
+        self._layer_running = False
 
     # ---- the run -----------------------------------------------------------------------
 
@@ -161,21 +171,27 @@ class FlowRun:
         out: RunLayerOutput | None = None
         while True:
             if out is None:
+                folded = workflow.patched(PAUSE_IN_LAYER)
+                self._layer_running = folded
                 try:
                     out = await workflow.execute_activity_method(
                         FlowActivities.run_layer,
-                        RunLayerInput(job_id=inp.job_id, step=self._step, state=self._state, now=workflow.now()),
+                        RunLayerInput(job_id=inp.job_id, step=self._step, state=self._state, now=workflow.now(),
+                                      inline=folded, persist=folded),
                         start_to_close_timeout=timedelta(seconds=inp.layer_timeout_seconds),
                         retry_policy=LAYER_RETRY,
                         heartbeat_timeout=LAYER_HEARTBEAT,
                     )
                 except ActivityError as err:
+                    self._layer_running = False
                     if isinstance(err.cause, CancelledError):
                         raise asyncio.CancelledError() from err
                     fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.failed.value,
                                                          state=self._state, error=failure_error(err)))
                     self._set_status(fin.status)
                     return fin.status
+                finally:
+                    self._layer_running = False
             if out.cancelled:  # the job had already ended: keep what it really is
                 ended = out.status or JobStatus.cancelled.value
                 self._set_status(ended)
@@ -189,21 +205,29 @@ class FlowRun:
             if out.pending is None:
                 out = None  # next layer
                 continue
-            ended = await self._wait_for_decision(inp, out.pending)
+            ended = await self._wait_for_decision(inp, out.pending, persisted=out.persisted,
+                                                  deliveries=out.deliveries)
             if ended is not None:
                 return ended
             out = self._take_decision()  # where the decision left the run (maybe further layers on)
 
-    async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
-        """Wait until a decision has been applied; None then, else the terminal status."""
-        # Waiting starts now: the job becomes `suspended` in the store only after this workflow
-        # knows its pending request, so a decision sent as soon as the job shows `suspended`
-        # always finds the run waiting.
+    async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest, *, persisted: bool = False,
+                                 deliveries: list[Delivery] | None = None) -> str | None:
+        """Wait until a decision has been applied; None then, else the terminal status.
+
+        ``persisted``: the layer's activity already made the pause visible (the job shows
+        ``suspended``), and a decision that came before this workflow had the layer's result was
+        held (``_layer_running``), so it finds the run waiting now. Otherwise (a history from
+        before PAUSE_IN_LAYER) the job becomes ``suspended`` only after this workflow knows its
+        pending request, by ``persist_pause``."""
         self._pending = pending
         self._votes = []
-        persisted = await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
-            job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"))
-        self._deliver(persisted.deliveries if persisted is not None else [])
+        if persisted:
+            self._deliver(deliveries or [])
+        else:
+            out = await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
+                job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"))
+            self._deliver(out.deliveries if out is not None else [])
         self._set_status(JobStatus.suspended.value, request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
         if pending.acts_on_timeout or pending.remind_every_seconds or pending.escalate_after_seconds:
@@ -350,6 +374,8 @@ class FlowRun:
         """The engine's one decision check against what this run waits for (SignoffError). Who
         decides is checked by the activities (it needs the store); a second vote of the same
         person is refused here when the decision names them by id."""
+        if self._layer_running and self._pending is None:
+            return  # the layer under way may be reaching this pause: checked once it has (_decide)
         check_decision(self._pending, inp.request_id, inp.decision,
                        waiting=self._decision is None or self._decision.failed)
         if self._voted(inp):
@@ -373,6 +399,8 @@ class FlowRun:
         """One decision at a time (the votes of a quorum queue here, in the order they came):
         checked again now that the ones before it have settled, then one vote more, or the
         decision applied."""
+        if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
+            await workflow.wait_condition(lambda: not self._layer_running)
         async with self._lock:
             try:
                 self._check(inp)
@@ -410,6 +438,8 @@ class FlowRun:
 
     @workflow.signal(name=RESUME)
     async def resume_signal(self, inp: ResumeInput) -> None:
+        if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
+            await workflow.wait_condition(lambda: not self._layer_running)
         try:
             self._check(inp)
             await self._decide(inp)
@@ -448,7 +478,7 @@ class FlowRun:
                 ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
                                decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
                                step=self._step, votes=list(self._votes), timed_out=timed_out,
-                               update_id=_update_id(), vote=vote),
+                               update_id=_update_id(), vote=vote, persist=workflow.patched(PAUSE_IN_LAYER)),
                 start_to_close_timeout=STORE_TIMEOUT,
                 retry_policy=LAYER_RETRY,
             )

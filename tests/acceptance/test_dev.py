@@ -40,9 +40,17 @@ def poll(fn: Callable[[], Any], *, timeout: float = 30.0, what: str) -> Any:
 
 
 def open_to_others(home: Path) -> dict[str, str]:
-    """What under SIGNOFF_HOME someone else could read or enter (mode bits for group or others)."""
-    return {str(p.relative_to(home.parent)): oct(stat.S_IMODE(p.stat().st_mode))
-            for p in [home, *home.rglob("*")] if not p.is_symlink() and stat.S_IMODE(p.stat().st_mode) & 0o077}
+    """What under SIGNOFF_HOME someone else could read or enter (mode bits for group or others).
+    A file that goes while it is looked at (a database's journal) is skipped."""
+    found = {}
+    for p in [home, *home.rglob("*")]:
+        try:
+            mode = stat.S_IMODE(p.lstat().st_mode)
+        except FileNotFoundError:
+            continue
+        if not p.is_symlink() and mode & 0o077:
+            found[str(p.relative_to(home.parent))] = oct(mode)
+    return found
 
 
 def alive(pid: int) -> bool:

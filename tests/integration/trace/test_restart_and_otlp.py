@@ -103,6 +103,12 @@ async def test_paused_and_resumed_across_killed_processes_is_one_trace(cluster, 
             return out
 
         requests = await eventually(all_suspended, timeout=60, what="three suspended runs")
+
+    def exported_layers():  # the layer's activity span, batched every 200 ms, left before the kill
+        return all(any(s["name"] == "RunActivity:run_layer" for s in otlp.of_trace(j.replace("-", "")))
+                   for j in jobs.values())
+
+    await eventually(exported_layers, timeout=30, what="the first worker's activity spans at the OTLP receiver")
     worker.kill()
     api.kill()
 

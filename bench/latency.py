@@ -1,0 +1,254 @@
+"""What a user feels, client-observed over HTTP against a real `signoff dev` (issue 14, DESIGN §8),
+with the bare-Temporal floor measured in the same run on the same dev server. Prints JSON.
+
+Flow: ChatInput → HumanInput → ChatOutput (the refund gate), the peer's table:
+
+- submit→suspended: POST /api/v2/workflows mode=sync (it answers at the pause), p50/p95;
+- resume→completed: POST .../resume, then GET status until `completed`, p50/p95;
+- throughput: --concurrency sync submits at once (each to its pause), jobs/s over the wall time
+  (median of --reps rounds);
+- sync run, no gate: ChatInput → ChatOutput, POST mode=sync, p50/p95.
+
+The floor, in this process on the same dev server: a bare workflow with one activity to its
+"waiting" mark, an Update, one activity to the end (`BareGateMin`: the least a durable gate
+costs; signoff's gate flow has the same round trips, tests/integration/temporal/test_round_trips.py),
+and the older three-activity shape (`BareGate`, as bench/overhead.py). Everything is warmed up
+first (--warmup gate runs, each several workflow tasks and activities: well over 40 tasks).
+
+Usage: python bench/latency.py [--runs 50] [--warmup 30] [--concurrency 50] [--reps 3]
+       [--database-url postgresql://...]   (default: signoff dev's own SQLite file)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from bench._bare import BareGate, BareGateMin, mark_waiting, noop, waiting as _waiting  # noqa: E402
+from bench.overhead import summary  # noqa: E402
+from signoff.devserver import free_port  # noqa: E402
+
+GATE = {
+    "name": "Refund approval",
+    "nodes": [
+        {"id": "ask", "type": "ChatInput"},
+        {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+        {"id": "ok", "type": "ChatOutput", "params": {"text": "Refund sent"}},
+    ],
+    "edges": [{"from": "ask.message", "to": "gate.prompt"}, {"from": "gate.branch_approve", "to": "ok.input_value"}],
+}
+NO_GATE = {
+    "name": "Echo",
+    "nodes": [{"id": "ask", "type": "ChatInput"}, {"id": "out", "type": "ChatOutput"}],
+    "edges": [{"from": "ask.message", "to": "out.input_value"}],
+}
+PEER = {"submit_to_suspended_ms": "52-56", "resume_to_completed_ms": "51-53", "jobs_per_s": "16-17",
+        "sync_no_gate_ms": 15, "what": "lfx 1.13 serve, durable mode, measured on this machine (issue 14)"}
+TARGET = {"submit_to_suspended_ms": 50, "resume_to_completed_ms": 25, "jobs_per_s": 25, "sync_no_gate_ms": 15}
+
+
+class Dev:
+    """`signoff dev` as a user starts it, on free ports in a temp SIGNOFF_HOME."""
+
+    def __init__(self, database_url: str | None) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="signoff-latency-"))
+        self.port, self.temporal_port = free_port(), free_port()
+        self.key = "sk-bench-" + uuid.uuid4().hex
+        env = {**os.environ, "SIGNOFF_HOME": str(self.home), "SIGNOFF_API_PORT": str(self.port),
+               "SIGNOFF_DEV_TEMPORAL_PORT": str(self.temporal_port), "SIGNOFF_DEV_UI_PORT": str(free_port()),
+               "SIGNOFF_DEV_API_KEY": self.key}
+        if database_url:
+            env["SIGNOFF_DATABASE_URL"] = database_url
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "signoff"), "dev"], env=env, cwd=self.home,
+                                     stdout=subprocess.DEVNULL, stderr=open(self.home / "dev.log", "w"),
+                                     start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def ready(self, http: httpx.AsyncClient) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit("signoff dev exited: " + (self.home / "dev.log").read_text()[-2000:])
+            try:
+                if (await http.get(f"{self.url}/health")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+        raise SystemExit("signoff dev did not become healthy")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+async def submit(http: httpx.AsyncClient, flow_id: str, text: str) -> dict:
+    r = await http.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": text, "mode": "sync",
+                                                   "session_id": str(uuid.uuid4())})
+    r.raise_for_status()
+    return r.json()
+
+
+async def gate_once(http: httpx.AsyncClient, flow_id: str) -> tuple[float, float]:
+    t = time.perf_counter()
+    body = await submit(http, flow_id, "refund 42")
+    sub = time.perf_counter() - t
+    job_id, request = body["job_id"], body.get("human_request") or {}
+    assert body.get("status") == "suspended", body
+    t = time.perf_counter()
+    r = await http.post(f"/api/v2/workflows/{job_id}/resume",
+                        json={"request_id": request["request_id"], "decision": {"action_id": "approve"}})
+    r.raise_for_status()
+    while (await http.get(f"/api/v2/workflows/{job_id}")).json().get("status") != "completed":
+        await asyncio.sleep(0.002)
+    return sub, time.perf_counter() - t
+
+
+async def bare_once(client: Client, queue: str, shape: str) -> tuple[float, float]:
+    wf_id = str(uuid.uuid4())
+    t = time.perf_counter()
+    h = await client.start_workflow(shape, False, id=wf_id, task_queue=queue, request_eager_start=True)
+    while wf_id not in _waiting:
+        await asyncio.sleep(0.001)
+    sub = _waiting.pop(wf_id) - t
+    t = time.perf_counter()
+    await h.execute_update("resume", "approve")
+    await h.result()
+    return sub, time.perf_counter() - t
+
+
+async def bare_waiting(client: Client, queue: str) -> None:
+    wf_id = str(uuid.uuid4())
+    h = await client.start_workflow("BareGateMin", False, id=wf_id, task_queue=queue, request_eager_start=True)
+    while wf_id not in _waiting:
+        await asyncio.sleep(0.001)
+    _waiting.pop(wf_id)
+    await h.execute_update("resume", "approve")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def rate(n: int, seconds: list[float]) -> float:
+    return round(n / statistics.median(seconds), 2)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--concurrency", type=int, default=50)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--database-url", default=None)
+    args = ap.parse_args()
+
+    dev = Dev(args.database_url)
+    try:
+        limits = httpx.Limits(max_connections=args.concurrency + 10, max_keepalive_connections=args.concurrency + 10)
+        async with httpx.AsyncClient(base_url=dev.url, headers={"x-api-key": dev.key}, timeout=120,
+                                     limits=limits) as http:
+            await dev.ready(http)
+            gate = (await http.post("/api/v1/flows", json=GATE)).json()["id"]
+            echo = (await http.post("/api/v1/flows", json=NO_GATE)).json()["id"]
+            client = await Client.connect(f"127.0.0.1:{dev.temporal_port}")
+            queue = f"bare-{uuid.uuid4()}"
+            async with Worker(client, task_queue=queue, workflows=[BareGate, BareGateMin],
+                              activities=[noop, mark_waiting]):
+                for _ in range(args.warmup):
+                    await gate_once(http, gate)
+                    await bare_once(client, queue, "BareGateMin")
+                    await submit(http, echo, "hi")
+                sub, res, bsub, bres, b3sub, b3res, sync = [], [], [], [], [], [], []
+                for _ in range(args.runs):  # interleaved: the machine's drift hits both alike
+                    s, r = await gate_once(http, gate)
+                    sub.append(s)
+                    res.append(r)
+                    s, r = await bare_once(client, queue, "BareGateMin")
+                    bsub.append(s)
+                    bres.append(r)
+                    s, r = await bare_once(client, queue, "BareGate")
+                    b3sub.append(s)
+                    b3res.append(r)
+                    t = time.perf_counter()
+                    body = await submit(http, echo, "hi")
+                    sync.append(time.perf_counter() - t)
+                    assert body.get("status") == "completed", body
+                ours_t, bare_t = [], []
+                server_pid = next(iter(children(dev.proc.pid)), None)  # the Temporal dev server
+                cpu = {"signoff": 0.0, "temporal": 0.0, "bench_client": 0.0}
+                for _ in range(args.reps):
+                    before = (cpu_seconds(dev.proc.pid), cpu_seconds(server_pid) if server_pid else 0.0,
+                              time.process_time())
+                    t = time.perf_counter()
+                    bodies = await asyncio.gather(*(submit(http, gate, f"refund {i}")
+                                                    for i in range(args.concurrency)))
+                    ours_t.append(time.perf_counter() - t)
+                    cpu["signoff"] += cpu_seconds(dev.proc.pid) - before[0]
+                    cpu["temporal"] += (cpu_seconds(server_pid) if server_pid else 0.0) - before[1]
+                    cpu["bench_client"] += time.process_time() - before[2]
+                    assert all(b.get("status") == "suspended" for b in bodies)
+                    t = time.perf_counter()
+                    await asyncio.gather(*(bare_waiting(client, queue) for _ in range(args.concurrency)))
+                    bare_t.append(time.perf_counter() - t)
+        o_sub, o_res, o_sync = summary(sub), summary(res), summary(sync)
+        f_sub, f_res = summary(bsub), summary(bres)
+        out = {
+            "database": (args.database_url or "sqlite").split(":", 1)[0],
+            "runs": args.runs, "warmup": args.warmup, "concurrency": args.concurrency, "reps": args.reps,
+            "signoff_http": {"submit_to_suspended": o_sub, "resume_to_completed": o_res,
+                             "jobs_per_s": rate(args.concurrency, ours_t), "sync_no_gate": o_sync,
+                             # CPU per run during the concurrent rounds: what limits throughput on 2 cores
+                             "cpu_ms_per_run": {k: round(v * 1000 / (args.concurrency * args.reps), 2)
+                                                for k, v in cpu.items()}},
+            "bare_temporal": {"submit_to_waiting": f_sub, "resume_to_completed": f_res,
+                              "jobs_per_s": rate(args.concurrency, bare_t),
+                              "three_activity_gate": {"submit_to_waiting": summary(b3sub),
+                                                      "resume_to_completed": summary(b3res)}},
+            "ratio_p50_to_bare": {"submit": round(o_sub["p50_ms"] / f_sub["p50_ms"], 3),
+                                  "resume": round(o_res["p50_ms"] / f_res["p50_ms"], 3)},
+            "target": TARGET,
+            "peer": PEER,
+        }
+        print(json.dumps(out, indent=2))
+    finally:
+        dev.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,94 @@
+"""Round trips per run, counted in the workflow's history (issue 14, docs/temporal.md "Round
+trips per run"): every workflow task and every activity on the way to the pause and to the end
+costs a trip through the server, so their number is a property of the code, checked here
+exactly. A change that adds one fails this test; one that removes one updates it (and the doc).
+
+The refund flow (ChatInput → HumanInput → ChatOutput) reaches its pause in one activity (the
+first layer's, which builds the instant layers that follow and persists the pause) and ends in
+one more (the decision's, which builds the ChatOutput layer and records the completion)."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from signoff.engine.models import Decision, JobStatus
+from tests.fixtures.world import BACKENDS
+from tests.helpers import wait_status
+
+ACTIVITY = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+TASK = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+UPDATE = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+
+
+async def counts(client, job_id: str) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """Workflow tasks and activities before the decision's Update and after it, and the
+    activities' names in order."""
+    history = await client.get_workflow_handle(job_id).fetch_history()
+    before, after, names = {"tasks": 0, "activities": 0}, {"tasks": 0, "activities": 0}, []
+    part = before
+    for ev in history.events:
+        if ev.event_type == UPDATE:  # accepted by the task just completed: the first of the decision's
+            part = after
+            before["tasks"] -= 1
+            after["tasks"] += 1
+        elif ev.event_type == TASK:
+            part["tasks"] += 1
+        elif ev.event_type == ACTIVITY:
+            part["activities"] += 1
+            names.append(ev.activity_task_scheduled_event_attributes.activity_type.name)
+    return before, after, names
+
+
+def assert_trips(before: dict[str, int], after: dict[str, int]) -> None:
+    assert before["activities"] == 1 and after["activities"] == 1
+    assert after["tasks"] == 2 and before["tasks"] in (1, 2)  # 1: the Update came with the layer's result
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_the_refund_flow_pauses_in_one_activity_and_ends_in_one_more(worker, client, service, store, user,
+                                                                          make_flow):
+    job, _ = await service.submit(user, await make_flow(), input_value="refund 42", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    job = await wait_status(store, job.job_id, JobStatus.suspended)
+    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    await wait_status(store, job.job_id, JobStatus.completed)
+    await client.get_workflow_handle(job.job_id).result()
+    before, after, names = await counts(client, job.job_id)
+    assert names == ["run_layer", "resume_run"]
+    # to the pause: the first task (schedules the layer), the task that takes its result and waits;
+    # to the end: the Update's task (accepts it, schedules the decision), the task that takes its
+    # result and completes the Update and the workflow. A decision sent the instant the job shows
+    # suspended may reach the server before the layer's result is taken: then one task does both.
+    assert_trips(before, after)
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_instant_layers_around_the_gate_cost_no_activity_of_their_own(worker, client, service, store, user,
+                                                                            make_flow):
+    flow = {
+        "name": "Prompted refund",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "p1", "type": "Prompt", "params": {"template": "Refund {q}?"}},
+            {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+            {"id": "p2", "type": "Prompt", "params": {"template": "Sent: {a}"}},
+            {"id": "ok", "type": "ChatOutput"},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "p1.q"},
+            {"from": "p1.prompt", "to": "gate.prompt"},
+            {"from": "gate.branch_approve", "to": "p2.a"},
+            {"from": "p2.prompt", "to": "ok.input_value"},
+        ],
+    }
+    job, _ = await service.submit(user, await make_flow(flow), input_value="42", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    job = await wait_status(store, job.job_id, JobStatus.suspended)
+    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    assert "Sent:" in str(done.result)
+    await client.get_workflow_handle(job.job_id).result()
+    before, after, names = await counts(client, job.job_id)
+    assert names == ["run_layer", "resume_run"]
+    assert_trips(before, after)
