@@ -150,6 +150,9 @@ class FlowActivities:
                                                       votes=inp.votes, timed_out=inp.timed_out,
                                                       sent=None if inp.timed_out else await sender(job.job_id, inp),
                                                       vote=inp.vote)
+            # whoever decided (and voted, for a quorum) keeps the run in their history and sight
+            await self.store.add_participants(job.job_id, [*([person.id] if person else []),
+                                                           *(v.user for v in inp.votes), *([inp.vote.user] if inp.vote else [])])
             deliveries = await self._decision_deliveries(job, applied, vote=inp.vote is not None)
             step, built = inp.step, []
             # Layers built here happen after the decision, in real time: a pause reached here is
@@ -267,6 +270,7 @@ class FlowActivities:
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
+                await self.store.add_participants(job.job_id, [person.id])
             return RecordVoteOutput(vote=mine, deliveries=await self._deliveries(
                 job, "human_input_vote", inp.request_id, job.pending))
         except SignoffError as err:
@@ -385,6 +389,7 @@ class FlowActivities:
         """The pause made visible: who may decide (the request's approvers), the
         ``human_input_required`` event and ``suspended`` with the pending request; returns the
         webhook deliveries of the event."""
+        await tracing.flush()  # the spans of what was built before the pause: in the trace as it shows
         if pending.approver_refs:  # before the status: an approver's inbox lists it as it shows
             await self.store.set_request_approvers(job.job_id, pending.request_id, pending.approver_refs)
         if not (job.status == JobStatus.suspended and job.pending and job.pending.request_id == pending.request_id):

@@ -322,7 +322,8 @@ class AguiRun:
         """The job's events and its trace's new spans as AG-UI events until the run pauses or
         ends, then the AG-UI run's end."""
         idle = 0.0
-        async for batch in follow_job(self.store, job.job_id, after_seq=after_seq, poll_seconds=POLL_SECONDS):
+        async for batch in follow_job(self.store, self.service.feed, job.job_id, after_seq=after_seq,
+                                      user_id=self.user.id, tick=POLL_SECONDS):
             # what this poll found, in the order it happened (a step at its span's start)
             groups = [(_ms(ev.created_at), self._log_event(job, ev, resumed)) for ev in batch]
             groups += await self._new_spans(job, seen)

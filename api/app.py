@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                 the_service = RunService(settings, the_store, client)
             the_service.public_owner = app.state.public_owner_id
             app.state.service = the_service
+            stack.push_async_callback(the_service.feed.close)  # the process's tail of the store's events
             app.state.temporal_client = the_service.client
             # now and periodically: inline runs of a dead API process end as failed (docs/inline.md),
             # runs left queued without their workflow get it

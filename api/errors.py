@@ -64,6 +64,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "INVALID_DECISION": 422,
     "INVALID_VALUES": 422,
     "NESTED_GATE": 422,
+    "TOO_MANY_STREAMS": 429,
     "UNAVAILABLE": 503,
 }
 

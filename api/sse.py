@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 from signoff.engine.models import Event, JobStatus
 from signoff.engine.store.base import Store
+from signoff.service.feed import EventFeed
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -22,40 +23,48 @@ def frame(ev: Event) -> bytes:
     return f"id: {ev.seq}\ndata: {data}\n\n".encode()
 
 
-async def follow_job(store: Store, job_id: str, *, after_seq: int = 0, poll_seconds: float = 0.1
-                     ) -> AsyncIterator[list[Event]]:
+async def follow_job(store: Store, feed: EventFeed, job_id: str, *, after_seq: int = 0, user_id: str | None = None,
+                     tick: float = 1.0, safety: float = 5.0) -> AsyncIterator[list[Event]]:
     """The job's log as it grows, read from the store: each batch of events after ``after_seq``,
-    and an empty batch each time a poll found none (a tick: when a follower may send a keep-alive
-    or look at anything else of the run). Ends once the job is neither queued nor in progress
-    and its log is drained. The one poller of a job's events (this SSE stream, AG-UI's)."""
+    and an empty batch every ``tick`` seconds while none comes (when a follower may send a
+    keep-alive or look at anything else of the run). Ends once the job is neither queued nor in
+    progress and its log is drained. The store is read when the process's event feed says the
+    job got an event, and every ``safety`` seconds whatever it says (a note lost with the
+    store's tail costs that much, never an event). The one follower of a job's events (this SSE
+    stream, AG-UI's); ``user_id`` counts it against that user's streams (TOO_MANY_STREAMS)."""
     seq = after_seq
-    while True:
-        events = await store.read_events(job_id, after_seq=seq)
-        if events:
-            seq = events[-1].seq
-            yield events
-            continue
-        job = await store.get_job(job_id)
-        if job is None or job.status not in ACTIVE:
-            # Events are written before the status changes: drain once more, then close.
-            while events := await store.read_events(job_id, after_seq=seq):
-                seq = events[-1].seq
-                yield events
-            return
-        yield []
-        await asyncio.sleep(poll_seconds)
+    clock = asyncio.get_running_loop().time
+    async with feed.follow(job_id, user_id=user_id) as follower:
+        read_at = -safety  # read at once
+        woken = True
+        while True:
+            if woken or clock() - read_at >= safety:
+                read_at = clock()
+                events = await store.read_events(job_id, after_seq=seq)
+                if events:
+                    seq = events[-1].seq
+                    yield events
+                    continue
+                job = await store.get_job(job_id)
+                if job is None or job.status not in ACTIVE:
+                    # Events are written before the status changes: drain once more, then close.
+                    while events := await store.read_events(job_id, after_seq=seq):
+                        seq = events[-1].seq
+                        yield events
+                    return
+            yield []
+            woken = await follower.wait(min(tick, max(0.001, read_at + safety - clock())))
 
 
-async def job_events(store: Store, job_id: str, *, after_seq: int = 0, poll_seconds: float = 0.1,
+async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: int = 0, user_id: str | None = None,
                      keepalive_seconds: float = 15.0) -> AsyncIterator[bytes]:
-    idle = 0.0
-    async for events in follow_job(store, job_id, after_seq=after_seq, poll_seconds=poll_seconds):
+    clock = asyncio.get_running_loop().time
+    sent = clock()
+    async for events in follow_job(store, feed, job_id, after_seq=after_seq, user_id=user_id):
         for ev in events:
             yield frame(ev)
         if events:
-            idle = 0.0
-            continue
-        idle += poll_seconds
-        if idle >= keepalive_seconds:
-            idle = 0.0
+            sent = clock()
+        elif clock() - sent >= keepalive_seconds:
+            sent = clock()
             yield b": keep-alive\n\n"

@@ -6,6 +6,8 @@ sandbox can pass them through and the API can build its public models from them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from datetime import datetime, timezone
 from enum import StrEnum
 from typing import Any, Literal
@@ -199,6 +201,16 @@ class Event(BaseModel):
     event: str
     data: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventNote:
+    """That an event was appended, as the store's tail tells it (:meth:`Store.tail_events`):
+    where to read, not what was written (the log stays per job, read with ``read_events``)."""
+
+    job_id: str
+    seq: int
+    event: str
 
 
 class CheckpointRecord(BaseModel):

@@ -78,6 +78,11 @@ class Settings(BaseSettings):
                     "request body with its tweaks and decision values. Deeper: 422 naming where.",
     )
     sync_timeout_seconds: float = Field(60.0, gt=0)
+    max_streams_per_user: int = Field(
+        100, ge=1,
+        description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates) one user may "
+        "hold open at once on one API process; beyond it 429 TOO_MANY_STREAMS.",
+    )
 
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
     # lease renewed every heartbeat; a sweep ends a job whose lease ran out (its process died).

@@ -22,6 +22,7 @@ from typing import ClassVar
 from signoff.engine.errors import JobNotFound
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus
 from signoff.engine.store.base import Store
+from signoff.service.feed import EventFeed
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,25 @@ class RunBackend(abc.ABC):
         """One round of the sweep: runs this backend lost (a process that died) are settled."""
 
 
-async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Job], bool]) -> Job:
-    """Read the job until ``done(job)`` or ``timeout`` passes (then the job as it is): a short
-    first delay (a read of one row by its key costs well under a millisecond), growing slowly to
-    100 ms, so a run that pauses or ends within tens of milliseconds is seen within a few."""
+async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Job], bool], *,
+                   feed: EventFeed | None = None, safety: float = 1.0) -> Job:
+    """Read the job until ``done(job)`` or ``timeout`` passes (then the job as it is). With the
+    process's ``feed``: read again each time the job gets an event (a pause and an end are each
+    written with their event), and every ``safety`` seconds whatever happens. Without one: a
+    short first delay (a read of one row by its key costs well under a millisecond), growing
+    slowly to 100 ms, so a run that pauses or ends within tens of milliseconds is seen within a
+    few."""
     deadline = time.monotonic() + timeout
+    if feed is not None:
+        async with feed.follow(job_id) as follower:
+            while True:
+                job = await store.get_job(job_id)
+                if job is None:
+                    raise JobNotFound(job_id=job_id)
+                left = deadline - time.monotonic()
+                if done(job) or left <= 0:
+                    return job
+                await follower.wait(min(safety, left))
     delay = 0.002
     while True:
         job = await store.get_job(job_id)

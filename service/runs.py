@@ -29,6 +29,7 @@ from signoff.engine.store.base import Store
 from signoff.engine.tracing import sdk
 from signoff.service.access import assigned, may_execute, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
+from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
@@ -44,6 +45,8 @@ class RunService:
         self.inline = InlineBackend(store, settings)  # sync runs of gate-less flows (docs/inline.md)
         self.backends: dict[str, RunBackend] = {b.name: b for b in (self.temporal, self.inline)}
         self.access = Access(store)
+        # the process's one tail of the store's events, for everything that follows a run live
+        self.feed = EventFeed(store, max_per_user=settings.max_streams_per_user)
         sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
 
     @property
@@ -242,10 +245,11 @@ class RunService:
             if backend.runs_here(job_id):  # a run of this process: no polling
                 await backend.wait(job_id, timeout)
                 return await self._job(job_id)
-        return await poll_job(self.store, job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal)
+        return await poll_job(self.store, job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal,
+                              feed=self.feed)
 
     async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
-        return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal)
+        return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal, feed=self.feed)
 
     async def _job(self, job_id: str) -> Job:
         job = await self.store.get_job(job_id)

@@ -21,6 +21,7 @@ other. The helpers (``new_job``, ``suspended_job``, ...) are for those modules t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -1694,3 +1695,108 @@ async def test_nul_inside_json_documents_round_trips(store: Store) -> None:
     job_id = await new_job(store)
     await store.append_event(job_id, "progress", {"text": "a\x00b"})
     assert (await store.read_events(job_id))[0].data == {"text": "a\x00b"}
+
+
+# ---- the store's tail -----------------------------------------------------------------------
+
+
+class Tail:
+    """A running ``tail_events`` of ``store``, collecting the notes of ``jobs`` (other tests
+    share a PostgreSQL database and write events of their own)."""
+
+    def __init__(self, store: Store, jobs: set[str]) -> None:
+        self.store, self.jobs = store, jobs
+        self.notes: list[tuple[str, int, str]] = []
+        self.missed = 0
+        self.ready = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> "Tail":
+        async def run() -> None:
+            async for batch in self.store.tail_events():
+                if batch is None:
+                    self.missed += 1
+                    continue
+                self.ready.set()
+                self.notes += [(n.job_id, n.seq, n.event) for n in batch if n.job_id in self.jobs]
+
+        self.task = asyncio.create_task(run())
+        await asyncio.wait_for(self.ready.wait(), 30)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    async def until(self, count: int) -> list[tuple[str, int, str]]:
+        async def enough() -> None:
+            while len(self.notes) < count:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(enough(), 30)
+        return self.notes
+
+
+async def test_the_tail_tells_each_committed_append_once_in_order_and_nothing_from_before(store: Store) -> None:
+    old = await new_job(store)
+    await store.append_event(old, "before", {})  # before the tail: not told
+    job_id, other = await new_job(store), await new_job(store)
+    async with Tail(store, {old, job_id, other}) as tail:
+        await store.append_event(job_id, "a", {}, dedupe_key="k")
+        await store.append_event(job_id, "a again", {}, dedupe_key="k")  # a duplicate writes nothing: not told
+        assert await store.set_status(job_id, JobStatus.in_progress, event=("started", {}))
+        assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}))
+        assert await store.claim_suspended_for_cancel(job_id, event=("run_cancelled", {"reason": "stopped"}))
+        await asyncio.gather(*(store.append_event(other, "n", {"i": i}) for i in range(20)))
+        notes = await tail.until(24)
+        await asyncio.sleep(0.2)  # nothing more comes
+        assert notes == tail.notes
+    assert [n for n in notes if n[0] == job_id] == [
+        (job_id, 1, "a"), (job_id, 2, "started"), (job_id, 3, "human_input_required"), (job_id, 4, "run_cancelled")]
+    assert [n[1] for n in notes if n[0] == other] == list(range(1, 21))
+    assert all(n[0] != old for n in notes) and tail.missed == 0
+
+
+async def test_a_failed_append_tells_nothing_and_two_tails_hear_the_same(store: Store) -> None:
+    job_id = await new_job(store)
+    async with Tail(store, {job_id}) as one, Tail(store, {job_id}) as two:
+        with pytest.raises(StoreError):  # the event insert fails inside the claim: rolled back
+            await store.set_status(job_id, JobStatus.in_progress, event=(None, {}))  # type: ignore[arg-type]
+        await store.append_event(job_id, "x", {})
+        assert await one.until(1) == await two.until(1) == [(job_id, 1, "x")]
+
+
+async def test_a_tail_of_a_closed_store_raises(store: Store) -> None:
+    job_id = await new_job(store)
+    tail = store.tail_events()
+    assert await tail.__anext__() == []
+    await store.close()
+    with pytest.raises(StoreError):
+        await asyncio.wait_for(tail.__anext__(), 40)
+    await tail.aclose()
+
+
+# ---- who took part in a run -----------------------------------------------------------------
+
+
+async def test_participants_are_kept_after_the_run_ends_listed_newest_first_and_go_with_the_user(store: Store) -> None:
+    carol, dave = await new_user(store), await new_user(store)
+    older = await new_job(store)
+    newer = await new_job(store)
+    await store.add_participants(older, [carol.id, dave.id, carol.id])
+    await store.add_participants(newer, [carol.id])
+    await store.add_participants(newer, [carol.id])  # again: once
+    await store.add_participants(uid("job-"), [carol.id])  # a job that is not there is not listed
+    assert await store.set_status(newer, JobStatus.completed)  # ended: still a run carol took part in
+    assert [j.job_id for j in await store.participated_jobs(carol.id)] == [newer, older]
+    assert [j.job_id for j in await store.participated_jobs(carol.id, limit=1)] == [newer]
+    assert [j.job_id for j in await store.participated_jobs(dave.id)] == [older]
+    assert await store.took_part(older, dave.id) and not await store.took_part(newer, dave.id)
+    with pytest.raises(TypeError):
+        await store.add_participants(older, carol.id)  # type: ignore[arg-type]
+    await store.add_participants(older, [])
+    assert await store.delete_user(carol.id)
+    assert await store.participated_jobs(carol.id) == [] and not await store.took_part(older, carol.id)
+    assert await store.took_part(older, dave.id)

@@ -3,16 +3,20 @@ them and a reconnect picks up where it was): the inbox's waiting set, and a run'
 request's event log.
 
 - The inbox: what waits for the person (``RunService.pending_for``, the same query as the page),
-  read by one ``InboxWatcher`` per process (once per person per tick, however many inboxes are
-  open) and compared by each stream with what its page shows: ``add`` (the row's HTML) for a new
-  pause, ``remove`` (with why, read from the run's event log) for a request decided, superseded
-  or expired, ``count`` for the title.
+  read by one ``InboxWatcher`` per process when the store's event log says something happened
+  that concerns the person (once per person, however many inboxes are open), and compared by
+  each stream with what its page shows: ``add`` (the row's HTML) for a new pause, ``remove``
+  (with why, read from the run's event log) for a request decided, superseded or expired,
+  ``count`` for the title.
 - A run: ``change`` whenever its event log grows or its status changes, ``end`` once it is over
   and the log is drained; the page then reloads its regions.
 - A request (a decision card): ``change`` when something happens to it (a vote, a claim),
   ``closed`` once it is decided, superseded, expired or its run ended.
 
-Each stream sends a keep-alive comment every 15 s while nothing happens."""
+Everything is woken by the process's one tail of the store's events (service/feed.py), never by
+a poll of its own; each reads again after a few seconds whatever the tail says (a status that
+changes with no event, a tail that lost its place). Each stream sends a keep-alive comment every
+15 s while nothing happens, and counts against the person's SIGNOFF_MAX_STREAMS_PER_USER."""
 
 from __future__ import annotations
 
@@ -24,9 +28,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from signoff.engine.models import JobStatus, User
+from signoff.engine.models import EventNote, JobStatus, User
 from signoff.engine.store.base import Store
 from signoff.service import RunService
+from signoff.service.feed import EventFeed
 
 from signoff.api.pages import views
 
@@ -41,24 +46,6 @@ def sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {body}\n\n".encode()
 
 
-class Ticker:
-    """Sleeps ``poll`` seconds; says when a keep-alive is due."""
-
-    def __init__(self, poll: float, keepalive: float = 15.0) -> None:
-        self.poll, self.keepalive, self.idle = poll, keepalive, 0.0
-
-    async def wait(self) -> bool:
-        await asyncio.sleep(self.poll)
-        self.idle += self.poll
-        if self.idle >= self.keepalive:
-            self.idle = 0.0
-            return True
-        return False
-
-    def sent(self) -> None:
-        self.idle = 0.0
-
-
 async def removal_reason(store: Store, names: views.Names, job_id: str, request_id: str) -> str:
     job = await store.get_job(job_id)
     if job is None:
@@ -67,17 +54,27 @@ async def removal_reason(store: Store, names: views.Names, job_id: str, request_
     return view.outcome.title if view is not None else "Gone"
 
 
+# what can change someone's inbox: a pause, its decision, a vote, an escalation, a run's end
+INBOX_EVENTS = frozenset({"human_input_required", "human_input_decision", "human_input_vote", "human_input_expired",
+                          "human_input_escalated", "run_cancelled", "run_timed_out", "run_failed", "end"})
+
+
 class InboxWatcher:
     """The inbox streams' one reader per process: a single task that, while any inbox is open,
-    asks the store every ``poll`` seconds what waits for each person with an open inbox (once per
-    person, however many of their pages are open) and hands the items to each of that person's
-    streams. A stream that is slow to read only ever gets the latest items (a queue of one)."""
+    follows every run's events (the process's event feed) and, when one can change an inbox,
+    reads what waits for the people it concerns (the run's owner, its request's approvers, anyone
+    whose inbox shows the run), once per person however many of their pages are open, and hands
+    the items to each of that person's streams. Every ``safety`` seconds, and when the feed may
+    have missed events, it reads every open inbox. A stream that is slow to read only ever gets
+    the latest items (a queue of one)."""
 
-    def __init__(self, service: RunService, poll: float = 0.5) -> None:
-        self.service, self.poll = service, poll
+    def __init__(self, service: RunService, safety: float = 10.0) -> None:
+        self.service, self.safety = service, safety
         self._people: dict[str, tuple[User, set[asyncio.Queue[list[views.InboxItem]]]]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()  # the task follows the feed: what commits now reaches it
         self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # what each person's streams were last given
+        self._shows: dict[str, set[str]] = {}  # the runs each open inbox was last read with
         self._reading: dict[str, asyncio.Future[list[views.InboxItem]]] = {}  # a read under way, per person
         self.reads = 0  # reads of an inbox (tests)
 
@@ -87,20 +84,29 @@ class InboxWatcher:
 
     @contextlib.asynccontextmanager
     async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[views.InboxItem]]]:
+        """The stream's queue; returns once the watcher follows the feed, so a stream that reads
+        its inbox after this misses no change."""
         queue: asyncio.Queue[list[views.InboxItem]] = asyncio.Queue(maxsize=1)
         _, queues = self._people.get(user.id, (user, set()))
         self._last.pop(user.id, None)  # a new stream read for itself: the next read goes to everyone
         queues.add(queue)
         self._people[user.id] = (user, queues)  # the latest User (its groups) for the next read
         if self._task is None or self._task.done():
+            self._ready.clear()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="signoff-inbox-watcher")
         try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._ready.wait()), 10)
             yield queue
         finally:
             queues.discard(queue)
             if not queues and self._people.get(user.id, (None, None))[1] is queues:
                 del self._people[user.id]
                 self._last.pop(user.id, None)
+                self._shows.pop(user.id, None)
+            if not self._people and self._task is not None:
+                self._task.cancel()  # no open inbox: nothing to watch (the next one starts another)
+                self._task = None
 
     async def items(self, user: User) -> list[views.InboxItem]:
         """What waits for ``user``; one read at a time per person: a stream opening while a read
@@ -115,27 +121,55 @@ class InboxWatcher:
 
     async def _read(self, user: User) -> list[views.InboxItem]:
         self.reads += 1
-        return await views.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
+        items = await views.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
+        if user.id in self._people:
+            self._shows[user.id] = {i.job.job_id for i in items}
+        return items
+
+    async def _concerned(self, notes: list[EventNote]) -> set[str]:
+        """The open inboxes the notes can change: each run's owner, the approvers of what it
+        waits for, and whoever's inbox shows it."""
+        jobs = {n.job_id for n in notes if n.event in INBOX_EVENTS}
+        people: set[str] = set()
+        for job_id in jobs:
+            people.update(u for u, shown in self._shows.items() if job_id in shown)
+            job = await self.service.store.get_job(job_id)
+            if job is None:
+                continue
+            people.add(job.user_id)
+            if job.pending is not None and job.pending.approver_refs:
+                people.update(await self.service.access.people(list(job.pending.approver_refs)))
+        return people & set(self._people)
 
     async def _run(self) -> None:
-        while self._people:
-            await asyncio.sleep(self.poll)
-            for user_id, (user, queues) in list(self._people.items()):
-                if not queues:
-                    continue
+        async with self.service.feed.follow(None) as follower:
+            self._ready.set()
+            while self._people:
+                woken = await follower.wait(self.safety)
+                notes, missed = follower.take()
                 try:
-                    items = await self.items(user)
-                except Exception:  # the store is away for a moment: the streams keep what they have
-                    log.warning("inbox watcher: reading %s's inbox failed", user_id, exc_info=True)
+                    concerned = set(self._people) if missed or not woken else await self._concerned(notes)
+                except Exception:  # the store is away for a moment: read everyone's next time
+                    log.warning("inbox watcher: finding whom events concern failed", exc_info=True)
                     continue
-                mark = tuple((i.key, i.job.job_id) for i in items)
-                if self._last.get(user_id) == mark:
-                    continue  # nothing changed for this person: their streams sleep on
-                self._last[user_id] = mark
-                for queue in list(queues):
-                    if queue.full():
-                        queue.get_nowait()
-                    queue.put_nowait(items)
+                for user_id in concerned:
+                    entry = self._people.get(user_id)
+                    if entry is None or not entry[1]:
+                        continue
+                    user, queues = entry
+                    try:
+                        items = await self.items(user)
+                    except Exception:  # the store is away for a moment: the streams keep what they have
+                        log.warning("inbox watcher: reading %s's inbox failed", user_id, exc_info=True)
+                        continue
+                    mark = tuple((i.key, i.job.job_id) for i in items)
+                    if self._last.get(user_id) == mark:
+                        continue  # nothing changed for this person: their streams sleep on
+                    self._last[user_id] = mark
+                    for queue in list(queues):
+                        if queue.full():
+                            queue.get_nowait()
+                        queue.put_nowait(items)
 
 
 async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, session: str | None, kind: str | None,
@@ -148,8 +182,11 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
     first = True
     total = -1
     clock = asyncio.get_running_loop().time
-    everything = await watcher.items(user)  # the first snapshot without waiting for a tick; what
-    async with watcher.subscribe(user) as updates:  # changes after it reaches every stream next tick
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(watcher.service.feed.slot(user.id))  # one of the person's live streams
+        # what changes after the read below reaches the queue
+        updates = await stack.enter_async_context(watcher.subscribe(user))
+        everything = await watcher.items(user)  # the first snapshot, at once
         while True:
             items = views.filter_inbox(everything, flow=flow, session=session, kind=kind)
             current = {i.key: i for i in items}
@@ -182,50 +219,63 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
                     last_sent = clock()
 
 
-async def run_stream(store: Store, job_id: str, *, after_seq: int, status: str | None,
-                     poll: float = 0.25) -> AsyncIterator[bytes]:
+async def run_stream(store: Store, feed: EventFeed, job_id: str, *, after_seq: int, status: str | None,
+                     user_id: str | None = None, safety: float = 2.0, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+    """``change`` when the run's log grows or its status changes, ``end`` once it is over. The
+    store is read when the event feed says the run got an event, and every ``safety`` seconds (a
+    status that changes with no event, e.g. ``queued`` → ``in_progress``, shows within that)."""
     seq, last_status = after_seq, status
-    ticker = Ticker(poll)
-    while True:
-        events = await store.read_events(job_id, after_seq=seq)
-        job = await store.get_job(job_id)
-        if job is None:
-            yield sse("end", {"status": "gone"})
-            return
-        if events:
-            seq = events[-1].seq
-        if events or job.status.value != last_status:
-            last_status = job.status.value
-            yield sse("change", {"status": last_status, "seq": seq})
-            ticker.sent()
-        if job.status.terminal and not events:
-            yield sse("end", {"status": job.status.value, "seq": seq})
-            return
-        if await ticker.wait():
-            yield KEEPALIVE
+    clock = asyncio.get_running_loop().time
+    sent = clock()
+    async with feed.follow(job_id, user_id=user_id) as follower:
+        while True:
+            events = await store.read_events(job_id, after_seq=seq)
+            job = await store.get_job(job_id)
+            if job is None:
+                yield sse("end", {"status": "gone"})
+                return
+            if events:
+                seq = events[-1].seq
+            if events or job.status.value != last_status:
+                last_status = job.status.value
+                yield sse("change", {"status": last_status, "seq": seq})
+                sent = clock()
+            if job.status.terminal and not events:
+                yield sse("end", {"status": job.status.value, "seq": seq})
+                return
+            if not await follower.wait(safety) and clock() - sent >= keepalive:
+                yield KEEPALIVE
+                sent = clock()
 
 
-async def request_stream(store: Store, job_id: str, request_id: str, *, poll: float = 0.25) -> AsyncIterator[bytes]:
+async def request_stream(store: Store, feed: EventFeed, job_id: str, request_id: str, *, user_id: str | None = None,
+                         safety: float = 5.0, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+    """``change`` when something happens to the request (a vote, a claim), ``closed`` once it is
+    decided, superseded, expired or its run ended; read when the run gets an event (and every
+    ``safety`` seconds)."""
     seq = 0
-    ticker = Ticker(poll)
     waiting_seen = True
-    while True:
-        events = await store.read_events(job_id, after_seq=seq)
-        if events:
-            seq = events[-1].seq
-        job = await store.get_job(job_id)
-        if job is None:
-            yield sse("closed", {})
-            return
-        waiting = job.status == JobStatus.suspended and job.pending is not None and \
-            job.pending.request_id == request_id
-        closing = any(ev.event in CLOSING and ev.data.get("request_id", request_id) == request_id for ev in events)
-        if job.status.terminal or closing and not waiting:
-            yield sse("closed", {"status": job.status.value})
-            return
-        if waiting != waiting_seen or any(ev.event == "human_input_vote" for ev in events):
-            waiting_seen = waiting
-            yield sse("change", {"status": job.status.value})
-            ticker.sent()
-        if await ticker.wait():
-            yield KEEPALIVE
+    clock = asyncio.get_running_loop().time
+    sent = clock()
+    async with feed.follow(job_id, user_id=user_id) as follower:
+        while True:
+            events = await store.read_events(job_id, after_seq=seq)
+            if events:
+                seq = events[-1].seq
+            job = await store.get_job(job_id)
+            if job is None:
+                yield sse("closed", {})
+                return
+            waiting = job.status == JobStatus.suspended and job.pending is not None and \
+                job.pending.request_id == request_id
+            closing = any(ev.event in CLOSING and ev.data.get("request_id", request_id) == request_id for ev in events)
+            if job.status.terminal or closing and not waiting:
+                yield sse("closed", {"status": job.status.value})
+                return
+            if waiting != waiting_seen or any(ev.event == "human_input_vote" for ev in events):
+                waiting_seen = waiting
+                yield sse("change", {"status": job.status.value})
+                sent = clock()
+            if not await follower.wait(safety) and clock() - sent >= keepalive:
+                yield KEEPALIVE
+                sent = clock()

@@ -25,7 +25,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from signoff.engine.errors import FlowInvalid, JobNotFound, SignoffError
-from signoff.engine.models import Decision, JobStatus, User, utcnow
+from signoff.engine.models import Decision, Job, JobStatus, User, utcnow
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.access import runnable_flow, valid_id, visible_job
@@ -275,6 +275,7 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
     async def row(item: views.InboxItem) -> str:
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
+    page.service.feed.check(page.user.id)
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
                                kind=kind, add_rows=rows == "1", render_row=row, since=after)
     return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-store",
@@ -358,8 +359,11 @@ async def card(request: Request, job_id: str, request_id: str, page: PageContext
 @router.get("/runs/{job_id}/requests/{request_id}/live")
 async def card_live(request: Request, job_id: str, request_id: str, page: PageContext = Page) -> Response:
     await visible_job(page.store, page.user, job_id)
-    return StreamingResponse(live.request_stream(page.store, job_id, request_id), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    page.service.feed.check(page.user.id)
+    return StreamingResponse(live.request_stream(page.store, page.service.feed, job_id, request_id,
+                                                 user_id=page.user.id),
+                             media_type="text/event-stream", headers={"Cache-Control": "no-store",
+                                                                      "X-Accel-Buffering": "no"})
 
 
 def _decision_from(view: views.RequestView, form: FormData) -> tuple[str, dict[str, Any] | None]:
@@ -483,7 +487,9 @@ async def run_page(request: Request, job_id: str, page: PageContext = Page) -> R
 async def run_live(request: Request, job_id: str, page: PageContext = Page, seq: int = 0,
                    status: str | None = None) -> Response:
     await visible_job(page.store, page.user, job_id)
-    return StreamingResponse(live.run_stream(page.store, job_id, after_seq=max(0, seq), status=status),
+    page.service.feed.check(page.user.id)
+    return StreamingResponse(live.run_stream(page.store, page.service.feed, job_id, after_seq=max(0, seq),
+                                             status=status, user_id=page.user.id),
                              media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                       "X-Accel-Buffering": "no"})
 
@@ -591,13 +597,21 @@ async def history(request: Request, page: PageContext = Page, flow: str | None =
     names = views.Names(store)
     decided: list[views.RequestView] = []
     flows: dict[str, str] = {}
+    jobs: dict[str, Job] = {}  # the person's own runs, and others' runs they voted on or decided
     for row in await store.list_traces(user_id=page.user.id, limit=200):
         run_id = str(row.get("run_id") or row.get("trace_id") or "")
         job = await store.get_job(run_id) if valid_id(run_id) else None
-        if job is None or job.user_id != page.user.id:
-            continue
+        if job is not None and job.user_id == page.user.id:
+            jobs[job.job_id] = job
+    for job in await store.participated_jobs(page.user.id, limit=200):
+        jobs.setdefault(job.job_id, job)
+    for job in jobs.values():
         events = await store.read_events(job.job_id, limit=100_000)
+        mine = job.user_id == page.user.id
+        theirs = set() if mine else views.requests_decided_by(events, page.user.id)
         for rid in views.request_ids_of(events):
+            if not mine and rid not in theirs:
+                continue  # in someone else's run, only what this person decided or voted on
             view = await views.request_view(store, names, job, rid, events)
             if view is None or view.outcome.state in ("open", "applying"):
                 continue

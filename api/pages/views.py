@@ -556,6 +556,13 @@ def request_ids_of(events: list[Event]) -> list[str]:
     return seen
 
 
+def requests_decided_by(events: list[Event], user_id: str) -> set[str]:
+    """The request ids ``user_id`` decided or voted on, by the log."""
+    return {str(ev.data.get("request_id")) for ev in events
+            if (ev.event == "human_input_decision" and ev.data.get("decided_by") == user_id)
+            or (ev.event == "human_input_vote" and ev.data.get("user") == user_id)}
+
+
 def time_left(due: datetime | None, now: datetime | None = None) -> str:
     if due is None:
         return ""

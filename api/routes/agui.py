@@ -48,6 +48,7 @@ AGUI_EVENT_SCHEMA: dict[str, Any] = {
                              "`NOT_AN_APPROVER`, `JOB_NOT_FOUND`...) is `RUN_ERROR` with signoff's `code`",
               "content": {"text/event-stream": {"schema": AGUI_EVENT_SCHEMA}}},
         **error_responses({422: "`INVALID_REQUEST`: not a `RunAgentInput` (with `problems`)",
+                           429: "`TOO_MANY_STREAMS`: the user holds SIGNOFF_MAX_STREAMS_PER_USER live streams",
                            503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
     },
 )
@@ -60,6 +61,7 @@ async def run_agent(flow_id: str, body: AguiRunInput, request: Request, store: S
     (`status: "cancelled"`). A gate ends the AG-UI run with the interrupt outcome: the interrupt's
     id is the request id."""
     check_body(body, settings, text=TEXT_FIELDS)
+    service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before anything runs
     run = AguiRun(store=store, service=service, user=user, flow_id=flow_id, public_owner=public_owner, inp=body)
     encoder = EventEncoder(accept=request.headers.get("accept"))
     return StreamingResponse(encode(run.events(), encoder), media_type=encoder.get_content_type(),

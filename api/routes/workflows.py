@@ -42,6 +42,8 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     **error_responses({404: "`FLOW_NOT_FOUND`: no such flow you may run",
                        422: "`INVALID_REQUEST` (with `problems`)",
+                       429: "`TOO_MANY_STREAMS` (mode `stream`): the user holds SIGNOFF_MAX_STREAMS_PER_USER live "
+                            "streams",
                        503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
 }
 
@@ -61,6 +63,8 @@ async def submit(
     flow = await runnable_flow(store, user, body.flow_id, public_owner)
     timeout = body.timeout or settings.sync_timeout_seconds
     deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
+    if body.mode == "stream":
+        service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the run is submitted
     job, _created = await service.submit(
         user,
         flow,
@@ -80,7 +84,8 @@ async def submit(
                 job = await service.wait_for_pause_or_end(job.job_id, remaining)
         # still running after `timeout`: the job (with its links to follow it), as in background
         return job_public(job) if job.status in ACTIVE else workflow_response(job)
-    return StreamingResponse(job_events(store, job.job_id), media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(job_events(store, service.feed, job.job_id, user_id=user.id),
+                             media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.get("", response_model=JobPublic | WorkflowResponse,
@@ -160,11 +165,13 @@ async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings
 
 @router.get("/{job_id}/events", response_class=StreamingResponse, responses={
     200: {**SSE_RESPONSES[200], "content": sse_content()},
-    **error_responses({404: "`JOB_NOT_FOUND`", 422: "`INVALID_REQUEST`: a bad `after` or `Last-Event-ID`"})})
+    **error_responses({404: "`JOB_NOT_FOUND`", 422: "`INVALID_REQUEST`: a bad `after` or `Last-Event-ID`",
+                       429: "`TOO_MANY_STREAMS`: the user holds SIGNOFF_MAX_STREAMS_PER_USER live streams"})})
 async def events(
     job_id: str,
     request: Request,
     store: StoreDep,
+    service: ServiceDep,
     user: CurrentUser,
     after: Annotated[int | None, Query(ge=0, description="replay after this seq (like Last-Event-ID)")] = None,
 ):
@@ -180,4 +187,6 @@ async def events(
             from signoff.api.errors import InvalidRequest
 
             raise InvalidRequest("Last-Event-ID must be the integer seq of the last event received") from None
-    return StreamingResponse(job_events(store, job_id, after_seq=after_seq), media_type="text/event-stream", headers=SSE_HEADERS)
+    service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the stream starts
+    return StreamingResponse(job_events(store, service.feed, job_id, after_seq=after_seq, user_id=user.id),
+                             media_type="text/event-stream", headers=SSE_HEADERS)

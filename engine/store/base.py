@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, AsyncIterator, Iterable
 
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
     Event,
+    EventNote,
     FlowRecord,
     Group,
     Job,
@@ -143,8 +144,9 @@ class Store(CheckpointStore, HistoryStore):
         the flows the user owns (granted to others) and the user's secrets. Returns whether the
         user existed; the keys, shares and secrets recorded under that id go even when it did
         not. Also the user's group memberships, the groups the user owns (with their members)
-        and the user's webhooks (with their deliveries). Flows and jobs are the caller's to
-        delete or keep: they are not touched (nor the approver references of jobs)."""
+        and the user's webhooks (with their deliveries), and the runs recorded as ones the user
+        took part in (add_participants). Flows and jobs are the caller's to delete or keep: they
+        are not touched (nor the approver references of jobs)."""
 
     # ---- secrets: named credentials of a user, encrypted by the caller (DESIGN §13)
     @abc.abstractmethod
@@ -227,6 +229,22 @@ class Store(CheckpointStore, HistoryStore):
         """The references of the job's request, in the order they were first given ([] when none).
         A job that reached a terminal status through set_status, claim_suspended_for_cancel or
         fail_expired_leases has none left (they are deleted in that transaction)."""
+
+    # ---- who took part in a run: who voted on or decided its requests (kept after the run ends,
+    # unlike approver references: a person's decision history, and they still see the run)
+    @abc.abstractmethod
+    async def add_participants(self, job_id: str, user_ids: Iterable[str]) -> None:
+        """Record that these users took part in the job (each once; a lone str TypeError). The
+        store does not require the job or the users to exist."""
+
+    @abc.abstractmethod
+    async def participated_jobs(self, user_id: str, *, limit: int = 200) -> list[Job]:
+        """The existing jobs the user took part in (add_participants), newest first by the job's
+        ``created_at`` (then ``job_id``, descending), at most ``limit``."""
+
+    @abc.abstractmethod
+    async def took_part(self, job_id: str, user_id: str) -> bool:
+        """Whether add_participants recorded the user for the job."""
 
     @abc.abstractmethod
     async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
@@ -445,6 +463,15 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
+
+    @abc.abstractmethod
+    def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
+        """Every event appended to this store from now on, by any process, in batches as they
+        commit (a job's in seq order). The first batch is empty and comes once the tail is in
+        place: whatever commits after it is told. ``None`` says notes may have been missed (the
+        tail lost its place, e.g. a reconnect): a follower reads again what it shows. Raises
+        StoreError when the store is away; a new tail then starts afresh. One tail per process
+        (service/feed.py) serves every follower, so a backend may hold a connection for it."""
 
     # ---- spans
     @abc.abstractmethod

@@ -20,10 +20,11 @@ datetimes are serialised, NaN is refused), timestamps as aware UTC, API keys onl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
@@ -33,6 +34,7 @@ from signoff.engine.models import (
     TERMINAL_STATUSES,
     CheckpointRecord,
     Event,
+    EventNote,
     FlowRecord,
     Group,
     Job,
@@ -218,6 +220,7 @@ class _Tables:
     groups: dict[tuple[str, str], _Group] = field(default_factory=dict)  # (owner, name) -> group
     # (job, request) -> reference -> parsed (user, group owner, group name), in the order given
     approvers: dict[tuple[str, str], dict[str, ApproverRef]] = field(default_factory=dict)
+    participants: set[tuple[str, str]] = field(default_factory=set)  # (user, job)
     webhooks: dict[str, _Webhook] = field(default_factory=dict)
     deliveries: dict[str, WebhookDelivery] = field(default_factory=dict)  # in the order logged
     jobs: dict[str, _Job] = field(default_factory=dict)
@@ -234,6 +237,7 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._data: _Tables | None = _Tables()
+        self._tails: list[asyncio.Queue[EventNote | None]] = []
 
     def __repr__(self) -> str:
         return "MemoryStore()"
@@ -252,6 +256,8 @@ class MemoryStore(Store):
     async def close(self) -> None:
         """Drop everything; the store refuses every call afterwards, as a closed SQL store does."""
         self._data = None
+        for tail in self._tails:
+            tail.put_nowait(None)  # wakes it: it raises, as a closed SQL store's tail
 
     async def ping(self) -> None:
         self._tables()
@@ -331,6 +337,7 @@ class MemoryStore(Store):
             del t.groups[key]
         for hook in [h.id for h in t.webhooks.values() if h.owner_id == user_id]:
             self._delete_webhook(t, hook)
+        t.participants = {p for p in t.participants if p[0] != user_id}
         return user is not None
 
     # ---- groups of approvers: (owner, name) is the key
@@ -826,6 +833,19 @@ class MemoryStore(Store):
     async def request_approvers(self, job_id: str, request_id: str) -> list[str]:
         return list(self._tables().approvers.get((job_id, request_id), ()))
 
+    async def add_participants(self, job_id: str, user_ids: Iterable[str]) -> None:
+        ids = unique_strings(user_ids, "user_ids")
+        self._tables().participants.update((u, job_id) for u in ids)
+
+    async def participated_jobs(self, user_id: str, *, limit: int = 200) -> list[Job]:
+        t = self._tables()
+        rows = [t.jobs[j] for u, j in t.participants if u == user_id and j in t.jobs]
+        rows.sort(key=lambda r: (r.created_at, r.job_id), reverse=True)
+        return [self._job(r) for r in rows[:limit]]
+
+    async def took_part(self, job_id: str, user_id: str) -> bool:
+        return (user_id, job_id) in self._tables().participants
+
     async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
         """See Store.list_assigned_pending: memberships read now, the job's current request only."""
         t = self._tables()
@@ -860,8 +880,7 @@ class MemoryStore(Store):
 
     # ---- events
 
-    @staticmethod
-    def _append(t: _Tables, job_id: str, event: str, body: str, dedupe_key: str | None) -> int:
+    def _append(self, t: _Tables, job_id: str, event: str, body: str, dedupe_key: str | None) -> int:
         """The next seq of the job (1, 2, ...), or, for a ``dedupe_key`` already used, the seq
         of the event written with it (nothing is written). Raises before writing anything, so a
         status change calls it before changing the row."""
@@ -873,6 +892,8 @@ class MemoryStore(Store):
                 if e.dedupe_key == dedupe_key:
                     return e.seq
         events.append(_Event(len(events) + 1, event, body, utcnow(), dedupe_key))
+        for tail in self._tails:  # nothing in this store rolls back once appended
+            tail.put_nowait(EventNote(job_id, len(events), event))
         return len(events)
 
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
@@ -893,6 +914,21 @@ class MemoryStore(Store):
                 if e.dedupe_key == dedupe_key:
                     return e.seq
         return None
+
+    async def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
+        self._tables()
+        queue: asyncio.Queue[EventNote | None] = asyncio.Queue()
+        self._tails.append(queue)
+        try:
+            yield []
+            while True:
+                notes = [await queue.get()]
+                while not queue.empty():
+                    notes.append(queue.get_nowait())
+                self._tables()  # closed meanwhile: StoreError, as a closed SQL store
+                yield [n for n in notes if n is not None]
+        finally:
+            self._tails.remove(queue)
 
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         later = (e for e in self._tables().events.get(job_id, ()) if e.seq > after_seq)

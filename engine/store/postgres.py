@@ -10,6 +10,7 @@ concurrent claims exactly one matches. The pool opens lazily on first use (or in
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -20,9 +21,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool
 
+from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError
 from signoff.engine.store.encoding import as_utc, dumps
 from signoff.engine.store.sql import SQLStore, Tx
+from signoff.engine.store.sql.queries import Q
 
 __all__ = ["PostgresStore"]
 
@@ -38,6 +41,20 @@ def _pg(sql: str) -> str:
     if out is None:
         out = _converted[sql] = sql.replace("%", "%%").replace("?", "%s")
     return out
+
+
+TAIL_CHANNEL = "signoff_events"
+
+
+_MAX_PAYLOAD = 7000
+
+
+def _note(payload: str) -> EventNote | None:
+    """A notification's note; None for one too long to tell (the tail says it missed some)."""
+    if not payload:
+        return None
+    job_id, seq, event = json.loads(payload)
+    return EventNote(job_id, int(seq), event)
 
 
 def _wrap(exc: psycopg.Error) -> StoreError:
@@ -101,6 +118,7 @@ class PostgresStore(SQLStore):
         self._pool: AsyncConnectionPool | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
+        self._tails: set[psycopg.AsyncConnection[Any]] = set()  # closed by close(): their tails raise
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.url.rsplit('@', 1)[-1]!r})"
@@ -142,11 +160,57 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:  # commit/rollback or connection failures
             raise _wrap(exc) from exc
 
+    # ---- the tail (Store.tail_events): NOTIFY from the appending transaction, delivered at its
+    # commit, in commit order, to every listening connection of this database
+
+    async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
+        payload = json.dumps([job_id, seq, event], separators=(",", ":"))
+        if len(payload.encode()) > _MAX_PAYLOAD:  # NOTIFY takes < 8000 bytes: "something happened"
+            payload = ""
+        await tx.execute(Q.notify_event, (payload,))
+
+    async def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
+        """One connection of its own (not the pool's) that LISTENs. A notification missed while
+        it was down cannot be had again: a new tail starts afresh (the feed reads again)."""
+        if self._closed:
+            raise StoreError("This store is closed.")
+        try:
+            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise _wrap(exc) from exc
+        self._tails.add(conn)
+        try:
+            await conn.execute(f"LISTEN {TAIL_CHANNEL}")
+            yield []
+            while True:
+                # waits for the first; those that came with it (one packet) are in the batch too
+                told = [_note(n.payload) async for n in conn.notifies(timeout=30.0, stop_after=1)]
+                notes = [n for n in told if n is not None]
+                if len(notes) < len(told):
+                    yield None
+                if notes:
+                    yield notes
+                elif told:
+                    continue
+                elif self._closed:
+                    raise StoreError("This store is closed.")
+                else:
+                    await conn.execute("SELECT 1")  # 30 s quiet: the connection is still there
+        except psycopg.Error as exc:
+            if self._closed:
+                raise StoreError("This store is closed.") from exc
+            raise _wrap(exc) from exc
+        finally:
+            self._tails.discard(conn)
+            await conn.close()
+
     async def _migration_lock(self, tx: Tx) -> None:
         await tx.fetchone("SELECT pg_advisory_xact_lock(?) AS locked", (_MIGRATION_LOCK_KEY,))
 
     async def close(self) -> None:
         self._closed = True
+        for conn in list(self._tails):
+            conn.pgconn.finish()  # the tail waiting on it wakes with an error (it closes its side)
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()

@@ -19,6 +19,7 @@ deserves). Override with ``sqlite:///path?synchronous=normal``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import queue
 import sqlite3
@@ -30,9 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError
 from signoff.engine.store.encoding import as_utc, dumps
 from signoff.engine.store.sql import SQLStore, Tx
+from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLiteStore"]
 
@@ -63,6 +66,7 @@ class _SQLiteTx(Tx):
         self._executor = executor
         self._begin = begin  # issued together with the first statement
         self.open = False
+        self.told = False  # an event was appended: this process's tails look as soon as it commits
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -155,6 +159,7 @@ class SQLiteStore(SQLStore):
         self._all_lock = threading.Lock()
         self._write_lock = asyncio.Lock()
         self._closed = False
+        self._tail_wakes: set[asyncio.Event] = set()  # one per tail of this store object
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -210,6 +215,9 @@ class SQLiteStore(SQLStore):
                     await asyncio.shield(tx.finish(commit=False))
                     raise
                 await tx.finish(commit=True)
+                if tx.told:
+                    for wake in self._tail_wakes:
+                        wake.set()
         else:
             tx = _SQLiteTx(self._take_reader, self._reader_exec, None)
             try:
@@ -237,6 +245,48 @@ class SQLiteStore(SQLStore):
         await asyncio.get_running_loop().run_in_executor(self._writer_exec, close_all)
         self._writer_exec.shutdown(wait=True)
         self._reader_exec.shutdown(wait=True)
+
+    # ---- the tail (Store.tail_events)
+
+    tail_poll_seconds = 0.05  # one indexed read per process, however many streams follow
+    _TAIL_BATCH = 1000
+
+    async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
+        tx.told = True  # type: ignore[attr-defined]
+
+    async def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
+        """The events table by rowid: SQLite commits one writer at a time, so rowids commit in
+        order and ``rowid > cursor`` misses nothing, but one case: rowids are reused after the
+        newest rows are deleted (a user's or a flow's runs deleted), which a cursor past the
+        table's top shows; then the tail says it may have missed some (None) and starts again.
+        It reads every ``tail_poll_seconds`` (other processes' appends), and at once after an
+        append of this store object commits (``signoff dev`` runs the worker and the API on one)."""
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.tail_top)
+        pos = int(row["pos"]) if row else 0
+        wake = asyncio.Event()
+        self._tail_wakes.add(wake)
+        checks = 0
+        try:
+            yield []
+            while True:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self.tail_poll_seconds)
+                wake.clear()
+                top = None
+                async with self._tx(write=False) as tx:
+                    rows = await tx.fetchall(Q.tail_after, (pos, self._TAIL_BATCH))
+                    checks += 1
+                    if not rows and checks % 20 == 0:  # about once a second while nothing comes
+                        top = await tx.fetchone(Q.tail_top)
+                if top is not None and int(top["pos"]) < pos:
+                    pos = int(top["pos"])
+                    yield None
+                elif rows:
+                    pos = int(rows[-1]["pos"])
+                    yield [EventNote(r["job_id"], int(r["seq"]), r["event"]) for r in rows]
+        finally:
+            self._tail_wakes.discard(wake)
 
     # ---- value encoding: JSON as text, timestamps as fixed-width ISO-8601 UTC text (sortable)
 

@@ -1,5 +1,8 @@
-"""The inbox's live updates: one watcher per process reads each person's inbox once per tick,
-however many of their inboxes are open, and hands it to every stream (api/pages/live.py)."""
+"""The inbox's live updates: one watcher per process reads a person's inbox when the store's
+event log says something concerns them (once, however many of their inboxes are open), and
+hands it to every stream of theirs; nothing is read while nothing happens (api/pages/live.py,
+service/feed.py). The store is the in-memory one: its tail is the same contract as SQLite's and
+PostgreSQL's (tests/store_conformance.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +11,23 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from signoff.api.pages import live
+from signoff.engine.access import Access
+from signoff.engine.store.memory import MemoryStore
+from signoff.service.feed import EventFeed, TooManyStreams
+
+from tests.store_conformance import new_job
 
 
 class FakeService:
     """pending_for counted; what waits is empty (the diffing is the browser tests' business)."""
 
-    def __init__(self) -> None:
-        self.store = SimpleNamespace()
+    def __init__(self, **feed: Any) -> None:
+        self.store = MemoryStore()
+        self.access = Access(self.store)
+        self.feed = EventFeed(self.store, **feed)
         self.calls: dict[str, int] = {}
 
     async def pending_for(self, user: Any, flow_id: str | None = None) -> list[Any]:
@@ -28,38 +40,83 @@ def event(chunk: bytes) -> tuple[str, dict[str, Any]]:
     return head.removeprefix("event: "), json.loads(data.removeprefix("data: "))
 
 
-async def test_one_read_per_person_per_tick_however_many_inboxes() -> None:
+async def render(item: Any) -> str:
+    return ""
+
+
+def inbox(watcher: live.InboxWatcher, who: Any, **kw: Any):
+    return live.inbox_stream(watcher, who, flow=None, session=None, kind=None, add_rows=True, render_row=render, **kw)
+
+
+async def settle(watcher: live.InboxWatcher, reads: int) -> None:
+    """Until the watcher has done ``reads`` reads (a woken watcher reads at once)."""
+    async def done() -> None:
+        while watcher.reads < reads:
+            await asyncio.sleep(0.005)
+
+    await asyncio.wait_for(done(), 5)
+    await asyncio.sleep(0.05)  # and no more
+
+
+async def test_a_person_is_read_once_per_event_that_concerns_them_however_many_inboxes() -> None:
     service = FakeService()
-    watcher = live.InboxWatcher(service, poll=0.05)  # type: ignore[arg-type]
-    alice, bob = SimpleNamespace(id="alice"), SimpleNamespace(id="bob")
-
-    async def render(item: Any) -> str:
-        return ""
-
-    streams = [live.inbox_stream(watcher, who, flow=None, session=None, kind=None, add_rows=True,
-                                 render_row=render, keepalive=0.02)
-               for who in (alice, alice, alice, bob, bob)]
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
+    alice, bob = await service.store.create_user("alice"), await service.store.create_user("bob")
+    streams = [inbox(watcher, who, keepalive=0.05) for who in (alice, alice, alice, bob, bob)]
     for s in streams:
         assert event(await s.__anext__()) == ("snapshot", {"ids": [], "count": 0, "total": 0})
-    assert watcher.streams == 5
-    first = dict(service.calls)  # each stream's own first read
-    assert first == {"alice": 3, "bob": 2}
+    assert watcher.streams == 5 and service.calls == {alice.id: 3, bob.id: 2}  # each stream's own first read
     reads = watcher.reads
-    await asyncio.sleep(0.5)
-    ticks = (watcher.reads - reads) / 2
-    assert ticks >= 3
-    # the watcher read each person once a tick; the streams read nothing themselves
-    assert service.calls["alice"] - first["alice"] == service.calls["bob"] - first["bob"] == ticks
-    assert await streams[0].__anext__() == live.KEEPALIVE  # nothing changed: keep-alives only
+    await asyncio.sleep(0.3)
+    assert watcher.reads == reads  # nothing happens: nothing is read
+    assert await streams[0].__anext__() == live.KEEPALIVE
+
+    job_id = await new_job(service.store, alice.id)
+    await service.store.append_event(job_id, "human_input_required", {})  # alice's run paused
+    await settle(watcher, reads + 1)
+    assert service.calls == {alice.id: 4, bob.id: 2}  # alice once for her three inboxes, bob not at all
+    await service.store.append_event(job_id, "progress", {})  # an event no inbox shows: no read
+    await asyncio.sleep(0.1)
+    assert watcher.reads == reads + 1
 
     for s in streams:
         await s.aclose()
-    assert watcher.streams == 0
-    await asyncio.sleep(0.15)
-    assert watcher._task is not None and watcher._task.done()  # no open inbox, no reads
+    assert watcher.streams == 0 and watcher._task is None  # no open inbox, no watcher
+    await service.feed.close()
+
+
+async def test_an_approver_is_read_when_a_run_that_names_them_pauses() -> None:
+    from signoff.engine.models import JobStatus
+    from tests.store_conformance import pending
+
+    service = FakeService()
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
+    alice, carol = await service.store.create_user("alice"), await service.store.create_user("carol")
+    stream = inbox(watcher, carol)
+    await stream.__anext__()
     reads = watcher.reads
-    await asyncio.sleep(0.15)
-    assert watcher.reads == reads
+    job_id = await new_job(service.store, alice.id)
+    assert await service.store.set_status(job_id, JobStatus.in_progress)
+    assert await service.store.mark_suspended(job_id, pending(f"gate:{job_id}", approver_refs=[f"user:{carol.id}"]),
+                                              event=("human_input_required", {}))
+    await settle(watcher, reads + 1)  # carol's inbox, though the run is alice's
+    assert service.calls[carol.id] == 2
+    await stream.aclose()
+    await service.feed.close()
+
+
+async def test_every_open_inbox_is_read_after_the_safety_time_or_when_the_tail_may_have_missed_events() -> None:
+    service = FakeService()
+    watcher = live.InboxWatcher(service, safety=0.1)  # type: ignore[arg-type]
+    alice, bob = SimpleNamespace(id="alice", groups=[]), SimpleNamespace(id="bob", groups=[])
+    streams = [inbox(watcher, alice), inbox(watcher, bob)]
+    for s in streams:
+        await s.__anext__()
+    await asyncio.sleep(0.55)
+    assert service.calls["alice"] >= 4 and service.calls["bob"] >= 4  # a read each 0.1 s, for each person
+    for s in streams:
+        await s.aclose()
+    await service.feed.close()
 
 
 async def test_inboxes_opened_at_once_share_one_read() -> None:
@@ -72,14 +129,9 @@ async def test_inboxes_opened_at_once_share_one_read() -> None:
         return await plain(user, flow_id)
 
     service.pending_for = slow  # type: ignore[method-assign]
-    watcher = live.InboxWatcher(service, poll=10)  # type: ignore[arg-type]
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
     alice = SimpleNamespace(id="alice")
-
-    async def render(item: Any) -> str:
-        return ""
-
-    streams = [live.inbox_stream(watcher, alice, flow=None, session=None, kind=None, add_rows=True,
-                                 render_row=render) for _ in range(20)]
+    streams = [inbox(watcher, alice) for _ in range(20)]
     firsts = [asyncio.ensure_future(s.__anext__()) for s in streams]
     await asyncio.sleep(0.05)
     firsts[0].cancel()  # one page closes while the read is under way: the others still get it
@@ -89,3 +141,72 @@ async def test_inboxes_opened_at_once_share_one_read() -> None:
     assert service.calls == {"alice": 1}
     for s in streams:
         await s.aclose()
+    await service.feed.close()
+
+
+async def test_a_person_holds_at_most_max_streams_and_a_closed_one_gives_its_place_back() -> None:
+    service = FakeService(max_per_user=2)
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
+    alice = SimpleNamespace(id="alice")
+    one, two = inbox(watcher, alice), inbox(watcher, alice)
+    await one.__anext__()
+    await two.__anext__()
+    with pytest.raises(TooManyStreams):
+        service.feed.check("alice")
+    job_id = await new_job(service.store)
+    with pytest.raises(TooManyStreams):
+        async with service.feed.follow(job_id, user_id="alice"):
+            pass
+    async with service.feed.follow(job_id, user_id="bob"):  # someone else is not held back
+        pass
+    await one.aclose()
+    async with service.feed.follow(job_id, user_id="alice"):
+        assert service.feed.streams_of("alice") == 2
+    await two.aclose()
+    assert service.feed.streams_of("alice") == 0
+    await service.feed.close()
+
+
+async def test_one_tail_serves_every_follower_and_wakes_only_the_followers_of_the_job() -> None:
+    service = FakeService(linger=0.05)
+    feed, store = service.feed, service.store
+    a, b = await new_job(store), await new_job(store)
+    async with feed.follow(a) as fa1, feed.follow(a) as fa2, feed.follow(b) as fb, feed.follow(None) as every:
+        assert feed.tails == 1
+        await store.append_event(a, "x", {})
+        assert await fa1.wait(2) and await fa2.wait(2) and await every.wait(2)
+        assert not await fb.wait(0.1)
+        notes, missed = every.take()
+        assert [(n.job_id, n.seq, n.event) for n in notes] == [(a, 1, "x")] and not missed
+    await asyncio.sleep(0.15)
+    assert feed._task is None  # the last follower left: the tail stops after its linger
+    async with feed.follow(a) as fa:
+        assert feed.tails == 2
+        await store.append_event(a, "y", {})
+        assert await fa.wait(2)
+    await feed.close()
+
+
+async def test_a_tail_that_fails_is_started_again_and_every_follower_reads_again() -> None:
+    service = FakeService()
+    feed, store = service.feed, service.store
+    job_id = await new_job(store)
+    real = store.tail_events
+    failures = 1
+
+    async def failing():
+        nonlocal failures
+        if failures:
+            failures -= 1
+            yield []
+            raise ConnectionError("the database went away")
+        async for batch in real():
+            yield batch
+
+    store.tail_events = failing  # type: ignore[method-assign]
+    async with feed.follow(job_id) as follower:
+        assert await follower.wait(5)  # woken when the new tail is in place: what came between is unknown
+        assert follower.take() == ([], True) and feed.tails == 2
+        await store.append_event(job_id, "x", {})
+        assert await follower.wait(2)
+    await feed.close()

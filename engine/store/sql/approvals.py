@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from signoff.engine.models import Job
+from signoff.engine.models import Job, utcnow
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent
@@ -61,6 +61,24 @@ class SQLApprovals(SQLJobs):
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.request_approvers, (job_id, request_id))
         return [r["ref"] for r in rows]
+
+    async def add_participants(self, job_id: str, user_ids: Iterable[str]) -> None:
+        """See Store.add_participants."""
+        ids = unique_strings(user_ids, "user_ids")
+        if not ids:
+            return
+        now = self._enc_dt(utcnow())
+        async with self._tx(write=True) as tx:
+            await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
+
+    async def participated_jobs(self, user_id: str, *, limit: int = 200) -> list[Job]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.participated_jobs, (user_id, limit))
+        return [self._job(r) for r in rows]
+
+    async def took_part(self, job_id: str, user_id: str) -> bool:
+        async with self._tx(write=False) as tx:
+            return await tx.fetchone(Q.took_part, (job_id, user_id)) is not None
 
     async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
         """See Store.list_assigned_pending: one statement, memberships read with the jobs."""

@@ -47,7 +47,12 @@ class SQLEvents(SQLCore):
             if first is not None:
                 raise DuplicateEvent(int(first["seq"]))
         await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
+        await self._tell(tx, job_id, seq, event)
         return seq
+
+    async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
+        """Tell the store's tails of this append when it commits (PostgreSQL: NOTIFY). SQLite's
+        tail reads the table itself."""
 
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         async with self._tx(write=False) as tx:

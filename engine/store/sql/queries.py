@@ -72,6 +72,15 @@ class Q:
     )
     request_approvers = "SELECT ref FROM request_approvers WHERE job_id = ? AND request_id = ? ORDER BY pos"
     delete_job_approvers = "DELETE FROM request_approvers WHERE job_id = ?"
+    insert_participant = (
+        "INSERT INTO job_participants (user_id, job_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+    )
+    participated_jobs = (
+        "SELECT j.* FROM job_participants p JOIN jobs j ON j.job_id = p.job_id WHERE p.user_id = ? "
+        "ORDER BY j.created_at DESC, j.job_id DESC LIMIT ?"
+    )
+    took_part = "SELECT 1 AS found FROM job_participants WHERE job_id = ? AND user_id = ?"
+    delete_user_participation = "DELETE FROM job_participants WHERE user_id = ?"
     # the candidates come from the user's side (request_approvers_user, group_members_user and
     # request_approvers_group), each checked against the job's current request
     assigned_pending = (
@@ -216,6 +225,12 @@ class Q:
     insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
     event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
     read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order
+    # (one writer at a time); PostgreSQL: a notification sent by the appending transaction,
+    # delivered when it commits
+    tail_top = "SELECT coalesce(max(rowid), 0) AS pos FROM events"
+    tail_after = "SELECT rowid AS pos, job_id, seq, event FROM events WHERE rowid > ? ORDER BY rowid LIMIT ?"
+    notify_event = "SELECT pg_notify('signoff_events', ?)"
 
     insert_checkpoint = (
         "INSERT INTO checkpoints (id, run_id, job_id, data, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"

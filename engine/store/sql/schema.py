@@ -211,6 +211,16 @@ MIGRATIONS: list[list[str]] = [
             at {ts} NOT NULL)""",
         "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, pos)",
     ],
+    # 7: who took part in a run (DESIGN §9, §10): who voted on or decided its requests, kept after
+    # the run ends (a person's decision history; a voter still sees the run)
+    [
+        """CREATE TABLE job_participants (
+            user_id TEXT NOT NULL,
+            job_id TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (user_id, job_id))""",
+        "CREATE INDEX job_participants_job ON job_participants (job_id)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -86,4 +86,5 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_owner_group_members, (user_id,))
             await tx.execute(Q.delete_owner_webhook_deliveries, (user_id,))
             await tx.execute(Q.delete_owner_webhooks, (user_id,))
+            await tx.execute(Q.delete_user_participation, (user_id,))
         return existed

@@ -130,6 +130,17 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
                 headers={"Last-Event-ID": "abc"})
         await A("GET", "/api/v2/workflows/{job_id}/events", 404, path={"job_id": "nope"})
 
+        # 429: alice has no live stream left (SIGNOFF_MAX_STREAMS_PER_USER)
+        feed = api.service.feed
+        feed.max_per_user, kept = 0, feed.max_per_user
+        try:
+            await A("GET", "/api/v2/workflows/{job_id}/events", 429, path={"job_id": job_id})
+            await A("POST", "/api/v2/workflows", 429, json={**body, "mode": "stream", "session_id": "st2"})
+            await A("POST", "/api/v1/agui/{flow_id}", 429, path={"flow_id": flow},
+                    json={"threadId": "t429", "runId": "r429", "messages": [{"id": "m", "role": "user", "content": "x"}]})
+        finally:
+            feed.max_per_user = kept
+
         # AG-UI: a run (AG-UI events as SSE; it stops at the gate), not a RunAgentInput, too big
         agui = {"threadId": "agui", "runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "refund 1"}]}
         run = await A("POST", "/api/v1/agui/{flow_id}", 200, path={"flow_id": flow}, json=agui)

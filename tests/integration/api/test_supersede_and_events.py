@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import httpx
@@ -214,3 +215,50 @@ async def test_sse_tails_a_queued_job_over_real_http(api: Harness, live: str) ->
                                               event=("run_cancelled", {"reason": "stopped"}))
             assert (await read_frame(lines))["event"] == "run_cancelled"
             assert await read_frame(lines) is None
+
+
+async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_own(api: Harness, live: str) -> None:
+    """Thirty idle `/events` streams (queued jobs nobody runs) over real HTTP: while nothing
+    happens the store is not read for them (each used to read its job ten times a second); an
+    event on one job reaches its stream at once and reads only that job; one tail of the store
+    serves them all (service/feed.py)."""
+    user_id, key = api.users["alice"]
+    jobs = []
+    for _ in range(30):
+        job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"],
+                                                   flow_version=1, user_id=user_id, request={"input_value": "q"}))
+        jobs.append(job.job_id)
+    reads: dict[str, int] = {}
+    real_read, real_get = api.store.read_events, api.store.get_job
+
+    async def read_events(job_id, **kw):
+        reads[job_id] = reads.get(job_id, 0) + 1
+        return await real_read(job_id, **kw)
+
+    async def get_job(job_id):
+        reads[job_id] = reads.get(job_id, 0) + 1
+        return await real_get(job_id)
+
+    api.store.read_events, api.store.get_job = read_events, get_job  # type: ignore[method-assign]
+    tails = api.service.feed.tails
+    try:
+        async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60),
+                                     limits=httpx.Limits(max_connections=40)) as c:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = [await stack.enter_async_context(c.stream("GET", f"/api/v2/workflows/{j}/events"))
+                           for j in jobs]
+                assert all(s.status_code == 200 for s in streams)
+                await eventually(lambda: all(reads.get(j, 0) >= 2 for j in jobs), what="each stream's first read")
+                assert api.service.feed.streams_of(user_id) == 30
+                reads.clear()
+                await asyncio.sleep(1.0)
+                assert sum(reads.values()) < len(jobs), reads  # polling would be ~600 reads
+                reads.clear()
+                await api.store.append_event(jobs[7], "progress", {"n": 1})
+                frame = await asyncio.wait_for(read_frame(streams[7].aiter_lines()), 10)
+                assert frame == {"event": "progress", "data": {"n": 1}, "seq": 1}
+                assert set(reads) <= {jobs[7]}, reads  # the others slept on
+                assert api.service.feed.tails - tails <= 1  # one tail for all of them (a first one started)
+        await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the streams to give their places back")
+    finally:
+        api.store.read_events, api.store.get_job = real_read, real_get  # type: ignore[method-assign]

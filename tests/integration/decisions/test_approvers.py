@@ -238,3 +238,40 @@ async def test_the_cli_groups_and_pending(h: Harness, live: str):
     await h.wait_status(assigned["job_id"], JobStatus.completed)
     async with h.client("bob") as c:
         await c.post("/api/v2/workflows/stop", json={"job_id": own["job_id"]})
+
+
+async def test_an_approvers_decisions_in_others_runs_are_in_their_history_and_nobody_elses(h: Harness):
+    """bob decides a request of alice's run and votes on another's: both are in bob's decision
+    history page (DESIGN §10, the audit a reviewer reads), with the run's other requests left
+    out; carol, an approver who decided nothing, sees neither; the run stays visible to bob after
+    it ended (he took part), not to carol."""
+    from tests.integration.api.test_trust import signed_in
+
+    bob, carol, erin = await user_name(h, "bob"), await user_name(h, "carol"), await user_name(h, "erin")
+    flow_id = await upload(h, gate_flow({"approvers": [bob, carol]}, name=f"bob decides {uuid.uuid4().hex[:6]}"))
+    quorum = await upload(h, gate_flow({"approvers": [bob, carol, erin], "required_approvals": 2},
+                                       name=f"bob votes {uuid.uuid4().hex[:6]}"))
+    decided = (await run_suspended(h, flow_id))["job_id"]
+    voted = (await run_suspended(h, quorum))["job_id"]
+    assert (await resume(h, "bob", decided, "reject")).status_code == 200
+    assert (await resume(h, "bob", voted, "approve")).json()["status"] == "vote_recorded"
+    assert (await resume(h, "erin", voted, "approve")).status_code == 200  # the second vote decides
+    await h.wait_status(decided, JobStatus.completed)
+    await h.wait_status(voted, JobStatus.completed)
+
+    async def history(who: str) -> str:
+        async with h.client() as c:  # a browser: the session cookie, no API key header
+            await signed_in(c, h.users[who][1])
+            r = await c.get("/history")
+        assert r.status_code == 200
+        return r.text
+
+    page = await history("bob")
+    assert f"/runs/{decided}/requests/gate:{decided}" in page
+    assert f"/runs/{voted}/requests/gate:{voted}" in page
+    page = await history("carol")
+    assert decided not in page and voted not in page
+    async with h.client("bob") as c:
+        assert (await c.get(f"/api/v2/workflows/{decided}")).status_code == 200  # he decided it
+    async with h.client("carol") as c:
+        assert (await c.get(f"/api/v2/workflows/{decided}")).status_code == 404  # assigned once, decided nothing

@@ -223,3 +223,21 @@ async def test_resume_claims_from_four_processes_have_one_winner(db_url: str, st
     outs = await _children(db_url, [["claim", job_id, request_id]] * 4)
     assert sorted(line for out in outs for line in out) == ["lost", "lost", "lost", "won"]
     assert (await store.get_job(job_id)).status == JobStatus.in_progress
+
+
+async def test_one_tail_hears_every_append_of_other_processes_and_instances_in_order(
+        db_url: str, stores: list[Store]) -> None:
+    """What the event feed relies on (service/feed.py): a tail in this process is told of every
+    event other processes (SQLite: other connections of the file; PostgreSQL: NOTIFY) and other
+    store instances append, each job's in seq order, each once."""
+    from tests.store_conformance import Tail
+
+    store = stores[0]
+    job_id = await new_job(store)
+    async with Tail(store, {job_id}) as tail:
+        await _children(db_url, [["append", job_id, "20"]] * 3)
+        await asyncio.gather(*(stores[1 + i % 3].append_event(job_id, "progress", {"i": i}) for i in range(15)))
+        notes = await tail.until(75)
+        await asyncio.sleep(0.3)
+        assert tail.notes == notes  # nothing twice
+    assert [seq for _, seq, _ in notes] == list(range(1, 76))

@@ -1,0 +1,225 @@
+"""One tail of the store's events per process, fanned out to everything that follows a job live.
+
+The event log stays per job (gap-free ``seq``, DESIGN §6) and every follower still reads its
+own job's log from the store; what the feed saves is the polling. One task per process reads
+:meth:`Store.tail_events` (PostgreSQL: LISTEN/NOTIFY; SQLite: one indexed read of the events
+table every few tens of milliseconds, woken at once by this process's own commits; memory: in
+process) and wakes the followers of each job that got an event. A follower that is woken
+reads; one that is not sleeps, however many are open: 200 idle ``/events`` streams cost the
+store nothing but their rare safety reads, where each used to poll its job ten times a second.
+
+Followers: ``/api/v2/workflows/{id}/events`` and AG-UI (:func:`signoff.api.sse.follow_job`), a
+sync submit waiting for its pause or end (:func:`signoff.service.backend.poll_job`), the pages'
+run and card streams, and the inbox watcher, which follows every job (``follow(None)``) and
+reads the inboxes of the people an event concerns.
+
+Nothing is lost when the tail is: a follower that was not woken still reads after its
+``safety`` seconds, and when the tail lost its place (the store went away, a reconnect) every
+follower is woken once the new tail is in place, so it reads again what it shows.
+
+A person has at most ``max_per_user`` followers open at once in this process (429
+``TOO_MANY_STREAMS`` beyond), so one user cannot hold the process's streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterator
+
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import EventNote
+from signoff.engine.store.base import Store
+
+log = logging.getLogger("signoff.feed")
+
+__all__ = ["EventFeed", "Follower", "TooManyStreams"]
+
+
+class TooManyStreams(SignoffError):
+    """Too many live streams are open for this user; close some (other tabs, clients) first."""
+
+    code = "TOO_MANY_STREAMS"
+
+
+class Follower:
+    """What one live stream waits on: woken by a note of its job (every job's, for ``job_id``
+    None), or when notes may have been missed (``missed``: read everything again)."""
+
+    def __init__(self, job_id: str | None) -> None:
+        self.job_id = job_id
+        self._woken = asyncio.Event()
+        self._notes: list[EventNote] = []
+        self._missed = False
+        self.wakes = 0  # how often it was woken (tests, benches)
+
+    def tell(self, notes: list[EventNote] | None) -> None:
+        if notes is None:
+            self._missed = True
+        elif self.job_id is None:  # one that follows everything keeps what it was told
+            self._notes.extend(notes)
+        self.wakes += 1
+        self._woken.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Until woken (True) or ``timeout`` seconds (False)."""
+        if not self._woken.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._woken.wait(), timeout)
+        woken = self._woken.is_set()
+        self._woken.clear()
+        return woken
+
+    def take(self) -> tuple[list[EventNote], bool]:
+        """The notes told since the last take (``follow(None)`` only) and whether some may have
+        been missed."""
+        notes, missed = self._notes, self._missed
+        self._notes, self._missed = [], False
+        return notes, missed
+
+
+class EventFeed:
+    """The process's one tail of the store, started by the first follower and stopped
+    ``linger`` seconds after the last one left."""
+
+    def __init__(self, store: Store, *, max_per_user: int = 100, linger: float = 30.0,
+                 ready_timeout: float = 5.0) -> None:
+        self.store = store
+        self.max_per_user = max_per_user
+        self.linger = linger
+        self.ready_timeout = ready_timeout
+        self._by_job: dict[str, set[Follower]] = {}
+        self._everything: set[Follower] = set()
+        self._per_user: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._idle: asyncio.TimerHandle | None = None
+        self.tails = 0  # tails started (tests: one per process, however many followers)
+
+    @property
+    def followers(self) -> int:
+        return sum(len(f) for f in self._by_job.values()) + len(self._everything)
+
+    def streams_of(self, user_id: str) -> int:
+        return self._per_user.get(user_id, 0)
+
+    def check(self, user_id: str) -> None:
+        """Raise TooManyStreams now when ``user_id`` has no stream left (before an answer starts
+        streaming: its status can still be a 429). ``follow`` counts the stream."""
+        if self._per_user.get(user_id, 0) >= self.max_per_user:
+            raise TooManyStreams(f"At most {self.max_per_user} live streams may be open at once per user "
+                                 "(SIGNOFF_MAX_STREAMS_PER_USER); close others first")
+
+    @contextlib.contextmanager
+    def slot(self, user_id: str | None) -> Iterator[None]:
+        """Count one live stream of ``user_id`` while inside (TooManyStreams when none is left);
+        ``follow`` takes one, a stream that follows through another reader (an inbox) takes its own."""
+        if user_id is None:
+            yield
+            return
+        self.check(user_id)
+        self._per_user[user_id] = self._per_user.get(user_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._per_user.get(user_id, 1) - 1
+            if left > 0:
+                self._per_user[user_id] = left
+            else:
+                self._per_user.pop(user_id, None)
+
+    @contextlib.asynccontextmanager
+    async def follow(self, job_id: str | None, *, user_id: str | None = None) -> AsyncIterator[Follower]:
+        """Follow ``job_id`` (every job: None). Returns once the tail is in place (or after
+        ``ready_timeout`` when the store is away: the follower's safety reads then carry it), so
+        whatever commits after this returns wakes the follower: read after entering, then wait."""
+        with self.slot(user_id):
+            follower = Follower(job_id)
+            (self._everything if job_id is None else self._by_job.setdefault(job_id, set())).add(follower)
+            try:
+                self._start()
+                if not self._ready.is_set():
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(self._ready.wait()), self.ready_timeout)
+                yield follower
+            finally:
+                if job_id is None:
+                    self._everything.discard(follower)
+                else:
+                    group = self._by_job.get(job_id)
+                    if group is not None:
+                        group.discard(follower)
+                        if not group:
+                            del self._by_job[job_id]
+                if not self.followers:
+                    if self._idle is not None:
+                        self._idle.cancel()
+                    self._idle = asyncio.get_running_loop().call_later(self.linger, self._stop_if_idle)
+
+    def _start(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        if self._task is None or self._task.done():
+            self._ready.clear()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="signoff-event-feed")
+
+    def _stop_if_idle(self) -> None:
+        self._idle = None
+        if not self.followers and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def close(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        delay, first = 0.2, True
+        while True:
+            try:
+                self.tails += 1
+                async for batch in self.store.tail_events():
+                    if batch is None:
+                        self._tell_all()
+                        continue
+                    if not self._ready.is_set():
+                        self._ready.set()
+                        if not first:  # a new tail after a lost one: what came between is unknown
+                            self._tell_all()
+                        first, delay = False, 0.2
+                    if batch:
+                        self._dispatch(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the store is away: followers read on their safety timers meanwhile
+                log.warning("event feed: the store's tail failed; starting a new one in %.1f s", delay,
+                            exc_info=True)
+            self._ready.clear()
+            first = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def _dispatch(self, batch: list[EventNote]) -> None:
+        by_job: dict[str, list[EventNote]] = {}
+        for note in batch:
+            by_job.setdefault(note.job_id, []).append(note)
+        for job_id, notes in by_job.items():
+            for follower in self._by_job.get(job_id, ()):
+                follower.tell(notes)
+        for follower in self._everything:
+            follower.tell(batch)
+
+    def _tell_all(self) -> None:
+        for group in self._by_job.values():
+            for follower in group:
+                follower.tell(None)
+        for follower in self._everything:
+            follower.tell(None)
