@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from temporalio import activity
@@ -36,7 +36,7 @@ from signoff.activities.types import (
     RunLayerOutput,
     StateRef,
 )
-from signoff.engine import tracing, webhooks
+from signoff.engine import metrics, tracing, webhooks
 from signoff.engine.access import Access
 from signoff.engine.decisions import apply_decision, check_decider, check_decision, user_ref, with_defaults
 from signoff.engine.errors import NotAnApprover
@@ -145,11 +145,15 @@ class FlowActivities:
                 return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
                     step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
             person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
+            sent = None if inp.timed_out else await sender(job.job_id, inp)
             state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
                                                       person.id if person else None, inp.state, dedupe=inp.token,
-                                                      votes=inp.votes, timed_out=inp.timed_out,
-                                                      sent=None if inp.timed_out else await sender(job.job_id, inp),
+                                                      votes=inp.votes, timed_out=inp.timed_out, sent=sent,
                                                       vote=inp.vote)
+            paused_at = job.pending.paused_at if job.pending is not None else None
+            metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
+                            if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
+                            via=(sent or {}).get("via"))
             # whoever decided (and voted, for a quorum) keeps the run in their history and sight
             await self.store.add_participants(job.job_id, [*([person.id] if person else []),
                                                            *(v.user for v in inp.votes), *([inp.vote.user] if inp.vote else [])])
@@ -521,3 +525,7 @@ class _heartbeating:
         while True:
             activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY)
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)

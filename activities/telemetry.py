@@ -8,6 +8,7 @@ from typing import Any
 
 import temporalio.worker
 
+from signoff.engine import metrics
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 
@@ -32,8 +33,18 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         self.store = store
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
-        async with collect_spans(self.store):
-            return await self.next.execute_activity(input)
+        try:
+            async with collect_spans(self.store):
+                return await self.next.execute_activity(input)
+        except Exception as err:  # counted (signoff_activity_failures_total), then Temporal's to retry
+            metrics.failed_activity(_name(input), err)
+            raise
+
+
+def _name(input: temporalio.worker.ExecuteActivityInput) -> str:
+    from temporalio import activity
+
+    return activity.info().activity_type if activity.in_activity() else getattr(input.fn, "__name__", "activity")
 
 
 __all__ = ["SpanFlushInterceptor"]

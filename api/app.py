@@ -22,7 +22,7 @@ from signoff.api.auth import AuthMiddleware
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import pages
-from signoff.api.routes import agui, flows, groups, health, monitor, secrets, webhooks, workflows
+from signoff.api.routes import agui, flows, groups, health, metrics, monitor, secrets, webhooks, workflows
 
 log = logging.getLogger("signoff.api")
 
@@ -38,9 +38,12 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             if the_store is None:
                 from signoff.engine.store import open_store
 
-                the_store = open_store(settings.resolved_database_url)
-                stack.push_async_callback(the_store.close)
-                await the_store.setup()
+                from signoff.engine.metrics import MeteredStore
+
+                opened = open_store(settings.resolved_database_url)
+                stack.push_async_callback(opened.close)
+                await opened.setup()
+                the_store = MeteredStore(opened)  # type: ignore[assignment]  # signoff_store_seconds
             app.state.store = the_store
             app.state.public_owner_id = await public_owner_id(the_store)
             await sync_flows_dir(the_store, settings, app.state.public_owner_id)
@@ -70,6 +73,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     install_error_handlers(app)
     app.add_middleware(AuthMiddleware)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     app.include_router(flows.router)
     app.include_router(workflows.router)
     app.include_router(monitor.router)

@@ -11,8 +11,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from signoff.api.errors import error_response
+from signoff.engine.store.base import StoreUnavailable
 
-PUBLIC_PATHS = frozenset({"/health", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 
 class AuthMiddleware:
@@ -31,7 +32,12 @@ class AuthMiddleware:
         user = None
         if key and len(key) <= 200:
             store = scope["app"].state.store
-            user = await store.user_for_api_key(key)
+            try:
+                user = await store.user_for_api_key(key)
+            except StoreUnavailable as err:  # the key cannot be checked now: 503, try again
+                response = error_response(503, err.code, "The database is not available right now; try again")
+                await response(scope, receive, send)
+                return
         if user is None:
             msg = "Missing x-api-key header" if not key else "Invalid API key"
             response = error_response(401, "UNAUTHORIZED", f"{msg}; create a key with `signoff users create NAME`")

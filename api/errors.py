@@ -66,7 +66,11 @@ STATUS_BY_CODE: dict[str, int] = {
     "NESTED_GATE": 422,
     "TOO_MANY_STREAMS": 429,
     "UNAVAILABLE": 503,
+    "STORE_UNAVAILABLE": 503,
 }
+
+# A 503 says when to try again: the database or Temporal is back within seconds after a restart.
+RETRY_AFTER_SECONDS = 2
 
 _CODE_BY_HTTP_STATUS = {
     400: "INVALID_REQUEST",
@@ -101,6 +105,8 @@ def error_body(code: str, message: str, *, error: str | None = None, **extra: An
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
 
 
@@ -124,7 +130,7 @@ async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
     if status == 500:  # not one the API answers on purpose (e.g. the database failed): no details out
         return await _unexpected(request, exc)
     if status > 500:
-        log.error("signoff error %s: %s", exc.code, exc.message, exc_info=exc)
+        log.warning("signoff error %s: %s", exc.code, exc.message)
     extra = {k: _jsonable(v) for k, v in exc.details.items()}
     return error_response(status, exc.code, exc.message, error=type(exc).__name__, **extra)
 

@@ -51,6 +51,8 @@ class ErrorDetail(BaseModel):
     message: str = Field(description="what went wrong and what to fix")
     job_id: str | None = Field(None, description="the job the error is about, when there is one")
     problems: list[ErrorProblem] | None = Field(None, description="INVALID_REQUEST and FLOW_INVALID: every problem")
+    checks: dict[str, str] | None = Field(None, description="UNAVAILABLE from /health: each dependency, `ok` or "
+                                                           "`down: ...`")
 
 
 class ErrorBody(BaseModel):
@@ -407,3 +409,7 @@ class Health(BaseModel):
     status: Literal["ok"] = "ok"
     store: str
     temporal: str
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,6 +31,17 @@ class Settings(BaseSettings):
         None, description="host:port of a Temporal frontend; unset under `signoff dev` (embedded server)."
     )
     temporal_namespace: str = "default"
+    # A real cluster (README, "Running at scale"): TLS, mutual TLS, or Temporal Cloud's API key.
+    temporal_tls: bool = Field(False, description="Connect to Temporal over TLS (on by itself with any setting below).")
+    temporal_tls_ca: Path | None = Field(None, description="PEM file of the CA that signed the frontend's certificate "
+                                         "(default: the system's roots).")
+    temporal_tls_cert: Path | None = Field(None, description="PEM file of this client's certificate (mutual TLS; "
+                                           "with SIGNOFF_TEMPORAL_TLS_KEY).")
+    temporal_tls_key: Path | None = Field(None, description="PEM file of this client's private key (mutual TLS).")
+    temporal_tls_server_name: str | None = Field(None, description="The name the frontend's certificate is checked "
+                                                 "against, when it is not the address's host.")
+    temporal_api_key: str | None = Field(None, description="API key for Temporal Cloud (sent as a bearer token; "
+                                         "implies TLS).")
     task_queue: str = "signoff"
     dev_temporal_port: int = Field(7233, ge=0, le=65535)
     dev_ui_port: int = Field(8233, ge=0, le=65535)
@@ -61,6 +72,11 @@ class Settings(BaseSettings):
     start_grace_seconds: float = Field(
         30.0, gt=0, description="A run still queued without its workflow after this long gets it started by the API's sweep."
     )
+    store_outage_seconds: float = Field(
+        300.0, ge=0,
+        description="How long an activity waits out a database that is away (down, restarting) before it fails and "
+        "Temporal retries it; never past the activity's own timeout. The API answers 503 meanwhile.",
+    )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
 
     # Limits (bad input gets a 4xx, never a crash)
@@ -78,6 +94,18 @@ class Settings(BaseSettings):
                     "request body with its tweaks and decision values. Deeper: 422 naming where.",
     )
     sync_timeout_seconds: float = Field(60.0, gt=0)
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535,
+        description="`signoff worker` serves its metrics (Prometheus) on this port at /metrics; the API serves "
+        "them at its own /metrics.",
+    )
+    temporal_metrics_port: int | None = Field(
+        None, ge=0, le=65535,
+        description="The Temporal SDK's own metrics (Prometheus) of this process's client and worker, on this port.",
+    )
+    metrics_token: str | None = Field(
+        None, description="When set, /metrics needs `Authorization: Bearer <token>` (a scraper's credential).",
+    )
     max_streams_per_user: int = Field(
         100, ge=1,
         description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates) one user may "
@@ -143,6 +171,20 @@ class Settings(BaseSettings):
         ),
         description="Full URL of an OTLP/HTTP traces endpoint (wins over otlp_endpoint).",
     )
+
+    @model_validator(mode="after")
+    def _check_temporal_tls(self) -> "Settings":
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            raise ValueError("SIGNOFF_TEMPORAL_TLS_CERT and SIGNOFF_TEMPORAL_TLS_KEY go together (mutual TLS): set both")
+        for name in ("temporal_tls_ca", "temporal_tls_cert", "temporal_tls_key"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"SIGNOFF_{name.upper()}: no such file {str(path)!r}")
+        return self
+
+    @property
+    def temporal_tls_enabled(self) -> bool:
+        return bool(self.temporal_tls or self.temporal_tls_ca or self.temporal_tls_cert or self.temporal_api_key)
 
     @field_validator("database_url")
     @classmethod

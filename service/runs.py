@@ -11,14 +11,16 @@ anything is sent: who may see the job (404), who may execute the flow (403), the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import uuid
 
 import temporalio.client
 
 from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
-from signoff.engine.errors import Forbidden, JobNotFound, SignoffError
+from signoff.engine.errors import Forbidden, JobNotFound, SignoffError, Unavailable
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
@@ -34,6 +36,8 @@ from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
 
+log = logging.getLogger("signoff.service")
+
 
 class RunService:
     def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client, *,
@@ -47,6 +51,7 @@ class RunService:
         self.access = Access(store)
         # the process's one tail of the store's events, for everything that follows a run live
         self.feed = EventFeed(store, max_per_user=settings.max_streams_per_user)
+        self._releasing: set[asyncio.Task[None]] = set()  # workflows to cancel once Temporal is back
         sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
 
     @property
@@ -200,7 +205,7 @@ class RunService:
             return await self._job(job.job_id)
         ended = await end_run(self.store, job.job_id, end, expect=[JobStatus.queued, JobStatus.in_progress])
         if ended.won:
-            await self.backend_of(job).release(job.job_id)
+            await self._release(job)
         return ended.job or job
 
     async def delete_flow(self, user: User, flow: FlowRecord) -> list[str]:
@@ -231,8 +236,37 @@ class RunService:
         call won."""
         ended = await end_run(self.store, job.job_id, end, from_suspended=True)
         if ended.won:
-            await self.backend_of(job).release(job.job_id)
+            await self._release(job)
         return ended.won
+
+    async def _release(self, job: Job) -> None:
+        """Let go of the run of a job this service ended. The job's end is already written; when
+        Temporal is away the workflow is cancelled once it is back (tried again from this
+        process, with backoff), so the answer is the job's real status, not an error. Should this
+        process die first, the workflow ends at its maximum-suspension timer (its finish finds
+        the job ended and writes nothing)."""
+        try:
+            await self.backend_of(job).release(job.job_id)
+        except Unavailable:
+            log.warning("job %s ended; its workflow will be cancelled once Temporal is back", job.job_id)
+            task = asyncio.get_running_loop().create_task(self._release_when_back(job),
+                                                          name=f"signoff-release-{job.job_id}")
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
+
+    async def _release_when_back(self, job: Job) -> None:
+        delay = 1.0
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self.backend_of(job).release(job.job_id)
+                log.info("job %s: its workflow is cancelled now that Temporal is back", job.job_id)
+                return
+            except Unavailable:
+                delay = min(delay * 2, 30.0)
+            except Exception:  # noqa: BLE001 - logged; the maximum-suspension timer ends it
+                log.exception("job %s: cancelling its workflow failed", job.job_id)
+                return
 
     # ---- status ------------------------------------------------------------------------------
 

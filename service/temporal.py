@@ -10,9 +10,13 @@ import contextlib
 import logging
 import uuid
 from datetime import timedelta
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import temporalio.client
+import temporalio.runtime
+import temporalio.service
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -63,12 +67,54 @@ def client_interceptors() -> list[Any]:
 
 
 async def connect_client(settings: Settings) -> temporalio.client.Client:
-    """A Temporal client with the data converter the workflow and activities expect."""
-    return await temporalio.client.Client.connect(
-        settings.effective_temporal_address,
-        namespace=settings.temporal_namespace,
-        data_converter=pydantic_data_converter,
-        interceptors=client_interceptors(),  # Temporal's spans, in the run's trace
+    """A Temporal client with the data converter the workflow and activities expect, over TLS
+    (mutual TLS with a client certificate, Temporal Cloud's API key) when the settings say so."""
+    try:
+        return await temporalio.client.Client.connect(
+            settings.effective_temporal_address,
+            namespace=settings.temporal_namespace,
+            data_converter=pydantic_data_converter,
+            interceptors=client_interceptors(),  # Temporal's spans, in the run's trace
+            tls=tls_config(settings),
+            api_key=settings.temporal_api_key,
+            runtime=sdk_runtime(settings),
+        )
+    except RuntimeError as err:  # the SDK's connection error: say where and what to check
+        raise Unavailable(f"Temporal is not reachable at {settings.effective_temporal_address}"
+                          f"{' over TLS' if settings.temporal_tls_enabled else ''}: {err}") from err
+
+
+_runtimes: dict[tuple[str, int], temporalio.runtime.Runtime] = {}
+
+
+def sdk_runtime(settings: Settings) -> temporalio.runtime.Runtime | None:
+    """With SIGNOFF_TEMPORAL_METRICS_PORT, a Temporal runtime whose metrics (the SDK's client and
+    worker metrics: task latencies, slots, poll results...) are served in Prometheus' format on
+    that port (one per process and address); else the default runtime."""
+    if settings.temporal_metrics_port is None:
+        return None
+    key = (settings.api_host, settings.temporal_metrics_port)
+    if key not in _runtimes:
+        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+        _runtimes[key] = Runtime(telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(bind_address=f"{key[0]}:{key[1]}")))
+    return _runtimes[key]
+
+
+def tls_config(settings: Settings) -> temporalio.service.TLSConfig | bool:
+    """The client's TLS (False: plain). The CA defaults to the system's roots."""
+    if not settings.temporal_tls_enabled:
+        return False
+
+    def read(path: Any) -> bytes | None:
+        return Path(path).read_bytes() if path else None
+
+    return temporalio.service.TLSConfig(
+        server_root_ca_cert=read(settings.temporal_tls_ca),
+        client_cert=read(settings.temporal_tls_cert),
+        client_private_key=read(settings.temporal_tls_key),
+        domain=settings.temporal_tls_server_name,
     )
 
 
@@ -92,6 +138,23 @@ def with_tracing(client: temporalio.client.Client) -> temporalio.client.Client:
     return temporalio.client.Client(**config)
 
 
+# What a call gets while the frontend is down or restarting (the SDK retried it for a while).
+_AWAY = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
+
+
+@contextlib.contextmanager
+def reaching_temporal(what: str, job_id: str | None = None) -> Iterator[None]:
+    """Temporal's unavailability as :class:`Unavailable` (503 with Retry-After, never a 500):
+    nothing was done that a retry would repeat (``what`` says what was not)."""
+    try:
+        yield
+    except RPCError as err:
+        if err.status in _AWAY:
+            raise Unavailable(f"Temporal is not reachable right now ({what}): {err.message}; try again",
+                              job_id=job_id) from None
+        raise
+
+
 class TemporalBackend(RunBackend):
     name: ClassVar[str] = "temporal"
     # Ask for eager workflow start (docs/temporal.md, "Dev server tuning"): when a worker of this
@@ -110,7 +173,9 @@ class TemporalBackend(RunBackend):
 
     async def start(self, job: Job, flow: FlowRecord) -> None:
         session = job.effective_session
-        with run_context(job.run_id), contextlib.suppress(WorkflowAlreadyStartedError):
+        with run_context(job.run_id), contextlib.suppress(WorkflowAlreadyStartedError), \
+                reaching_temporal("the run is queued; it starts when Temporal is back, or when the submit is sent "
+                                  "again with its idempotency key", job.job_id):
             # the start's spans join the run's trace; a workflow that exists (running or closed)
             # is this job's: starting is idempotent
             await self.client.start_workflow(
@@ -173,7 +238,10 @@ class TemporalBackend(RunBackend):
             raise from_failure(err, DECISION_REFUSALS, job_id=job.job_id) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             return await self._settle_update(handle, update_id, job.job_id)
-        except RPCError:
+        except RPCError as err:
+            if err.status in _AWAY:
+                raise Unavailable(f"Temporal is not reachable right now: {err.message}. The decision was not "
+                                  "applied; send it again", job_id=job.job_id) from None
             # the workflow is gone or closed: that is NOT_RESUMABLE unless the job still waits
             if (await self._job(job.job_id)).status == JobStatus.suspended:
                 raise
@@ -207,7 +275,8 @@ class TemporalBackend(RunBackend):
         ended with its event; the workflow ends at its maximum-suspension timer (its finish sees
         the job already ended and writes nothing)."""
         try:
-            await self.client.get_workflow_handle(job_id).cancel()
+            with reaching_temporal("the workflow was not cancelled yet", job_id):
+                await self.client.get_workflow_handle(job_id).cancel()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
@@ -228,7 +297,8 @@ class TemporalBackend(RunBackend):
         """Whether the job's workflow exists and is still running (a cancel of a closed one is
         accepted by the server and does nothing)."""
         try:
-            desc = await self.client.get_workflow_handle(job_id).describe()
+            with reaching_temporal("the run was not stopped", job_id):
+                desc = await self.client.get_workflow_handle(job_id).describe()
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise

@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from signoff.activities.flow import FlowActivities
+from signoff.activities.patient import PatientStore
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.workflows.flow_run import FlowRun
@@ -39,9 +40,11 @@ def build_worker(
     from signoff.service import with_converter
 
     sdk.install(settings, service_name="signoff-worker")  # idempotent; spans need the SDK
-    acts = list(activities) if activities is not None else FlowActivities(store, settings).all()
+    # the activities wait out a database that is away for a while (activities/patient.py)
+    patient: Store = PatientStore(store, settings.store_outage_seconds)  # type: ignore[assignment]
+    acts = list(activities) if activities is not None else FlowActivities(patient, settings).all()
     # every activity's spans reach the store before it returns (docs/tracing.md)
-    interceptors = [SpanFlushInterceptor(store), *worker_kwargs.pop("interceptors", [])]
+    interceptors = [SpanFlushInterceptor(patient), *worker_kwargs.pop("interceptors", [])]
     return Worker(
         with_converter(client),
         task_queue=task_queue or settings.task_queue,
@@ -68,9 +71,14 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
     from signoff.engine.store import open_store
     from signoff.service import connect_client
 
-    store = open_store(settings.resolved_database_url)
-    await store.setup()
+    from signoff.engine.metrics import MeteredStore
+
+    opened = open_store(settings.resolved_database_url)
+    await opened.setup()
+    store: Store = MeteredStore(opened)  # type: ignore[assignment]  # signoff_store_seconds
     client = await connect_client(settings)
+    if settings.metrics_port is not None:
+        serve_metrics(settings.api_host, settings.metrics_port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -93,4 +101,14 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
         tel = telemetry.current()
         if tel is not None:
             tel.shutdown()  # push what the OTLP batch still holds
-        await store.close()
+        await opened.close()
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """The process's metrics (engine/metrics.py) at http://host:port/metrics, from a thread."""
+    from prometheus_client import start_http_server
+
+    from signoff.engine.metrics import REGISTRY
+
+    start_http_server(port, addr=host, registry=REGISTRY)
+    print(f"signoff worker: metrics on http://{host}:{port}/metrics", flush=True)

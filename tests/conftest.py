@@ -5,7 +5,7 @@ import pytest
 
 from tests.helpers import EgressAllow
 
-pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai"]
+pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai", "tests.fixtures.own_postgres"]
 
 
 @pytest.fixture

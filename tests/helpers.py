@@ -10,10 +10,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from signoff.engine.models import Job, JobStatus
+
+REPO = Path(__file__).resolve().parents[1]
 
 GATE_FLOW: dict[str, Any] = {
     "name": "Refund approval",
@@ -143,3 +146,36 @@ async def wait_status(store, job_id: str, *statuses: JobStatus, timeout: float =
 
 async def event_names(store, job_id: str) -> list[str]:
     return [e.event for e in await store.read_events(job_id)]
+
+
+class Proc:
+    """A ``signoff`` command (``api``, ``worker``, ...) as its own process, in its own process
+    group, its output in ``log``: killed with SIGKILL, or stopped with SIGTERM."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        import subprocess
+        import sys
+
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "signoff.cli", *args], cwd=REPO, env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill(self) -> None:
+        import os
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def terminate(self) -> int:
+        import os
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        return self.proc.wait(30)
+
+    def close(self) -> None:
+        self.kill()
+        self.log.close()

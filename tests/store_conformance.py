@@ -1800,3 +1800,15 @@ async def test_participants_are_kept_after_the_run_ends_listed_newest_first_and_
     assert await store.delete_user(carol.id)
     assert await store.participated_jobs(carol.id) == [] and not await store.took_part(older, carol.id)
     assert await store.took_part(older, dave.id)
+
+
+async def test_count_jobs_by_status(store: Store) -> None:
+    before = await store.count_jobs()
+    a, b = await new_job(store), await new_job(store)
+    await suspended_job(store)
+    assert await store.set_status(a, JobStatus.in_progress)
+    assert await store.set_status(b, JobStatus.completed)
+    after = await store.count_jobs()
+    grown = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    assert {k: v for k, v in grown.items() if v} == {"in_progress": 1, "completed": 1, "suspended": 1}
+    assert all(isinstance(v, int) and v > 0 for v in after.values())

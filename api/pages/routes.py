@@ -97,6 +97,12 @@ class PageRoute(APIRoute):
                 status = STATUS_BY_CODE.get(e.code, 500)
                 if status == 404:
                     return render(request, "error.html", 404, title="Not found", message=NOT_FOUND_TEXT)
+                if status == 503:  # the database or Temporal is away for a moment
+                    response = render(request, "error.html", 503, title="Unavailable",
+                                      message="signoff cannot reach its database or Temporal right now. Try again "
+                                              "in a few seconds.")
+                    response.headers["Retry-After"] = "2"
+                    return response
                 if status >= 500:
                     raise
                 return render(request, "error.html", status, title="Refused", message=printable(e.message))

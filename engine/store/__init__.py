@@ -19,9 +19,16 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from signoff.engine.store.base import CheckpointStore, HistoryStore, Store, StoreConflict, StoreError
+from signoff.engine.store.base import (
+    CheckpointStore,
+    HistoryStore,
+    Store,
+    StoreConflict,
+    StoreError,
+    StoreUnavailable,
+)
 
-__all__ = ["CheckpointStore", "HistoryStore", "Store", "StoreConflict", "StoreError", "open_store"]
+__all__ = ["CheckpointStore", "HistoryStore", "Store", "StoreConflict", "StoreError", "StoreUnavailable", "open_store"]
 
 
 def open_store(url: str, **options: Any) -> Store:

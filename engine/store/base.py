@@ -46,6 +46,14 @@ class StoreError(SignoffError):
     retryable = True
 
 
+class StoreUnavailable(StoreError):
+    """The database cannot be reached right now (down, restarting, refusing connections, or busy
+    past the timeout): nothing was changed that the caller did not see, so the same call may be
+    sent again once it is back (the API answers 503 with Retry-After)."""
+
+    code = "STORE_UNAVAILABLE"
+
+
 class StoreConflict(StoreError):
     """A unique value is already taken (user name, API key of another user, job id)."""
 
@@ -435,6 +443,11 @@ class Store(CheckpointStore, HistoryStore):
         """The flow's jobs that are not over (``queued``, ``in_progress`` or ``suspended``), of
         every user, oldest first (``created_at``, then ``job_id``). Jobs of a deleted flow are
         still listed: the store never deletes jobs with their flow."""
+
+    @abc.abstractmethod
+    async def count_jobs(self) -> dict[str, int]:
+        """How many jobs there are of each status (only statuses that have some): what the
+        metrics report, read when they are scraped."""
 
     @abc.abstractmethod
     async def list_user_active_jobs(self, user_id: str) -> list[Job]:

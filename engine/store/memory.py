@@ -874,6 +874,12 @@ class MemoryStore(Store):
         """See Store.list_active_jobs."""
         return self._active(lambda r: r.flow_id == flow_id)
 
+    async def count_jobs(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self._tables().jobs.values():
+            counts[row.status.value] = counts.get(row.status.value, 0) + 1
+        return counts
+
     async def list_user_active_jobs(self, user_id: str) -> list[Job]:
         """See Store.list_user_active_jobs."""
         return self._active(lambda r: r.user_id == user_id)

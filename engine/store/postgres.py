@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Json
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from signoff.engine.models import EventNote
-from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
 from signoff.engine.store.encoding import as_utc, dumps
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -57,10 +57,18 @@ def _note(payload: str) -> EventNote | None:
     return EventNote(job_id, int(seq), event)
 
 
-def _wrap(exc: psycopg.Error) -> StoreError:
+def _wrap(exc: Exception) -> StoreError:
     if isinstance(exc, psycopg.IntegrityError):
         return StoreConflict(str(exc))
+    if isinstance(exc, (psycopg.OperationalError, PoolTimeout)) and not isinstance(exc, _NOT_OUTAGES):
+        # the server is away (down, restarting, refusing, a connection cut): say so (503), retry
+        return StoreUnavailable(f"PostgreSQL is not available: {exc}")
     return StoreError(f"PostgreSQL: {exc}")
+
+
+# OperationalErrors that are about the statement, not the server's availability
+_NOT_OUTAGES = (psycopg.errors.QueryCanceled, psycopg.errors.ProgramLimitExceeded, psycopg.errors.DiskFull,
+                psycopg.errors.InsufficientResources)
 
 
 class _PgTx(Tx):
@@ -108,7 +116,7 @@ class PostgresStore(SQLStore):
         "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
     }
 
-    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 5.0) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise ValueError(f"PostgresStore needs a postgresql:// URL, not {url!r}")
         self.url = url
@@ -137,13 +145,20 @@ class PostgresStore(SQLStore):
                     timeout=self._timeout,
                     open=False,
                     kwargs={"autocommit": True, "row_factory": dict_row},
+                    # a connection is checked as it is handed out: one the server dropped (a
+                    # restart) is replaced, not used for a statement that would fail
+                    check=AsyncConnectionPool.check_connection,
+                    # give up reconnecting soon: the pool's backoff doubles (1, 2, 4, 8 s...), so a
+                    # server back after an outage would wait for the next try; a connection given
+                    # up on is tried again as soon as a caller asks for one
+                    reconnect_timeout=2.0,
                     name="signoff-store",
                 )
                 try:
                     await pool.open(wait=True, timeout=self._timeout)
                 except Exception as exc:
                     await pool.close()
-                    raise StoreError(f"PostgreSQL is not reachable at {self!r}: {exc}") from exc
+                    raise StoreUnavailable(f"PostgreSQL is not reachable at {self!r}: {exc}") from exc
                 self._pool = pool
         return self._pool
 
@@ -157,7 +172,7 @@ class PostgresStore(SQLStore):
                         yield _PgTx(conn)
                 else:
                     yield _PgTx(conn)
-        except psycopg.Error as exc:  # commit/rollback or connection failures
+        except (psycopg.Error, PoolTimeout) as exc:  # commit/rollback or connection failures
             raise _wrap(exc) from exc
 
     # ---- the tail (Store.tail_events): NOTIFY from the appending transaction, delivered at its

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from signoff.engine.models import EventNote
-from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
 from signoff.engine.store.encoding import as_utc, dumps
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -47,6 +47,9 @@ _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 def _wrap(exc: sqlite3.Error) -> StoreError:
     if isinstance(exc, sqlite3.IntegrityError):
         return StoreConflict(str(exc))
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        # another process held the write lock past busy_timeout: the same call may be sent again
+        return StoreUnavailable(f"SQLite is busy: {exc}")
     return StoreError(f"SQLite: {exc}")
 
 

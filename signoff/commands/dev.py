@@ -129,9 +129,12 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
                 from signoff.service import connect_client
 
                 client = await connect_client(settings)
-            store = open_store(settings.resolved_database_url)
-            await store.setup()
-            stack.push_async_callback(store.close)
+            from signoff.engine.metrics import MeteredStore
+
+            opened = open_store(settings.resolved_database_url)
+            await opened.setup()
+            stack.push_async_callback(opened.close)
+            store = MeteredStore(opened)  # signoff_store_seconds, at the API's /metrics
             key = await ensure_dev_user(store, settings)
 
             worker = build_worker(client, store, settings)
@@ -174,13 +177,21 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             ready = True
 
             waiters = [asyncio.create_task(stop.wait()), api_task]
+            if server is not None and not server.reused:
+                # a Temporal dev server that dies is started again (same database file: the runs
+                # go on), or signoff dev stops loudly when it keeps dying
+                waiters.append(asyncio.create_task(supervise(server, stop)))
             await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            supervisor = waiters[2] if len(waiters) > 2 else None
+            failure = supervisor.exception() if supervisor is not None and supervisor.done() else None
             _say("signoff dev: stopping (the worker, then the API and the Temporal dev server) ...")
             api_server.should_exit = True
             with contextlib.suppress(BaseException):
                 await api_task
             for t in waiters:
                 t.cancel()
+            if failure is not None:
+                raise failure if isinstance(failure, DevError) else DevError(str(failure))
     except asyncio.CancelledError:
         if not signals:
             raise
@@ -190,6 +201,32 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
         if tel is not None:
             tel.shutdown()  # push what an OTLP batch still holds
     _say("signoff dev: stopped")
+
+
+RESTARTS_PER_MINUTE = 3
+
+
+async def supervise(server, stop: asyncio.Event) -> None:
+    """Wait for the Temporal dev server's process; when it exits while signoff dev runs, start it
+    again on the same database file (clients and the worker reconnect by themselves; a run waits
+    meanwhile, nothing is lost). More than RESTARTS_PER_MINUTE exits in a minute: give up, loudly
+    (the error ends signoff dev)."""
+    loop = asyncio.get_running_loop()
+    exits: list[float] = []
+    while not stop.is_set():
+        proc = server.process
+        code = await asyncio.to_thread(proc.wait)  # reaps it: no zombie
+        if stop.is_set():
+            return
+        now = loop.time()
+        exits = [t for t in exits if now - t < 60] + [now]
+        if len(exits) > RESTARTS_PER_MINUTE:
+            raise DevError(f"the Temporal dev server exited {len(exits)} times within a minute (last code {code}); "
+                           f"see {server.log_file}")
+        _say(f"signoff dev: the Temporal dev server exited (code {code}); starting it again ...")
+        server.start()
+        await server.wait_healthy()
+        _say(f"signoff dev: the Temporal dev server is back on {server.address}")
 
 
 def _handle(args: argparse.Namespace) -> int:

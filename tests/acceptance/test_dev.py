@@ -262,3 +262,37 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
     finally:
         dev.stop()
         stack.close()
+
+
+def test_a_killed_temporal_dev_server_is_started_again_and_the_waiting_run_goes_on(tmp_path: Path) -> None:
+    """SIGKILL the dev server under `signoff dev` (issue 17: it used to stay a zombie and nothing
+    noticed): signoff dev reaps it, says so, starts it again on the same database file; the run
+    that waited goes on when its decision comes."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIGNOFF_", "OTEL_"))}
+    env.update(SIGNOFF_HOME=str(home), SIGNOFF_API_PORT=str(free_port()),
+               SIGNOFF_DEV_TEMPORAL_PORT=str(free_port()), SIGNOFF_DEV_UI_PORT=str(free_port()))
+    dev = Dev(env)
+    try:
+        with httpx.Client(base_url=dev.url("API"), headers={"x-api-key": dev.key}, timeout=60) as http:
+            flow = http.post("/api/v1/flows", content=(ROOT / "examples/flows/refund.json").read_bytes(),
+                             headers={"content-type": "application/json"}).json()["id"]
+            job = http.post("/api/v2/workflows", json={"flow_id": flow, "input_value": "refund 7", "mode": "sync"}
+                            ).json()
+            assert job["status"] == "suspended", job
+            first = dev.temporal_pid()
+            os.kill(first, signal.SIGKILL)
+            poll(lambda: "Temporal dev server exited" in dev.output, timeout=30, what="signoff dev to notice")
+            assert not alive(first)  # reaped, not a zombie
+            poll(lambda: "Temporal dev server is back" in dev.output, timeout=90, what="the server back")
+            assert dev.temporal_pid() != first and dev.proc.poll() is None
+            r = http.post(f"/api/v2/workflows/{job['job_id']}/resume",
+                          json={"request_id": job["human_request"]["request_id"], "decision": {"action_id": "approve"}})
+            assert r.status_code == 200, r.text
+            done = poll(lambda: (b := http.get(f"/api/v2/workflows/{job['job_id']}").json())["status"] == "completed"
+                        and b, timeout=60, what="the run to complete")
+            assert done["output"]["text"] == "Refund sent"
+            assert http.get("/health/ready").status_code == 200
+    finally:
+        dev.stop()
+    assert "Traceback" not in dev.output, dev.output

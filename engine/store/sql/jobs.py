@@ -246,6 +246,11 @@ class SQLJobs(SQLEvents):
             rows = await tx.fetchall(Q.flow_active_jobs, (flow_id,))
         return [self._job(r) for r in rows]
 
+    async def count_jobs(self) -> dict[str, int]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.count_jobs)
+        return {r["status"]: int(r["n"]) for r in rows}
+
     async def list_user_active_jobs(self, user_id: str) -> list[Job]:
         """See Store.list_user_active_jobs."""
         async with self._tx(write=False) as tx:

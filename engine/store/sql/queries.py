@@ -213,6 +213,7 @@ class Q:
         "SELECT * FROM jobs WHERE flow_id = ? AND status IN ('queued', 'in_progress', 'suspended') "
         "ORDER BY created_at, job_id"
     )
+    count_jobs = "SELECT status, count(*) AS n FROM jobs GROUP BY status"
     user_active_jobs = (
         "SELECT * FROM jobs WHERE user_id = ? AND status IN ('queued', 'in_progress', 'suspended') "
         "ORDER BY created_at, job_id"

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import collections
 import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -17,30 +14,11 @@ import pytest_asyncio
 from signoff.engine.models import JobStatus
 from signoff.devserver import free_port
 
+from tests.helpers import Proc
+
 from .conftest import EXPECTED, OTLPReceiver, eventually, gate_flow
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-class Proc:
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.log = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "signoff.cli", *args], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def terminate(self) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(30)
-
-    def close(self) -> None:
-        self.kill()
-        self.log.close()
 
 
 @pytest_asyncio.fixture

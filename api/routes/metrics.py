@@ -1,0 +1,36 @@
+"""``GET /metrics``: signoff's metrics in Prometheus' text format (engine/metrics.py). No API key:
+keep the API's port private or set SIGNOFF_METRICS_TOKEN (then a scraper sends
+``Authorization: Bearer <token>``). Nothing in it names a user, a flow or a run."""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from signoff.api.deps import SettingsDep, StoreDep
+from signoff.api.errors import Unauthorized
+from signoff.engine import metrics
+
+router = APIRouter(tags=["metrics"])
+
+# the runs by status are a count over the jobs table: read at most this often per process
+COUNTS_FOR_SECONDS = 5.0
+_counted = {"at": 0.0}
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus(request: Request, store: StoreDep, settings: SettingsDep) -> Response:
+    if settings.metrics_token:
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {settings.metrics_token}".encode()):
+            raise Unauthorized("/metrics needs Authorization: Bearer <SIGNOFF_METRICS_TOKEN>")
+    if time.monotonic() - _counted["at"] >= COUNTS_FOR_SECONDS:
+        metrics.set_run_counts(await store.count_jobs())
+        _counted["at"] = time.monotonic()
+    service = getattr(request.app.state, "service", None)
+    if service is not None:
+        metrics.LIVE_STREAMS.set(service.feed.followers)
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
