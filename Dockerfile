@@ -6,6 +6,7 @@ COPY pyproject.toml README.md ./
 COPY engine ./engine
 COPY activities ./activities
 COPY workflows ./workflows
+COPY service ./service
 COPY api ./api
 COPY signoff ./signoff
 COPY examples ./examples

@@ -56,14 +56,55 @@ def test_services_gate_on_postgres_health() -> None:
     services = _compose()["services"]
     pg = services["postgresql"]
     assert "pg_isready" in " ".join(pg["healthcheck"]["test"])
-    for name in ("temporal", "api", "worker"):
+    for name in ("temporal-schema", "temporal", "api", "worker"):
         assert services[name]["depends_on"]["postgresql"]["condition"] == "service_healthy", name
-    assert services["temporal"]["environment"]["DB"].startswith("postgres")
     assert services["api"]["command"] == ["signoff", "api"]
     assert services["worker"]["command"] == ["signoff", "worker"]
+    assert "/health/ready" in " ".join(services["api"]["healthcheck"]["test"])
+
+
+def test_temporal_runs_on_the_supported_images_with_its_schema_set_up_first() -> None:
+    services = _compose()["services"]
+    temporal, schema = services["temporal"], services["temporal-schema"]
+    assert temporal["image"].startswith("temporalio/server:")  # not the deprecated auto-setup
+    assert not any(s.get("image", "").startswith("temporalio/auto-setup") for s in services.values())
+    assert schema["image"].startswith("temporalio/admin-tools:")
+    assert schema["image"].split(":")[1] == temporal["image"].split(":")[1]  # the schema of that server
+    assert temporal["depends_on"]["temporal-schema"]["condition"] == "service_completed_successfully"
+    assert services["temporal-setup"]["depends_on"]["temporal"]["condition"] == "service_healthy"
+    for name in ("api", "worker"):
+        assert services[name]["depends_on"]["temporal-setup"]["condition"] == "service_completed_successfully"
+    assert temporal["environment"]["DB"] == schema["environment"]["DB"] == "postgres12"
+    # the files they mount are in the repository, and the script sets up both databases
+    script = (ROOT / "deploy/temporal/setup-schema.sh").read_text()
+    assert schema["command"] == ["/deploy/setup-schema.sh"] and "./deploy/temporal:/deploy:ro" in schema["volumes"]
+    for db in ("temporal", "temporal_visibility"):
+        assert f"--db {db} update-schema" in script
+    mounted = temporal["volumes"][0].split(":")
+    config = yaml.safe_load((ROOT / mounted[0]).read_text())
+    assert mounted[1].endswith(temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"].removeprefix("config/"))
+    assert config["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000  # the throttle lifted
+    # the search attributes signoff writes, registered on the namespace
+    from signoff.devserver import SEARCH_ATTRIBUTES
+
+    command = " ".join(services["temporal-setup"]["command"])
+    assert all(name in command for name in SEARCH_ATTRIBUTES) and "namespace create" in command
+
+
+def test_workers_scale_out_and_share_the_key_of_stored_secrets() -> None:
+    services = _compose()["services"]
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    assert services["api"]["volumes"] == services["worker"]["volumes"]  # one SIGNOFF_HOME, one secret.key
+    home = services["api"]["volumes"][0].split(":")[1]
+    assert home == "/data" and "SIGNOFF_HOME=/data" in (ROOT / "Dockerfile").read_text()
+    assert "SIGNOFF_METRICS_PORT" in services["worker"]["environment"]
 
 
 def test_dockerfile_installs_every_package() -> None:
+    """Every folder pyproject.toml installs is copied into the image."""
+    import tomllib
+
     text = (ROOT / "Dockerfile").read_text()
-    for pkg in ("engine", "activities", "workflows", "api", "signoff"):
-        assert f"COPY {pkg} ./{pkg}" in text
+    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    for folder in dirs:
+        assert f"COPY {folder} ./{folder}" in text, folder
