@@ -68,6 +68,13 @@ ECHO = {"name": "echo", "nodes": [{"id": "ask", "type": "ChatInput"}, {"id": "ou
 TERMINAL_EVENTS = {"end", "run_cancelled", "run_failed", "run_timed_out"}
 
 
+T0 = time.monotonic()
+
+
+def say_progress(what: str) -> None:
+    print(f"[soak {time.monotonic() - T0:7.1f}s] {what}", file=sys.stderr, flush=True)
+
+
 def agent_flow(model_url: str) -> dict[str, Any]:
     return {"name": "agent", "nodes": [
         {"id": "ask", "type": "ChatInput"},
@@ -109,6 +116,7 @@ class Tally:
 class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.chmod(0o755)  # the PostgreSQL server runs as its own user, below this folder
         self.pg = OwnPostgres(root / "pg")
         self.temporal = DevServer(port=free_port(), ui_port=None, db_file=root / "temporal.db",
                                   log_file=root / "temporal.log")
@@ -156,6 +164,7 @@ class Cluster:
 
     async def kill_one(self, rng: random.Random) -> None:
         name = rng.choice(sorted(self.procs))
+        say_progress(f"SIGKILL {name}")
         self.procs[name].kill()
         self.procs[name].log.close()
         self.kills += 1
@@ -163,12 +172,14 @@ class Cluster:
         self.spawn(name)
 
     async def restart_postgres(self) -> None:
+        say_progress("restart PostgreSQL")
         await asyncio.to_thread(self.pg.stop, "fast")
         await asyncio.sleep(3)
         await asyncio.to_thread(self.pg.start)
         self.restarts["postgresql"] += 1
 
     async def restart_temporal(self) -> None:
+        say_progress("restart the Temporal dev server")
         await asyncio.to_thread(self.temporal.stop)
         await asyncio.sleep(2)
         self.temporal.start()
@@ -179,8 +190,9 @@ class Cluster:
         for p in self.procs.values():
             with contextlib.suppress(Exception):
                 p.close()
-        with contextlib.suppress(Exception):
-            self.model.close()
+        if self.model.thread.is_alive():
+            with contextlib.suppress(Exception):
+                self.model.close()
         with contextlib.suppress(Exception):
             self.temporal.stop()
         with contextlib.suppress(Exception):
@@ -413,6 +425,7 @@ async def soak(seconds: float, clients: int, kill_every: float, seed: int | None
                         await c.one(flows)
                     except (AssertionError, TimeoutError, RuntimeError) as err:
                         tally.problems.append(f"client {i}: {type(err).__name__}: {str(err)[:300]}")
+                        say_progress(tally.problems[-1])
             finally:
                 await c.close()
 
@@ -435,7 +448,9 @@ async def soak(seconds: float, clients: int, kill_every: float, seed: int | None
 
         await asyncio.gather(chaos(), *(load(i) for i in range(clients)))
         load_seconds = time.monotonic() - load_started
+        say_progress(f"load over: {tally.runs} runs; settling")
         await settle(cluster, tally.expects)
+        say_progress("auditing")
         result = await audit(cluster, tally.expects)
         kinds = Counter(e.kind for e in tally.expects)
         return {
