@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from datetime import timedelta
 
 import temporalio.client
 
@@ -203,9 +204,12 @@ class RunService:
         end = RunEnd(JobStatus.cancelled, reason=reason)
         if job.status == JobStatus.suspended and await self._end_suspended(job, end):
             return await self._job(job.job_id)
+        await self.store.want_release(job.job_id)
         ended = await end_run(self.store, job.job_id, end, expect=[JobStatus.queued, JobStatus.in_progress])
         if ended.won:
             await self._release(job)
+        else:
+            await self.store.released(job.job_id)
         return ended.job or job
 
     async def delete_flow(self, user: User, flow: FlowRecord) -> list[str]:
@@ -234,9 +238,14 @@ class RunService:
     async def _end_suspended(self, job: Job, end: RunEnd) -> bool:
         """End a suspended job by the cancel claim; the winner lets go of its run. Whether this
         call won."""
+        # the workflow is to be cancelled once the job has ended: recorded first, so a process that
+        # dies between the end and the cancel leaves it to the sweep (release_due)
+        await self.store.want_release(job.job_id)
         ended = await end_run(self.store, job.job_id, end, from_suspended=True)
         if ended.won:
             await self._release(job)
+        else:
+            await self.store.released(job.job_id)  # a resume won: its run goes on
         return ended.won
 
     async def _release(self, job: Job) -> None:
@@ -247,6 +256,7 @@ class RunService:
         the job ended and writes nothing)."""
         try:
             await self.backend_of(job).release(job.job_id)
+            await self.store.released(job.job_id)
         except Unavailable:
             log.warning("job %s ended; its workflow will be cancelled once Temporal is back", job.job_id)
             task = asyncio.get_running_loop().create_task(self._release_when_back(job),
@@ -260,6 +270,7 @@ class RunService:
             await asyncio.sleep(delay)
             try:
                 await self.backend_of(job).release(job.job_id)
+                await self.store.released(job.job_id)
                 log.info("job %s: its workflow is cancelled now that Temporal is back", job.job_id)
                 return
             except Unavailable:
@@ -303,7 +314,27 @@ class RunService:
         checkpoints past ``checkpoint_ttl_seconds`` are deleted."""
         for backend in self.backends.values():
             await backend.recover()
+        await self.release_due()
         await self.store.delete_expired_checkpoints(utcnow())
+
+    async def release_due(self, *, older_than: float = 10.0) -> list[str]:
+        """Cancel the workflows of runs this service (any replica) ended and did not get to cancel
+        (the process died in between, or Temporal was away): each recorded by want_release more
+        than ``older_than`` seconds ago. A job that did not end (its end lost a race) has nothing
+        to cancel. Returns the job ids released."""
+        done = []
+        for job_id in await self.store.releases_due(utcnow() - timedelta(seconds=older_than)):
+            job = await self.store.get_job(job_id)
+            if job is not None and job.status.terminal:
+                try:
+                    await self.backend_of(job).release(job_id)
+                except Unavailable:
+                    continue  # still away: next round
+                done.append(job_id)
+            await self.store.released(job_id)
+        if done:
+            log.warning("cancelled the workflow of %d run(s) ended earlier: %s", len(done), ", ".join(done))
+        return done
 
     def sweeping(self) -> contextlib.AbstractAsyncContextManager[None]:
         """``recover()`` now and every ``inline_sweep_seconds`` while the block runs (the API)."""

@@ -1812,3 +1812,18 @@ async def test_count_jobs_by_status(store: Store) -> None:
     grown = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     assert {k: v for k, v in grown.items() if v} == {"in_progress": 1, "completed": 1, "suspended": 1}
     assert all(isinstance(v, int) and v > 0 for v in after.values())
+
+
+async def test_workflow_releases_are_an_outbox_oldest_first(store: Store) -> None:
+    a, b = uid("job-"), uid("job-")
+    await store.want_release(a)
+    await store.want_release(b)
+    await store.want_release(a)  # again: once, still the oldest
+    later = utcnow() + timedelta(seconds=1)
+    due = [j for j in await store.releases_due(later, limit=10_000) if j in (a, b)]
+    assert due == [a, b]
+    assert a not in await store.releases_due(utcnow() - timedelta(hours=1))  # not due before it was wanted
+    await store.released(a)
+    await store.released(a)  # harmless
+    assert [j for j in await store.releases_due(later, limit=10_000) if j in (a, b)] == [b]
+    await store.released(b)

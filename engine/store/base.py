@@ -444,6 +444,21 @@ class Store(CheckpointStore, HistoryStore):
         every user, oldest first (``created_at``, then ``job_id``). Jobs of a deleted flow are
         still listed: the store never deletes jobs with their flow."""
 
+    # ---- workflows to let go of: a run the service ended (a stop, a supersede) whose workflow it
+    # has not cancelled yet; written before the end, deleted once the workflow is cancelled, so a
+    # process that dies in between leaves it for the sweep (docs/temporal.md)
+    @abc.abstractmethod
+    async def want_release(self, job_id: str) -> None:
+        """Record that the job's workflow is to be cancelled once the job ends (idempotent)."""
+
+    @abc.abstractmethod
+    async def releases_due(self, before: datetime, *, limit: int = 100) -> list[str]:
+        """Job ids recorded by want_release before ``before``, oldest first, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def released(self, job_id: str) -> None:
+        """Forget the job's want_release (done, or nothing to do)."""
+
     @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:
         """How many jobs there are of each status (only statuses that have some): what the

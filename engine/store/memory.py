@@ -221,6 +221,7 @@ class _Tables:
     # (job, request) -> reference -> parsed (user, group owner, group name), in the order given
     approvers: dict[tuple[str, str], dict[str, ApproverRef]] = field(default_factory=dict)
     participants: set[tuple[str, str]] = field(default_factory=set)  # (user, job)
+    releases: dict[str, datetime] = field(default_factory=dict)  # job id -> when it was wanted
     webhooks: dict[str, _Webhook] = field(default_factory=dict)
     deliveries: dict[str, WebhookDelivery] = field(default_factory=dict)  # in the order logged
     jobs: dict[str, _Job] = field(default_factory=dict)
@@ -873,6 +874,16 @@ class MemoryStore(Store):
     async def list_active_jobs(self, flow_id: str) -> list[Job]:
         """See Store.list_active_jobs."""
         return self._active(lambda r: r.flow_id == flow_id)
+
+    async def want_release(self, job_id: str) -> None:
+        self._tables().releases.setdefault(job_id, utcnow())
+
+    async def releases_due(self, before: datetime, *, limit: int = 100) -> list[str]:
+        due = sorted((at, j) for j, at in self._tables().releases.items() if at < as_utc(before))
+        return [j for _, j in due[:limit]]
+
+    async def released(self, job_id: str) -> None:
+        self._tables().releases.pop(job_id, None)
 
     async def count_jobs(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -246,6 +246,19 @@ class SQLJobs(SQLEvents):
             rows = await tx.fetchall(Q.flow_active_jobs, (flow_id,))
         return [self._job(r) for r in rows]
 
+    async def want_release(self, job_id: str) -> None:
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.want_release, (job_id, self._enc_dt(utcnow())))
+
+    async def releases_due(self, before: datetime, *, limit: int = 100) -> list[str]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.releases_due, (self._enc_dt(before), limit))
+        return [r["job_id"] for r in rows]
+
+    async def released(self, job_id: str) -> None:
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.released, (job_id,))
+
     async def count_jobs(self) -> dict[str, int]:
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.count_jobs)

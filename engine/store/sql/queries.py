@@ -214,6 +214,9 @@ class Q:
         "ORDER BY created_at, job_id"
     )
     count_jobs = "SELECT status, count(*) AS n FROM jobs GROUP BY status"
+    want_release = "INSERT INTO workflow_releases (job_id, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
+    releases_due = "SELECT job_id FROM workflow_releases WHERE created_at < ? ORDER BY created_at, job_id LIMIT ?"
+    released = "DELETE FROM workflow_releases WHERE job_id = ?"
     user_active_jobs = (
         "SELECT * FROM jobs WHERE user_id = ? AND status IN ('queued', 'in_progress', 'suspended') "
         "ORDER BY created_at, job_id"

@@ -212,7 +212,8 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX webhook_deliveries_hook ON webhook_deliveries (webhook_id, pos)",
     ],
     # 7: who took part in a run (DESIGN §9, §10): who voted on or decided its requests, kept after
-    # the run ends (a person's decision history; a voter still sees the run)
+    # the run ends (a person's decision history; a voter still sees the run); the workflows still
+    # to cancel of runs the service ended
     [
         """CREATE TABLE job_participants (
             user_id TEXT NOT NULL,
@@ -220,6 +221,12 @@ MIGRATIONS: list[list[str]] = [
             created_at {ts} NOT NULL,
             PRIMARY KEY (user_id, job_id))""",
         "CREATE INDEX job_participants_job ON job_participants (job_id)",
+        # the workflows of runs the service ended that are still to cancel (an outbox: a process
+        # that dies between the end and the cancel leaves the row for the sweep)
+        """CREATE TABLE workflow_releases (
+            job_id TEXT PRIMARY KEY,
+            created_at {ts} NOT NULL)""",
+        "CREATE INDEX workflow_releases_due ON workflow_releases (created_at)",
     ],
 ]
 

@@ -54,3 +54,30 @@ async def test_submit_and_stop_while_temporal_is_away(temporal_server, temporal_
                                               idempotency_key="k-away", mode="background")
         assert again.job_id == queued.job_id and not created
         await wait_status(store, queued.job_id, JobStatus.suspended)  # started now
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_run_ended_by_a_process_that_died_before_cancelling_its_workflow_is_released_by_the_sweep(
+        temporal_client, settings, store, user, make_flow, worker, service):
+    """The stop's cancel claim is written, then the API process dies before it cancels the
+    workflow (the soak met it: SIGKILL between the two): the outbox row it wrote first lets the
+    next sweep of any replica cancel the workflow, not leave it Running until its max-suspension
+    timer."""
+    from signoff.engine.lifecycle import RunEnd, end_run
+
+    job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    job = await wait_status(store, job.job_id, JobStatus.suspended)
+    await store.want_release(job.job_id)  # what _end_suspended writes first ...
+    assert (await end_run(store, job.job_id, RunEnd(JobStatus.cancelled), from_suspended=True)).won  # ... the end
+    handle = temporal_client.get_workflow_handle(job.job_id)  # ... and here the process died
+    assert (await handle.describe()).status == temporalio.client.WorkflowExecutionStatus.RUNNING
+    assert await service.release_due(older_than=0) == [job.job_id]
+
+    async def closed() -> bool:
+        return (await handle.describe()).status != temporalio.client.WorkflowExecutionStatus.RUNNING
+
+    await eventually(closed, timeout=60, what="the workflow to be cancelled by the sweep")
+    assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
+    assert job.job_id not in await service.store.releases_due(job.created_at.replace(year=2100))
+    assert await service.release_due(older_than=0) == []
