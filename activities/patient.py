@@ -16,7 +16,6 @@ made for (conditional updates, upserts, events with dedupe keys: docs/store.md).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from datetime import datetime, timezone
@@ -25,38 +24,22 @@ from typing import Any, Callable
 from temporalio import activity
 
 from signoff.engine.store.base import Store, StoreUnavailable
+from signoff.engine.store.proxy import StoreProxy
 
 log = logging.getLogger("signoff.activities")
 
 __all__ = ["PatientStore"]
 
 
-class PatientStore:
+class PatientStore(StoreProxy):
     """``store``, each coroutine method waiting out StoreUnavailable (module docstring)."""
 
     def __init__(self, store: Store, outage_seconds: float, *, max_delay: float = 2.0) -> None:
-        self._store = store
+        super().__init__(store)
         self._outage = outage_seconds
         self._max_delay = max_delay  # well under a layer's heartbeat timeout (5 s)
-        self._wrapped: dict[str, Callable[..., Any]] = {}
 
-    def __repr__(self) -> str:
-        return f"PatientStore({self._store!r})"
-
-    @property
-    def inner(self) -> Store:
-        return self._store
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-        wrapped = self._wrapped.get(name)
-        if wrapped is None:
-            wrapped = self._wrapped[name] = self._patient(name)
-        return wrapped
-
-    def _patient(self, name: str) -> Callable[..., Any]:
+    def _wrap(self, name: str) -> Callable[..., Any]:
         async def call(*args: Any, **kwargs: Any) -> Any:
             deadline = time.monotonic() + min(self._outage, _left_in_activity())
             delay, waited = 0.2, False
@@ -79,7 +62,6 @@ class PatientStore:
                     log.warning("the database is back; %s went through", name)
                 return result
 
-        call.__name__ = name
         return call
 
 

@@ -60,7 +60,7 @@ from signoff.engine.models import JobStatus  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from tests.fixtures.fake_openai import FakeOpenAI, call, say  # noqa: E402
 from tests.fixtures.own_postgres import OwnPostgres  # noqa: E402
-from tests.helpers import Proc  # noqa: E402
+from tests.helpers import Proc, eventually  # noqa: E402
 
 GATE = json.loads((ROOT / "examples/flows/refund.json").read_text())
 ECHO = {"name": "echo", "nodes": [{"id": "ask", "type": "ChatInput"}, {"id": "out", "type": "ChatOutput"}],
@@ -208,16 +208,7 @@ async def ready(url: str) -> bool:
 
 
 async def until(fn: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"soak: timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+    return await eventually(fn, timeout=timeout, what=f"soak: {what}")
 
 
 class Client:
@@ -368,7 +359,7 @@ async def audit(cluster: Cluster, expects: list[Expect]) -> dict[str, Any]:
 
                     try:
                         await until(closed, 60, "the workflow to close")
-                    except TimeoutError:
+                    except AssertionError:  # eventually: timed out
                         problems.append(f"{e.job_id}: ended, its workflow still running")
             elif terminal:
                 problems.append(f"{e.job_id}: {job.status.value} with a terminal event")

@@ -20,13 +20,13 @@ Labels never carry a flow's text (action ids, names): a hostile flow cannot grow
 
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from signoff.engine.errors import SignoffError
+from signoff.engine.store.proxy import StoreProxy
 
 __all__ = ["REGISTRY", "MeteredStore", "decided", "exposition", "failed_activity", "set_run_counts"]
 
@@ -72,39 +72,21 @@ def exposition() -> bytes:
     return generate_latest(REGISTRY)
 
 
-class MeteredStore:
+class MeteredStore(StoreProxy):
     """``store`` with each coroutine method timed (``signoff_store_seconds{op}``) and its failures
     counted; anything else passes through."""
 
-    def __init__(self, store: Any) -> None:
-        self._store = store
-        self._wrapped: dict[str, Callable[..., Any]] = {}
+    def _wrap(self, name: str) -> Callable[..., Any]:
+        seconds, store = STORE_SECONDS.labels(name), self._store
 
-    def __repr__(self) -> str:
-        return f"MeteredStore({self._store!r})"
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await getattr(store, name)(*args, **kwargs)
+            except SignoffError as err:
+                STORE_ERRORS.labels(name, err.code).inc()
+                raise
+            finally:
+                seconds.observe(time.perf_counter() - start)
 
-    @property
-    def inner(self) -> Any:
-        return self._store
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._store, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-        wrapped = self._wrapped.get(name)
-        if wrapped is None:
-            seconds, store = STORE_SECONDS.labels(name), self._store
-
-            async def call(*args: Any, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return await getattr(store, name)(*args, **kwargs)
-                except SignoffError as err:
-                    STORE_ERRORS.labels(name, err.code).inc()
-                    raise
-                finally:
-                    seconds.observe(time.perf_counter() - start)
-
-            call.__name__ = name
-            wrapped = self._wrapped[name] = call
-        return wrapped
+        return call
