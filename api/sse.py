@@ -24,7 +24,7 @@ def frame(ev: Event) -> bytes:
 
 
 async def follow_job(store: Store, feed: EventFeed, job_id: str, *, after_seq: int = 0, user_id: str | None = None,
-                     tick: float = 1.0, safety: float = 5.0) -> AsyncIterator[list[Event]]:
+                     tick: float = 1.0, safety: float = 15.0) -> AsyncIterator[list[Event]]:
     """The job's log as it grows, read from the store: each batch of events after ``after_seq``,
     and an empty batch every ``tick`` seconds while none comes (when a follower may send a
     keep-alive or look at anything else of the run). Ends once the job is neither queued nor in
