@@ -25,7 +25,7 @@ import queue
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -70,6 +70,7 @@ class _SQLiteTx(Tx):
         self._begin = begin  # issued together with the first statement
         self.open = False
         self.told = False  # an event was appended: this process's tails look as soon as it commits
+        self.running: Future[Any] | None = None  # the statement a store thread may still be running
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -83,7 +84,14 @@ class _SQLiteTx(Tx):
             except sqlite3.Error as exc:
                 raise _wrap(exc) from exc
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        # A task cancelled while it awaits this does not stop the thread: ``running`` lets the
+        # connection's owner wait for the statement before anyone else uses the connection
+        # (two threads in one sqlite3 connection, or one closing it under the other, crash).
+        try:
+            self.running = self._executor.submit(run)
+        except RuntimeError as exc:  # the executor was shut down: the store closed meanwhile
+            raise StoreError("This store is closed.") from exc
+        return await asyncio.wrap_future(self.running)
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         return await self._call(lambda c: c.execute(sql, tuple(params)).rowcount)
@@ -226,8 +234,20 @@ class SQLiteStore(SQLStore):
             try:
                 yield tx
             finally:
-                if tx.conn is not None:
-                    self._idle_readers.put(tx.conn)
+                self._give_back(tx)
+
+    def _give_back(self, tx: _SQLiteTx) -> None:
+        """A reader goes back to the pool once no thread runs a statement on it: a read cancelled
+        mid-statement (a closed stream's tail) hands it back when that statement ends."""
+        def give(_: object = None) -> None:
+            if tx.conn is not None:  # set on the store thread by the first statement
+                self._idle_readers.put(tx.conn)
+
+        running = tx.running
+        if running is None or running.done() or running.cancel():
+            give()
+        else:
+            running.add_done_callback(give)
 
     async def close(self) -> None:
         if self._closed:
@@ -235,6 +255,9 @@ class SQLiteStore(SQLStore):
         self._closed = True
         async with self._write_lock:
             pass  # let a running write finish
+        # let the readers' statements end before their connections close (closing one under a
+        # running statement crashes the process); nothing new starts: the store says closed
+        await asyncio.get_running_loop().run_in_executor(None, lambda: self._reader_exec.shutdown(wait=True))
 
         def close_all() -> None:
             with self._all_lock:
@@ -247,7 +270,6 @@ class SQLiteStore(SQLStore):
 
         await asyncio.get_running_loop().run_in_executor(self._writer_exec, close_all)
         self._writer_exec.shutdown(wait=True)
-        self._reader_exec.shutdown(wait=True)
 
     # ---- the tail (Store.tail_events)
 
