@@ -6,11 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import AsyncIterator
+import logging
+from typing import AsyncIterator, Awaitable, Callable
 
-from signoff.engine.models import Event, JobStatus
-from signoff.engine.store.base import Store
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import Event, JobStatus, User
+from signoff.engine.store.base import Store, StoreUnavailable
+from signoff.service.access import visible_job
 from signoff.service.feed import EventFeed
+
+log = logging.getLogger("signoff.api.sse")
+
+# how often an open stream asks whether the one who opened it may still see it (a revoked key,
+# an ended page session, a share taken back end it within this and a keep-alive)
+RECHECK_SECONDS = 30.0
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -68,3 +77,47 @@ async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
         elif clock() - sent >= keepalive_seconds:
             sent = clock()
             yield b": keep-alive\n\n"
+
+
+async def while_allowed(stream: AsyncIterator[bytes], allowed: Callable[[], Awaitable[bool]], *,
+                        every: float | None = None) -> AsyncIterator[bytes]:
+    """``stream``'s frames while ``allowed()`` says the one who opened it may still see them,
+    asked every ``every`` seconds (RECHECK_SECONDS) between frames: a stream sends at least a
+    keep-alive every 15 s, so one whose key was revoked, whose page session ended or whose share
+    was taken back closes within that. A store that is away cannot say: the stream goes on and
+    asks again next time."""
+    clock = asyncio.get_running_loop().time
+    checked = clock()
+    try:
+        async for chunk in stream:
+            if clock() - checked >= (RECHECK_SECONDS if every is None else every):
+                checked = clock()
+                try:
+                    still = await allowed()
+                except StoreUnavailable:
+                    still = True
+                if not still:
+                    log.info("a live stream closed: its reader may no longer see it")
+                    return
+            yield chunk
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+def key_still_sees(store: Store, key: str | None, user: User, job_id: str | None) -> Callable[[], Awaitable[bool]]:
+    """For :func:`while_allowed`: the request's API key still names ``user`` and they may still
+    see ``job_id`` (None: only the key)."""
+    async def allowed() -> bool:
+        again = await store.user_for_api_key(key) if key else None
+        if again is None or again.id != user.id:
+            return False
+        if job_id is not None:
+            try:
+                await visible_job(store, again, job_id)
+            except StoreUnavailable:
+                raise
+            except SignoffError:
+                return False
+        return True
+
+    return allowed

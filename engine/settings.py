@@ -16,7 +16,8 @@ DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore")
+    # hide_input_in_errors: a bad setting names itself, never the other values (API keys, passwords)
+    model_config = SettingsConfigDict(env_prefix="SIGNOFF_", extra="ignore", hide_input_in_errors=True)
 
     home: Path = Field(Path(".signoff"), description="State folder (SQLite file, dev server data, dev key).")
     database_url: str | None = Field(
@@ -108,8 +109,9 @@ class Settings(BaseSettings):
     )
     max_streams_per_user: int = Field(
         100, ge=1,
-        description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates) one user may "
-        "hold open at once on one API process; beyond it 429 TOO_MANY_STREAMS.",
+        description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates; a sync "
+        "submit's wait) one user may hold open at once on one API process; beyond it 429 TOO_MANY_STREAMS (a sync "
+        "submit answers at once with the job running, as after its timeout).",
     )
 
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
@@ -184,7 +186,8 @@ class Settings(BaseSettings):
 
     @property
     def temporal_tls_enabled(self) -> bool:
-        return bool(self.temporal_tls or self.temporal_tls_ca or self.temporal_tls_cert or self.temporal_api_key)
+        return bool(self.temporal_tls or self.temporal_tls_ca or self.temporal_tls_cert or self.temporal_tls_server_name
+                    or self.temporal_api_key)
 
     @field_validator("database_url")
     @classmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import ClassVar
 from signoff.engine.errors import JobNotFound
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus
 from signoff.engine.store.base import Store
-from signoff.service.feed import EventFeed
+from signoff.service.feed import EventFeed, TooManyStreams
 
 
 @dataclass(frozen=True)
@@ -78,22 +79,27 @@ class RunBackend(abc.ABC):
 
 
 async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Job], bool], *,
-                   feed: EventFeed | None = None, safety: float = 1.0) -> Job:
+                   feed: EventFeed | None = None, safety: float = 1.0, user_id: str | None = None) -> Job:
     """Read the job until ``done(job)`` or ``timeout`` passes (then the job as it is). With the
     process's ``feed``: read again each time the job gets an event (a pause and an end are each
     written with their event), and every ``safety`` seconds whatever happens. Without one: a
     short first delay (a read of one row by its key costs well under a millisecond), growing
     slowly to 100 ms, so a run that pauses or ends within tens of milliseconds is seen within a
-    few."""
+    few. A wait for ``user_id`` is one of their live streams (SIGNOFF_MAX_STREAMS_PER_USER): with
+    none left it does not wait (the job as it is, as once ``timeout`` has passed)."""
     deadline = time.monotonic() + timeout
     if feed is not None:
-        async with feed.follow(job_id) as follower:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                follower = await stack.enter_async_context(feed.follow(job_id, user_id=user_id))
+            except TooManyStreams:  # the person holds all the streams they may: no wait
+                follower = None
             while True:
                 job = await store.get_job(job_id)
                 if job is None:
                     raise JobNotFound(job_id=job_id)
                 left = deadline - time.monotonic()
-                if done(job) or left <= 0:
+                if done(job) or left <= 0 or follower is None:
                     return job
                 await follower.wait(min(safety, left))
     delay = 0.002

@@ -24,8 +24,10 @@ A person has at most ``max_per_user`` followers open at once in this process (42
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 
 from signoff.engine.errors import SignoffError
@@ -47,6 +49,8 @@ class Follower:
     """What one live stream waits on: woken by a note of its job (every job's, for ``job_id``
     None), or when notes may have been missed (``missed``: read everything again)."""
 
+    keep = 10_000  # notes kept for a follower of every job between takes; more: it missed some
+
     def __init__(self, job_id: str | None) -> None:
         self.job_id = job_id
         self._woken = asyncio.Event()
@@ -58,7 +62,10 @@ class Follower:
         if notes is None:
             self._missed = True
         elif self.job_id is None:  # one that follows everything keeps what it was told
-            self._notes.extend(notes)
+            if len(self._notes) + len(notes) > self.keep:  # not taken for long: it reads everything
+                self._notes, self._missed = [], True
+            elif not self._missed:
+                self._notes.extend(notes)
         self.wakes += 1
         self._woken.set()
 
@@ -83,6 +90,8 @@ class EventFeed:
     """The process's one tail of the store, started by the first follower and stopped
     ``linger`` seconds after the last one left."""
 
+    hold_seconds = 10.0  # a stream check()ed for is counted this long before it opens
+
     def __init__(self, store: Store, *, max_per_user: int = 100, linger: float = 30.0,
                  ready_timeout: float = 5.0) -> None:
         self.store = store
@@ -92,6 +101,7 @@ class EventFeed:
         self._by_job: dict[str, set[Follower]] = {}
         self._everything: set[Follower] = set()
         self._per_user: dict[str, int] = {}
+        self._held: dict[str, collections.deque[float]] = {}  # check()ed, not yet followed: when
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
@@ -106,19 +116,39 @@ class EventFeed:
 
     def check(self, user_id: str) -> None:
         """Raise TooManyStreams now when ``user_id`` has no stream left (before an answer starts
-        streaming: its status can still be a 429). ``follow`` counts the stream."""
-        if self._per_user.get(user_id, 0) >= self.max_per_user:
+        streaming: its status can still be a 429), else hold one for the stream this answer
+        starts: its ``follow`` (or ``slot``) takes the held one. Held ones count at once, so a
+        burst of requests cannot all pass before the first stream opens; one not taken within
+        ``hold_seconds`` (the client went before its stream started) is let go."""
+        held = self._held.setdefault(user_id, collections.deque())
+        now = time.monotonic()
+        while held and held[0] < now - self.hold_seconds:
+            held.popleft()
+        if self._per_user.get(user_id, 0) + len(held) >= self.max_per_user:
+            if not held:
+                self._held.pop(user_id, None)
             raise TooManyStreams(f"At most {self.max_per_user} live streams may be open at once per user "
                                  "(SIGNOFF_MAX_STREAMS_PER_USER); close others first")
+        held.append(now)
 
     @contextlib.contextmanager
     def slot(self, user_id: str | None) -> Iterator[None]:
-        """Count one live stream of ``user_id`` while inside (TooManyStreams when none is left);
-        ``follow`` takes one, a stream that follows through another reader (an inbox) takes its own."""
+        """Count one live stream of ``user_id`` while inside: the one ``check`` held for it, or
+        else a new one (TooManyStreams when none is left); ``follow`` takes one, a stream that
+        follows through another reader (an inbox) takes its own."""
         if user_id is None:
             yield
             return
-        self.check(user_id)
+        held = self._held.get(user_id)
+        if held:
+            held.popleft()
+            if not held:
+                del self._held[user_id]
+        else:
+            self.check(user_id)
+            self._held[user_id].popleft()
+            if not self._held[user_id]:
+                del self._held[user_id]
         self._per_user[user_id] = self._per_user.get(user_id, 0) + 1
         try:
             yield

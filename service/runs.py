@@ -284,14 +284,15 @@ class RunService:
     async def get_job(self, user: User, job_id: str) -> Job:
         return await visible_job(self.store, user, job_id)
 
-    async def wait_for_pause_or_end(self, job_id: str, timeout: float) -> Job:
-        """The job once it is suspended or ended, or as it is after ``timeout``."""
+    async def wait_for_pause_or_end(self, job_id: str, timeout: float, *, user_id: str | None = None) -> Job:
+        """The job once it is suspended or ended, or as it is after ``timeout``. A wait for
+        ``user_id`` counts as one of their live streams (none left: the job as it is now)."""
         for backend in self.backends.values():
             if backend.runs_here(job_id):  # a run of this process: no polling
                 await backend.wait(job_id, timeout)
                 return await self._job(job_id)
         return await poll_job(self.store, job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal,
-                              feed=self.feed)
+                              feed=self.feed, user_id=user_id)
 
     async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
         return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal, feed=self.feed)
@@ -330,6 +331,9 @@ class RunService:
                     await self.backend_of(job).release(job_id)
                 except Unavailable:
                     continue  # still away: next round
+                except Exception:  # noqa: BLE001 - one run's trouble must not hold up the others'
+                    log.exception("job %s: cancelling its workflow failed; tried again next round", job_id)
+                    continue
                 done.append(job_id)
             await self.store.released(job_id)
         if done:

@@ -35,6 +35,7 @@ from signoff.api.flowspec import parse_body, validate_spec
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest, WorkflowCreate
 from signoff.api.pages import forms, live, markdown, views
+from signoff.api.sse import while_allowed
 from signoff.api.pages.session import (CsrfRefused, PageSession, Sessions, check_csrf, check_same_origin)
 
 HERE = Path(__file__).resolve().parent
@@ -168,6 +169,23 @@ async def signed_in(request: Request) -> PageContext:
 Page = Depends(signed_in)
 
 
+def still_signed_in(request: Request, page: PageContext, job_id: str | None = None) -> Callable[[], Any]:
+    """For a live stream's while_allowed: the page session that opened it still stands (not
+    signed out, expired or ended with the person's keys) and its person may still see ``job_id``."""
+    async def allowed() -> bool:
+        loaded = await page.sessions.load(request)
+        if loaded is None or loaded[1].id != page.user.id:
+            return False
+        if job_id is not None:
+            try:
+                await visible_job(page.store, loaded[1], job_id)
+            except JobNotFound:
+                return False
+        return True
+
+    return allowed
+
+
 async def with_count(request: Request, page: PageContext) -> None:
     request.state.inbox_count = len(await page.service.pending_for(page.user))
 
@@ -284,7 +302,7 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
     page.service.feed.check(page.user.id)
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
                                kind=kind, add_rows=rows == "1", render_row=row, since=after)
-    return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-store",
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page)), media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                               "X-Accel-Buffering": "no"})
 
 
@@ -366,8 +384,8 @@ async def card(request: Request, job_id: str, request_id: str, page: PageContext
 async def card_live(request: Request, job_id: str, request_id: str, page: PageContext = Page) -> Response:
     await visible_job(page.store, page.user, job_id)
     page.service.feed.check(page.user.id)
-    return StreamingResponse(live.request_stream(page.store, page.service.feed, job_id, request_id,
-                                                 user_id=page.user.id),
+    stream = live.request_stream(page.store, page.service.feed, job_id, request_id, user_id=page.user.id)
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id)),
                              media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                       "X-Accel-Buffering": "no"})
 
@@ -494,8 +512,9 @@ async def run_live(request: Request, job_id: str, page: PageContext = Page, seq:
                    status: str | None = None) -> Response:
     await visible_job(page.store, page.user, job_id)
     page.service.feed.check(page.user.id)
-    return StreamingResponse(live.run_stream(page.store, page.service.feed, job_id, after_seq=max(0, seq),
-                                             status=status, user_id=page.user.id),
+    stream = live.run_stream(page.store, page.service.feed, job_id, after_seq=max(0, seq), status=status,
+                             user_id=page.user.id)
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id)),
                              media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                       "X-Accel-Buffering": "no"})
 

@@ -4,6 +4,7 @@ keep the API's port private or set SIGNOFF_METRICS_TOKEN (then a scraper sends
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 
@@ -18,7 +19,8 @@ router = APIRouter(tags=["metrics"])
 
 # the runs by status are a count over the jobs table: read at most this often per process
 COUNTS_FOR_SECONDS = 5.0
-_counted = {"at": 0.0}
+_counted = {"at": -COUNTS_FOR_SECONDS}
+_counting = asyncio.Lock()  # one count at a time: a burst of scrapes reads the jobs table once
 
 
 @router.get("/metrics", include_in_schema=False)
@@ -28,8 +30,10 @@ async def prometheus(request: Request, store: StoreDep, settings: SettingsDep) -
         if not hmac.compare_digest(given.encode(), f"Bearer {settings.metrics_token}".encode()):
             raise Unauthorized("/metrics needs Authorization: Bearer <SIGNOFF_METRICS_TOKEN>")
     if time.monotonic() - _counted["at"] >= COUNTS_FOR_SECONDS:
-        metrics.set_run_counts(await store.count_jobs())
-        _counted["at"] = time.monotonic()
+        async with _counting:
+            if time.monotonic() - _counted["at"] >= COUNTS_FOR_SECONDS:  # not counted while we waited
+                metrics.set_run_counts(await store.count_jobs())
+                _counted["at"] = time.monotonic()
     service = getattr(request.app.state, "service", None)
     if service is not None:
         metrics.LIVE_STREAMS.set(service.feed.followers)

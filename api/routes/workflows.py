@@ -29,7 +29,7 @@ from signoff.api.models import (
     pending_item,
     workflow_response,
 )
-from signoff.api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events
+from signoff.api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events, key_still_sees, while_allowed
 from signoff.engine.models import Job, JobStatus
 
 router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
@@ -81,7 +81,7 @@ async def submit(
         if job.status in ACTIVE:
             remaining = deadline - time.monotonic()
             if remaining > 0:
-                job = await service.wait_for_pause_or_end(job.job_id, remaining)
+                job = await service.wait_for_pause_or_end(job.job_id, remaining, user_id=user.id)
         # still running after `timeout`: the job (with its links to follow it), as in background
         return job_public(job) if job.status in ACTIVE else workflow_response(job)
     return StreamingResponse(job_events(store, service.feed, job.job_id, user_id=user.id),
@@ -188,5 +188,6 @@ async def events(
 
             raise InvalidRequest("Last-Event-ID must be the integer seq of the last event received") from None
     service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the stream starts
-    return StreamingResponse(job_events(store, service.feed, job_id, after_seq=after_seq, user_id=user.id),
-                             media_type="text/event-stream", headers=SSE_HEADERS)
+    stream = job_events(store, service.feed, job_id, after_seq=after_seq, user_id=user.id)
+    allowed = key_still_sees(store, request.headers.get("x-api-key", "").strip(), user, job_id)
+    return StreamingResponse(while_allowed(stream, allowed), media_type="text/event-stream", headers=SSE_HEADERS)

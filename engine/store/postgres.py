@@ -60,11 +60,13 @@ async def _check_if_idle(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def _note(payload: str) -> EventNote | None:
-    """A notification's note; None for one too long to tell (the tail says it missed some)."""
-    if not payload:
+    """A notification's note; None for one too long to tell or not ours (anyone who may connect
+    may NOTIFY on the channel): the tail says it missed some and the feed reads again."""
+    try:
+        job_id, seq, event = json.loads(payload)
+        return EventNote(str(job_id), int(seq), str(event))
+    except (ValueError, TypeError):
         return None
-    job_id, seq, event = json.loads(payload)
-    return EventNote(job_id, int(seq), event)
 
 
 def _wrap(exc: Exception) -> StoreError:

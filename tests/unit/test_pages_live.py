@@ -7,6 +7,7 @@ PostgreSQL's (tests/store_conformance.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from signoff.api.pages import live
 from signoff.engine.access import Access
 from signoff.engine.store.memory import MemoryStore
+from signoff.service.backend import poll_job
 from signoff.service.feed import EventFeed, TooManyStreams
 
 from tests.store_conformance import new_job
@@ -167,6 +169,48 @@ async def test_a_person_holds_at_most_max_streams_and_a_closed_one_gives_its_pla
     await service.feed.close()
 
 
+async def test_a_burst_of_requests_cannot_all_pass_the_check_before_their_streams_open() -> None:
+    """Each answer checks before it streams, and its stream opens later: the checks hold places
+    at once, so 5 requests at once for 3 places give 3 streams and 2 refusals."""
+    feed = EventFeed(MemoryStore(), max_per_user=3)
+    passed = 0
+    for _ in range(5):
+        try:
+            feed.check("alice")
+            passed += 1
+        except TooManyStreams:
+            pass
+    assert passed == 3
+    job_id = await new_job(feed.store)
+    async with contextlib.AsyncExitStack() as stack:
+        for _ in range(3):  # the three streams take the places held for them
+            await stack.enter_async_context(feed.follow(job_id, user_id="alice"))
+        assert feed.streams_of("alice") == 3
+        with pytest.raises(TooManyStreams):
+            feed.check("alice")
+    feed.check("alice")  # closed: places again (a held one the client never took is let go...)
+    feed.hold_seconds = 0.05
+    await asyncio.sleep(0.1)  # ... after hold_seconds)
+    for _ in range(3):
+        feed.check("alice")
+    await feed.close()
+
+
+async def test_a_sync_wait_is_one_of_the_persons_streams_and_with_none_left_answers_at_once() -> None:
+    feed = EventFeed(MemoryStore(), max_per_user=1)
+    job_id = await new_job(feed.store)
+    never = lambda job: False  # noqa: E731
+    waiting = asyncio.create_task(poll_job(feed.store, job_id, 30, never, feed=feed, user_id="alice"))
+    await asyncio.sleep(0.1)
+    assert feed.streams_of("alice") == 1 and not waiting.done()
+    job = await asyncio.wait_for(poll_job(feed.store, job_id, 30, never, feed=feed, user_id="alice"), 2)
+    assert job.job_id == job_id  # no place left: the job as it is, no wait
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert feed.streams_of("alice") == 0
+    await feed.close()
+
+
 async def test_one_tail_serves_every_follower_and_wakes_only_the_followers_of_the_job() -> None:
     service = FakeService(linger=0.05)
     feed, store = service.feed, service.store
@@ -210,3 +254,17 @@ async def test_a_tail_that_fails_is_started_again_and_every_follower_reads_again
         await store.append_event(job_id, "x", {})
         assert await follower.wait(2)
     await feed.close()
+
+
+def test_a_follower_of_every_job_not_taking_its_notes_keeps_a_bounded_number_and_says_it_missed() -> None:
+    from signoff.engine.models import EventNote
+    from signoff.service.feed import Follower
+
+    follower = Follower(None)
+    follower.keep = 3
+    follower.tell([EventNote("a", 1, "x"), EventNote("b", 1, "x")])
+    assert follower.take() == ([EventNote("a", 1, "x"), EventNote("b", 1, "x")], False)
+    for n in range(5):
+        follower.tell([EventNote("c", n + 1, "x")])
+    notes, missed = follower.take()
+    assert missed and len(notes) <= 3  # the watcher reads every open inbox instead

@@ -262,3 +262,26 @@ async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_ow
         await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the streams to give their places back")
     finally:
         api.store.read_events, api.store.get_job = real_read, real_get  # type: ignore[method-assign]
+
+
+async def test_a_stream_whose_key_is_revoked_closes_before_its_next_event(api: Harness, live: str,
+                                                                        monkeypatch) -> None:
+    """An open /events stream asks every RECHECK_SECONDS whether its reader may still see it: once
+    the key that opened it is revoked, the next event is not delivered and the stream ends."""
+    from signoff.api import sse
+
+    monkeypatch.setattr(sse, "RECHECK_SECONDS", 0.0)
+    user_id, _ = api.users["alice"]
+    key = await api.store.create_api_key(user_id)
+    job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"], flow_version=1,
+                                               user_id=user_id, request={"input_value": "q"}))
+    async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
+        async with c.stream("GET", f"/api/v2/workflows/{job.job_id}/events") as stream:
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            await api.store.append_event(job.job_id, "progress", {"n": 1})
+            assert (await read_frame(lines))["seq"] == 1  # allowed: delivered
+            assert await api.store.revoke_api_key(key)
+            await api.store.append_event(job.job_id, "progress", {"n": 2, "secret": "after revocation"})
+            assert await asyncio.wait_for(read_frame(lines), 10) is None  # closed, the event not sent
+    await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the stream to give its place back")

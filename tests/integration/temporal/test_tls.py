@@ -70,7 +70,15 @@ def test_settings_refuse_half_a_client_certificate_and_missing_files(tmp_path) -
     with pytest.raises(ValueError, match="no such file"):
         Settings(temporal_tls_ca=tmp_path / "missing.pem")
     assert Settings(temporal_api_key="k").temporal_tls_enabled  # Temporal Cloud's key implies TLS
+    assert Settings(temporal_tls_server_name="temporal.internal").temporal_tls_enabled  # a name to check: TLS
     assert not Settings().temporal_tls_enabled
+
+
+def test_a_bad_setting_never_echoes_the_other_settings_values(tmp_path) -> None:
+    with pytest.raises(ValueError) as bad:
+        Settings(temporal_tls_cert=tmp_path / "c.pem", temporal_api_key="tcld-secret-key",
+                 database_url="postgresql://u:db-password@h/db")
+    assert "tcld-secret-key" not in str(bad.value) and "db-password" not in str(bad.value)
 
 
 async def test_temporal_setup_over_tls_checks_the_search_attributes(tmp_path, temporal_server, temporal_client):
