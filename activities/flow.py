@@ -141,7 +141,10 @@ class FlowActivities:
             return ResumeRunOutput(claimed=False)
         try:
             job = await self._job(inp.job_id)
-            if job.status.terminal:  # a retry: our first attempt ran to the end
+            if job.status.terminal:  # a retry: our first attempt ran to the end (it may have died
+                # before it recorded who took part)
+                person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
+                await self.store.add_participants(job.job_id, _took_part(person, inp))
                 return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
                     step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
             person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
@@ -155,8 +158,7 @@ class FlowActivities:
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
                             via=(sent or {}).get("via"))
             # whoever decided (and voted, for a quorum) keeps the run in their history and sight
-            await self.store.add_participants(job.job_id, [*([person.id] if person else []),
-                                                           *(v.user for v in inp.votes), *([inp.vote.user] if inp.vote else [])])
+            await self.store.add_participants(job.job_id, _took_part(person, inp))
             deliveries = await self._decision_deliveries(job, applied, vote=inp.vote is not None)
             step, built = inp.step, []
             # Layers built here happen after the decision, in real time: a pause reached here is
@@ -274,7 +276,8 @@ class FlowActivities:
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
-                await self.store.add_participants(job.job_id, [person.id])
+            # also on a retry that found its vote (the first attempt may have died before this)
+            await self.store.add_participants(job.job_id, [person.id])
             return RecordVoteOutput(vote=mine, deliveries=await self._deliveries(
                 job, "human_input_vote", inp.request_id, job.pending))
         except SignoffError as err:
@@ -501,6 +504,11 @@ class FlowActivities:
         await self.store.stamp_card(applied.request_id, applied.action_id)
         await self.store.clear_pending(job.job_id)
         return new, graph, applied
+
+
+def _took_part(person: Any, inp: ResumeRunInput) -> list[str]:
+    """Who took part in a decision: the decider and every voter of its quorum."""
+    return [*([person.id] if person else []), *(v.user for v in inp.votes), *([inp.vote.user] if inp.vote else [])]
 
 
 def _vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, Any]:

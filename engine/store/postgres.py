@@ -126,6 +126,8 @@ class PostgresStore(SQLStore):
         "ts": "TIMESTAMPTZ",
         "blob": "BYTEA",
         "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "event_voter": "(data->>'user')",  # an event's data fields, read by a migration
+        "event_decider": "(data->>'decided_by')",
     }
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 5.0) -> None:

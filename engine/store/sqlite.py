@@ -140,6 +140,8 @@ class SQLiteStore(SQLStore):
         "ts": "TEXT",
         "blob": "BLOB",
         "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "event_voter": "json_extract(data, '$.user')",  # an event's data fields, read by a migration
+        "event_decider": "json_extract(data, '$.decided_by')",
     }
 
     def __init__(

@@ -188,3 +188,33 @@ async def test_schema_5_database_gains_groups_approvers_and_webhooks_keeping_its
         assert (await new.get_job(job_id)).status == JobStatus.suspended  # jobs are the caller's
     finally:
         await new.close()
+
+
+async def test_schema_6_database_learns_who_took_part_from_the_events_of_its_runs(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 7 records who voted on or decided each run; the runs decided before it are read
+    from their events, so an approver's history and sight of them survive the upgrade."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:6])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    owner, voter, decider, bystander = [await new_user(old) for _ in range(4)]
+    voted, decided = await new_job(old, owner.id), await new_job(old, owner.id)
+    await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"})
+    await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"},
+                           dedupe_key="again")  # twice: one row
+    await old.append_event(decided, "human_input_decision", {"request_id": "gate", "action_id": "approve",
+                                                             "decided_by": decider.id})
+    await old.append_event(decided, "human_input_decision", {"request_id": "later", "decided_by": None})  # the clock
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        assert await new.took_part(voted, voter.id) and await new.took_part(decided, decider.id)
+        assert not await new.took_part(voted, decider.id) and not await new.took_part(decided, bystander.id)
+        assert [j.job_id for j in await new.participated_jobs(voter.id)] == [voted]
+        assert [j.job_id for j in await new.participated_jobs(decider.id)] == [decided]
+    finally:
+        await new.close()
