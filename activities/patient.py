@@ -8,9 +8,12 @@ layer makes *after* its side effects (the HTTP call it sent, the model it paid f
 database instead of failing the activity, whose retry would send that call again.
 
 Only unavailability is waited out: any other store error (a conflict, a bad value) is raised at
-once, as before. A call is sent again only when the database said it could not take it; a
-connection cut after a commit was sent leaves the outcome unknown, which the store's writes are
-made for (conditional updates, upserts, events with dedupe keys: docs/store.md).
+once, as before. A call is sent again when the database could not take it *or* the connection was
+cut under it; in the second case a write may have committed before the cut, so what is sent again
+must be safe to send twice, as the activities' writes are (conditional updates, upserts, events
+with dedupe keys, claims under a token: docs/store.md); an event appended without a dedupe key
+(progress notes) may then show twice in the log, still gap-free. One attempt never outlasts what
+is left of the wait: a call hanging on a connection that went quiet ends as unavailable.
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ class PatientStore(StoreProxy):
             while True:
                 try:
                     coro = getattr(self._store, name)(*args, **kwargs)
-                    result = await (_heartbeating(coro, name) if beats else coro)
+                    left = max(0.1, deadline - time.monotonic())
+                    try:
+                        result = await asyncio.wait_for(_heartbeating(coro, name) if beats else coro,
+                                                        None if left == float("inf") else left)
+                    except asyncio.TimeoutError:
+                        raise StoreUnavailable(f"the database did not answer {name} in time") from None
                 except StoreUnavailable as err:
                     if time.monotonic() + delay >= deadline:
                         raise
