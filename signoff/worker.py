@@ -21,6 +21,13 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.workflows.flow_run import FlowRun
 
+# What the worker's sandbox shares with the process instead of importing again for each run:
+# the engine and pydantic (the workflow's types), and the workflow module itself.
+WORKER_SANDBOX = SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows", "pydantic")
+# The tests' strict sandbox: the workflow module imported afresh per run, as Temporal's default.
+STRICT_SANDBOX = SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types",
+                                                                      "pydantic")
+
 log = logging.getLogger("signoff.worker")
 
 
@@ -50,9 +57,11 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[FlowRun],
         activities=acts,
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")
-        ),
+        # The workflow module is passed through too: the sandbox re-imported (and, without a
+        # bytecode cache, compiled) workflows/flow_run.py for every new run, ~25 % of the
+        # process's CPU per run (docs/temporal.md, "The workflow sandbox"). The replay tests
+        # still run it in the strict sandbox, which catches a non-deterministic call in it.
+        workflow_runner=SandboxedWorkflowRunner(restrictions=WORKER_SANDBOX),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
         max_cached_workflows=worker_kwargs.pop("max_cached_workflows", settings.max_cached_workflows),

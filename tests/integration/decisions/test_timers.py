@@ -23,7 +23,9 @@ import pytest
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from signoff.worker import STRICT_SANDBOX
 
 from signoff.engine.models import JobStatus
 from signoff.service import RunService
@@ -358,8 +360,7 @@ async def test_the_timer_paths_replay(world):
 
     replayer = Replayer(
         workflows=[FlowRun], data_converter=pydantic_data_converter,
-        workflow_runner=SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "signoff.engine", "signoff.workflows.types", "pydantic")))
+        workflow_runner=SandboxedWorkflowRunner(restrictions=STRICT_SANDBOX))
     for path, job_id in ids.items():
         handle = h.service.client.get_workflow_handle(job_id)
         assert (await handle.result())["status"] == ends[path]

@@ -18,7 +18,9 @@ from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from signoff.worker import STRICT_SANDBOX
 
 from signoff.engine.models import Decision, JobStatus
 from signoff.service import RunService
@@ -91,7 +93,7 @@ def replayer(workflows=(FlowRun,)) -> Replayer:
         workflows=list(workflows),
         data_converter=pydantic_data_converter,
         workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")
+            restrictions=STRICT_SANDBOX
         ),
     )
 

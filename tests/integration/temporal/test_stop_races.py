@@ -17,10 +17,10 @@ from signoff.activities.flow import FlowActivities
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import Decision, JobStatus, NewJob
 from signoff.service import RunService
-from signoff.worker import build_worker
+from signoff.worker import STRICT_SANDBOX, build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from signoff.workflows.flow_run import SA_STATUS, FlowRun
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
@@ -30,7 +30,7 @@ from tests.fixtures.world import BACKENDS
 
 def replayer() -> Replayer:
     return Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("signoff.engine", "signoff.workflows.types", "pydantic")))
+        restrictions=STRICT_SANDBOX))
 
 
 async def queued_without_workflow(store, user, flow) -> str:
