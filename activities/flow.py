@@ -128,6 +128,16 @@ class FlowActivities:
         after the decision is returned and the workflow builds that layer with ``run_layer``
         (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
         applied; the workflow then rolls the claim back."""
+        # who sent it is read from Temporal's history while the store is asked the rest
+        sending = None if inp.timed_out else asyncio.ensure_future(sender(inp.job_id, inp))
+        try:
+            return await self._resume_run(inp, sending)
+        finally:
+            if sending is not None and not sending.done():
+                sending.cancel()
+
+    async def _resume_run(self, inp: ResumeRunInput, sending: asyncio.Future[dict[str, Any]] | None
+                          ) -> ResumeRunOutput:
         try:
             job = await self._job(inp.job_id)
             if not inp.timed_out:  # the deadline decides for nobody
@@ -148,7 +158,7 @@ class FlowActivities:
                 return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
                     step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
             person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
-            sent = None if inp.timed_out else await sender(job.job_id, inp)
+            sent = None if sending is None else await sending
             state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
                                                       person.id if person else None, inp.state, dedupe=inp.token,
                                                       votes=inp.votes, timed_out=inp.timed_out, sent=sent,

@@ -20,11 +20,14 @@ import logging
 from typing import Any
 
 from temporalio import activity
-from temporalio.api.common.v1 import Payloads
+from temporalio.api.common.v1 import Payloads, WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 
 from signoff.activities.types import RecordVoteInput, ResumeRunInput
 
 log = logging.getLogger("signoff.activities")
+
+_PAGE = 50  # events per page of the history read newest first
 
 
 async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str, Any]:
@@ -40,20 +43,29 @@ async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str
 
 async def client_identity(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> str | None:
     """The identity Temporal recorded with the Update ``inp.update_id``; without an Update id (a
-    Signal), with the last Signal carrying this decision."""
-    handle = activity.client().get_workflow_handle(job_id, run_id=activity.info().workflow_run_id)
-    found: str | None = None
-    async for event in handle.fetch_history_events():
-        if inp.update_id is not None:
-            if event.HasField("workflow_execution_update_accepted_event_attributes"):
-                meta = event.workflow_execution_update_accepted_event_attributes.accepted_request.meta
-                if meta.update_id == inp.update_id:
-                    return meta.identity or None
-        elif event.HasField("workflow_execution_signaled_event_attributes"):
-            signal = event.workflow_execution_signaled_event_attributes
-            if _same_decision(signal.input, inp):  # the run's one Signal is ``resume``
-                found = signal.identity or None
-    return found
+    Signal), with the last Signal carrying this decision. The history is read newest first: the
+    Update that scheduled this activity was accepted a few events ago, so one short page finds
+    it however long the run's history has grown."""
+    client = activity.client()
+    info = activity.info()
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace, execution=WorkflowExecution(workflow_id=job_id, run_id=info.workflow_run_id),
+        maximum_page_size=_PAGE)
+    while True:
+        page = await client.workflow_service.get_workflow_execution_history_reverse(request)
+        for event in page.history.events:
+            if inp.update_id is not None:
+                if event.HasField("workflow_execution_update_accepted_event_attributes"):
+                    meta = event.workflow_execution_update_accepted_event_attributes.accepted_request.meta
+                    if meta.update_id == inp.update_id:
+                        return meta.identity or None
+            elif event.HasField("workflow_execution_signaled_event_attributes"):
+                signal = event.workflow_execution_signaled_event_attributes
+                if _same_decision(signal.input, inp):  # the run's one Signal is ``resume``
+                    return signal.identity or None
+        if not page.next_page_token:
+            return None
+        request.next_page_token = page.next_page_token
 
 
 def _same_decision(payloads: Payloads, inp: ResumeRunInput | RecordVoteInput) -> bool:
