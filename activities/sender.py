@@ -38,7 +38,10 @@ async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str
     except Exception as err:  # noqa: BLE001 - the record is an aid; the decision goes on without it
         log.warning("the Temporal client identity of a decision on %s could not be read: %r", job_id, err)
         identity = None
-    return {"via": via, "client_identity": identity}
+    sent: dict[str, Any] = {"via": via, "client_identity": identity}
+    if inp.update_id is not None:
+        sent["update_id"] = inp.update_id  # the Update that carried it (its sender sees it applied)
+    return sent
 
 
 async def client_identity(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> str | None:

@@ -18,7 +18,7 @@ from signoff.engine.errors import InvalidDecision, NotResumable
 from signoff.engine.models import Decision, JobStatus
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say
-from tests.helpers import event_names, wait_status
+from tests.helpers import event_names, eventually, wait_status
 from signoff.workflows.types import ResumeInput
 
 REPO = Path(__file__).resolve().parents[3]
@@ -61,7 +61,10 @@ async def test_tool_approval_through_the_update_completes(worker, service, store
     assert job.pending.request_id == f"agent:{job.run_id}:1"
     assert job.pending.tool["name"] == "refund" and job.pending.tool["args"] == {"body": "5 EUR"}
     assert fake_openai.count == 1 and tool_target.hits == []
-    pending = await service.client.get_workflow_handle(job.job_id).query("pending")
+    # the store shows the pause as the layer's activity persists it; the workflow knows it once it
+    # has taken that activity's result, a workflow task later
+    handle = service.client.get_workflow_handle(job.job_id)
+    pending = await eventually(lambda: handle.query("pending"), what="the workflow to know its pause")
     assert pending["request_id"] == job.pending.request_id and pending["tool"]["args"] == {"body": "5 EUR"}
 
     await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))

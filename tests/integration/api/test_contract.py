@@ -21,7 +21,8 @@ PENDING_KEYS = {"request_id", "kind", "prompt", "options", "allowed_decisions", 
                 "paused_at"}
 LISTED_KEYS = {"job_id", "flow_id", "session_id", "created_at", "request_id", "kind", "prompt", "options",
                "allowed_decisions"}
-DECISION_KEYS = {"request_id", "action_id", "values", "decided_by", "decided_at", "via", "client_identity"}
+DECISION_KEYS = {"request_id", "action_id", "values", "decided_by", "decided_at", "via", "client_identity",
+                 "update_id"}  # the Update that carried it (a Signal's decision has none)
 
 
 def detail(r: httpx.Response, status: int, code: str, job_id: str | None = None) -> dict[str, Any]:
