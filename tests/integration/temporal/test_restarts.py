@@ -6,10 +6,6 @@ requests to a local server)."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest_asyncio
 
@@ -19,10 +15,7 @@ from signoff.devserver import DevServer, free_port
 from signoff.service import RunService, with_converter
 from signoff.worker import build_worker
 
-from tests.helpers import eventually, wait_status
-
-ROOT = Path(__file__).resolve().parents[3]
-
+from tests.helpers import Proc, eventually, wait_status
 
 def counted_gate_flow(url: str) -> dict:
     return {
@@ -41,41 +34,24 @@ def counted_gate_flow(url: str) -> dict:
     }
 
 
-class WorkerProcess:
-    def __init__(self, settings: Settings, log: Path) -> None:
-        env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
-               "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow, "SIGNOFF_TASK_QUEUE": settings.task_queue,
-               "SIGNOFF_HOME": str(settings.home)}
-        self.log = open(log, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "signoff.cli", "worker"], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def terminate(self) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        code = self.proc.wait(30)
-        self.log.close()
-        return code
+def worker_env(settings: Settings) -> dict[str, str]:
+    return {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": settings.effective_temporal_address,
+            "SIGNOFF_DATABASE_URL": settings.resolved_database_url, "SIGNOFF_EGRESS_ALLOW": settings.egress_allow,
+            "SIGNOFF_TASK_QUEUE": settings.task_queue, "SIGNOFF_HOME": str(settings.home)}
 
 
 @pytest_asyncio.fixture
 async def workers(settings, tmp_path):
-    started: list[WorkerProcess] = []
+    started: list[Proc] = []
 
-    def start() -> WorkerProcess:
-        w = WorkerProcess(settings, tmp_path / f"worker{len(started)}.log")
+    def start() -> Proc:
+        w = Proc(["worker"], worker_env(settings), tmp_path / f"worker{len(started)}.log")
         started.append(w)
         return w
 
     yield start
     for w in started:
-        w.kill()
-        w.log.close()
+        w.close()
 
 
 async def test_worker_killed_while_suspended(workers, service, store, user, make_flow, http_counter):
