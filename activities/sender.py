@@ -40,7 +40,7 @@ async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str
         identity = None
     sent: dict[str, Any] = {"via": via, "client_identity": identity}
     if inp.update_id is not None:
-        sent["update_id"] = inp.update_id  # the Update that carried it (its sender sees it applied)
+        sent["update_id"] = inp.update_id  # the Update that carried it
     return sent
 
 

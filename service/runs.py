@@ -46,12 +46,12 @@ class RunService:
         self.settings = settings
         self.store = store
         self.public_owner = public_owner  # the owner of SIGNOFF_FLOWS_DIR's flows (everyone runs them)
-        # the process's one tail of the store's events, for everything that follows a run live
-        self.feed = EventFeed(store, max_per_user=settings.max_streams_per_user)
-        self.temporal = TemporalBackend(settings, store, client, feed=self.feed)
+        self.temporal = TemporalBackend(settings, store, client)
         self.inline = InlineBackend(store, settings)  # sync runs of gate-less flows (docs/inline.md)
         self.backends: dict[str, RunBackend] = {b.name: b for b in (self.temporal, self.inline)}
         self.access = Access(store)
+        # the process's one tail of the store's events, for everything that follows a run live
+        self.feed = EventFeed(store, max_per_user=settings.max_streams_per_user)
         self._releasing: set[asyncio.Task[None]] = set()  # workflows to cancel once Temporal is back
         sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
 

@@ -6,7 +6,6 @@ claim as any other caller, so the API, the CLI and the Web UI can never apply tw
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import uuid
@@ -40,7 +39,6 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import run_context
 from signoff.service.backend import Resumed, RunBackend, poll_job
-from signoff.service.feed import EventFeed
 from signoff.workflows.types import (
     RESUME,
     SA_FLOW,
@@ -166,13 +164,10 @@ class TemporalBackend(RunBackend):
     # the id policies and an existing workflow's error are the same either way.
     eager_start: ClassVar[bool] = True
 
-    def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client, *,
-                 feed: EventFeed | None = None) -> None:
+    def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client) -> None:
         self.settings = settings
         self.store = store
         self.client = with_converter(client)
-        self.feed = feed  # where a resume sees its decision applied before the Update answers
-        self._answered: set[asyncio.Task[Any]] = set()  # Updates answered from the store, still open
 
     # ---- start -------------------------------------------------------------------------------
 
@@ -228,69 +223,8 @@ class TemporalBackend(RunBackend):
     # ---- decisions ---------------------------------------------------------------------------
 
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
-        """Send the decision as the ``resume`` Update and answer with where the run is after it.
-
-        The answer comes from whichever says so first: the Update's result, or the store showing
-        this Update's decision applied (its ``human_input_decision`` event names the Update) and
-        the run settled after it (ended, or waiting on its next request). The decision's activity
-        writes both before it returns, and the Update answers only once the workflow task after
-        it has run (~15 ms here), so the store usually says it first; the answer is the same. A
-        vote, a refusal, a run that goes on building, a store that is slow to tell: the Update's
-        own answer, as before."""
         handle = self.client.get_workflow_handle(job.job_id)
         update_id = f"resume-{uuid.uuid4()}"
-        if self.feed is None:
-            return await self._send_update(handle, job, request_id, decision, decided_by, update_id)
-        # what the log held before the decision: its event comes after
-        seen = await self.store.read_events(job.job_id)
-        after_seq = seen[-1].seq if seen else 0
-        sending = asyncio.ensure_future(self._send_update(handle, job, request_id, decision, decided_by, update_id))
-        settling = asyncio.ensure_future(self._settled(job.job_id, request_id, update_id, after_seq))
-        try:
-            await asyncio.wait({sending, settling}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            sending.cancel()
-            raise
-        finally:
-            if not settling.done():
-                settling.cancel()
-        if sending.done() or settling.cancelled() or settling.exception() is not None or settling.result() is None:
-            return await sending
-        # answered from the store: the Update's own answer still comes; a late failure is logged
-        self._answered.add(sending)
-        sending.add_done_callback(self._late_answer)
-        return Resumed(settling.result())
-
-    def _late_answer(self, task: asyncio.Task[Any]) -> None:
-        self._answered.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("a decision answered from the store failed afterwards: %r", task.exception())
-
-    async def _settled(self, job_id: str, request_id: str, update_id: str, after_seq: int) -> Job | None:
-        """The job once the store shows ``update_id``'s decision applied and the run settled
-        after it (ended, or waiting on another request); None if it is not this Update's."""
-        assert self.feed is not None
-        applied = False
-        async with self.feed.follow(job_id) as follower:
-            while True:
-                if not applied:
-                    for ev in await self.store.read_events(job_id, after_seq=after_seq):
-                        after_seq = ev.seq
-                        if ev.event == "human_input_decision" and ev.data.get("request_id") == request_id:
-                            if ev.data.get("update_id") != update_id:
-                                return None  # another decision won: the Update says so
-                            applied = True
-                if applied:
-                    job = await self.store.get_job(job_id)
-                    if job is None:
-                        return None
-                    if job.status.terminal or (job.status == JobStatus.suspended and job.pending is not None
-                                               and job.pending.request_id != request_id):
-                        return job
-                await follower.wait(1.0)
-
-    async def _send_update(self, handle: temporalio.client.WorkflowHandle, job: Job, request_id: str,
-                           decision: Decision, decided_by: str, update_id: str) -> Resumed:
         try:
             with run_context(job.run_id):  # the Update's spans join the run's trace
                 result: ResumeResult = await handle.execute_update(

@@ -390,32 +390,18 @@ class FlowRun:
 
     @resume.validator
     def _validate_resume(self, inp: ResumeInput) -> None:
-        if self._for_the_next_gate(inp):
-            return  # checked once the decision under way has settled (_decide)
         try:
             self._check(inp)
         except SignoffError as err:
             raise refusal(err) from None
 
-    def _for_the_next_gate(self, inp: ResumeInput) -> bool:
-        """A decision for another request than the one being decided: the decision under way may
-        be taking the run to it (resume_run persists the next pause, so the store shows it
-        waiting before this workflow has the activity's result), so it is held until that
-        decision has settled, then checked, rather than refused. Only an Update is held (the
-        Signal path refuses as it always did, so recorded histories replay as they were)."""
-        return (self._applying or self._applied) and self._pending is not None \
-            and inp.request_id != self._pending.request_id
-
     async def _decide(self, inp: ResumeInput) -> ResumeResult:
         """One decision at a time (the votes of a quorum queue here, in the order they came):
         checked again now that the ones before it have settled, then one vote more, or the
         decision applied."""
-        held = self._for_the_next_gate(inp)  # as the validator saw it (nothing has yielded yet)
         if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
             await workflow.wait_condition(lambda: not self._layer_running)
         async with self._lock:
-            if held:  # until the run has taken the decision before it (and so knows its next pause)
-                await workflow.wait_condition(lambda: not self._applying and not self._applied)
             try:
                 self._check(inp)
             except SignoffError as err:

@@ -221,14 +221,15 @@ MIGRATIONS: list[list[str]] = [
             created_at {ts} NOT NULL,
             PRIMARY KEY (user_id, job_id))""",
         "CREATE INDEX job_participants_job ON job_participants (job_id)",
-        # who voted on or decided runs before this table: read once from their events
+        # who voted on or decided runs before this table: read once from their events, only where
+        # the name is a user's id (earlier versions recorded what a Temporal caller sent as it was)
         """INSERT INTO job_participants (user_id, job_id, created_at)
-            SELECT who, job_id, MIN(at) FROM (
+            SELECT took.who, took.job_id, MIN(took.at) FROM (
                 SELECT {event_voter} AS who, job_id, created_at AS at FROM events WHERE event = 'human_input_vote'
                 UNION ALL
                 SELECT {event_decider} AS who, job_id, created_at AS at FROM events
                     WHERE event = 'human_input_decision'
-            ) AS took WHERE who IS NOT NULL AND who <> '' GROUP BY who, job_id""",
+            ) AS took JOIN users ON users.id = took.who GROUP BY took.who, took.job_id""",
         # the workflows of runs the service ended that are still to cancel (an outbox: a process
         # that dies between the end and the cancel leaves the row for the sweep)
         """CREATE TABLE workflow_releases (

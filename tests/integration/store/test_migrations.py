@@ -206,6 +206,9 @@ async def test_schema_6_database_learns_who_took_part_from_the_events_of_its_run
     await old.append_event(decided, "human_input_decision", {"request_id": "gate", "action_id": "approve",
                                                              "decided_by": decider.id})
     await old.append_event(decided, "human_input_decision", {"request_id": "later", "decided_by": None})  # the clock
+    # what earlier versions recorded as a Temporal caller sent it: no user's id, or far too long
+    await old.append_event(voted, "human_input_decision", {"request_id": "x", "decided_by": "nobody-" + "z" * 9000})
+    await old.append_event(voted, "human_input_vote", {"request_id": "x", "user": {"not": "an id"}})
     await old.close()
     monkeypatch.undo()
 
@@ -214,6 +217,7 @@ async def test_schema_6_database_learns_who_took_part_from_the_events_of_its_run
         await new.setup()
         assert await new.took_part(voted, voter.id) and await new.took_part(decided, decider.id)
         assert not await new.took_part(voted, decider.id) and not await new.took_part(decided, bystander.id)
+        assert not await new.took_part(voted, "nobody-" + "z" * 9000)  # only users' ids are taken
         assert [j.job_id for j in await new.participated_jobs(voter.id)] == [voted]
         assert [j.job_id for j in await new.participated_jobs(decider.id)] == [decided]
     finally:
