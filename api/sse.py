@@ -84,8 +84,8 @@ async def while_allowed(stream: AsyncIterator[bytes], allowed: Callable[[], Awai
     """``stream``'s frames while ``allowed()`` says the one who opened it may still see them,
     asked every ``every`` seconds (RECHECK_SECONDS) between frames: a stream sends at least a
     keep-alive every 15 s, so one whose key was revoked, whose page session ended or whose share
-    was taken back closes within that. A store that is away cannot say: the stream goes on and
-    asks again next time."""
+    was taken back closes within that. A check that cannot say (the store away, an error) lets
+    the stream go on and asks again next time."""
     clock = asyncio.get_running_loop().time
     checked = clock()
     try:
@@ -95,6 +95,9 @@ async def while_allowed(stream: AsyncIterator[bytes], allowed: Callable[[], Awai
                 try:
                     still = await allowed()
                 except StoreUnavailable:
+                    still = True
+                except Exception:  # noqa: BLE001 - cannot tell now: ask again next time
+                    log.warning("a live stream's access check failed; asked again later", exc_info=True)
                     still = True
                 if not still:
                     log.info("a live stream closed: its reader may no longer see it")

@@ -276,6 +276,7 @@ async def request_stream(store: Store, feed: EventFeed, job_id: str, request_id:
                 waiting_seen = waiting
                 yield sse("change", {"status": job.status.value})
                 sent = clock()
-            if not await follower.wait(safety) and clock() - sent >= keepalive:
+            await follower.wait(safety)
+            if clock() - sent >= keepalive:  # also while events come that change nothing here
                 yield KEEPALIVE
                 sent = clock()
