@@ -29,6 +29,7 @@ SCRIPT = textwrap.dedent('''
         home = tempfile.mkdtemp()
         for round in range(10):
             store = SQLiteStore(os.path.join(home, f"s{round}.db"), readers=4)
+            await store.setup()  # as every process does first (the file in WAL mode before any reader)
             cancelled = [asyncio.create_task(read(store)) for _ in range(4)]
             await asyncio.sleep(0.005)
             for task in cancelled:
