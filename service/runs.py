@@ -102,9 +102,11 @@ class RunService:
         )
         job, created = await self.store.create_job(new)
         if not created:
+            # the first submit may have died after the insert: the retry with its idempotency key
+            # finishes what it began, the supersede (runs older than it: none is left for a
+            # submit that got that far) and the start (idempotent)
+            await self.supersede(job, older_only=True)
             if job.status == JobStatus.queued:
-                # the first submit may have died between the insert and the start: the retry
-                # with its idempotency key finishes the job (starting is idempotent)
                 await self.backend_of(job).start(job, flow)
             return job, False
         await self.supersede(job)
@@ -125,12 +127,14 @@ class RunService:
                                 "where one goes, or name a secret", flow_id=flow.id)
         parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes)
 
-    async def supersede(self, job: Job) -> list[str]:
+    async def supersede(self, job: Job, *, older_only: bool = False) -> list[str]:
         """Cancel this user's suspended runs of this flow in the same effective session (never
-        others). Only the winner of each cancel claim writes; returns the job ids cancelled."""
+        others); ``older_only``: only those submitted before ``job`` (finishing a submit that
+        died, which must not cancel a run submitted after it). Only the winner of each cancel
+        claim writes; returns the job ids cancelled."""
         cancelled: list[str] = []
         for old in await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session):
-            if old.job_id == job.job_id:
+            if old.job_id == job.job_id or (older_only and old.created_at >= job.created_at):
                 continue
             if await self._end_suspended(old, RunEnd(JobStatus.cancelled, reason="superseded",
                                                      superseded_by=job.job_id)):
@@ -306,15 +310,26 @@ class RunService:
     # ---- recovery ----------------------------------------------------------------------------
 
     async def start_unstarted(self, *, older_than: float | None = None) -> list[str]:
-        """Start the workflow of runs left ``queued`` by a submit that died (TemporalBackend)."""
-        return await self.temporal.recover(older_than=older_than)
+        """Start the workflow of runs left ``queued`` by a submit that died (TemporalBackend),
+        and finish that submit's supersede."""
+        started = await self.temporal.recover(older_than=older_than)
+        await self._finish_supersedes(started)
+        return started
+
+    async def _finish_supersedes(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            job = await self.store.get_job(job_id)
+            if job is not None:
+                await self.supersede(job, older_only=True)
 
     async def recover(self) -> None:
         """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
         dead process end as ``failed``, runs left without their workflow get it), and
         checkpoints past ``checkpoint_ttl_seconds`` are deleted."""
         for backend in self.backends.values():
-            await backend.recover()
+            started = await backend.recover()
+            if backend is self.temporal and started:
+                await self._finish_supersedes(started)  # their submits died, maybe before superseding
         await self.release_due()
         await self.store.delete_expired_checkpoints(utcnow())
 

@@ -208,3 +208,33 @@ async def test_large_output_travels_by_reference(worker, service, store, user, m
 async def _last_event_is(store, job_id: str, name: str) -> bool:
     names = await event_names(store, job_id)
     return bool(names) and names[-1] == name
+
+
+async def test_a_submit_that_died_before_superseding_is_finished_by_its_retry_or_the_sweep(
+        worker, service, store, user, make_flow):
+    """The API was SIGKILLed between the job's insert and the supersede (the soak met it): the
+    client's retry with the same idempotency key, or else the sweep that starts the queued run,
+    supersedes the session's older suspended run; a run submitted after it is left alone."""
+    from signoff.engine.models import NewJob
+
+    flow = await make_flow()
+    for finish in ("retry", "sweep"):
+        older = await service.wait_for_pause_or_end((await submit(service, user, flow, session_id=finish)).job_id, 30)
+        # what the dead submit left: its job, queued, nothing superseded, nothing started
+        key = f"died-{finish}-{uuid.uuid4()}"
+        left, _ = await store.create_job(NewJob(
+            job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id, session_id=finish,
+            request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "session_id": finish,
+                     "runner": "temporal"}, idempotency_key=key))
+        assert (await store.get_job(older.job_id)).status == JobStatus.suspended
+        if finish == "retry":
+            again, created = await service.submit(user, flow, input_value="refund 42", session_id=finish, tweaks=None,
+                                                  idempotency_key=key, mode="background")
+            assert not created and again.job_id == left.job_id
+        else:
+            assert left.job_id in await service.start_unstarted(older_than=0)
+        assert (await store.get_job(older.job_id)).status == JobStatus.cancelled
+        last = (await store.read_events(older.job_id))[-1]
+        assert last.data == {"reason": "superseded", "superseded_by": left.job_id}
+        newer = await service.wait_for_pause_or_end(left.job_id, 30)  # it runs, to its own pause
+        assert newer.status == JobStatus.suspended
