@@ -151,13 +151,12 @@ class FlowActivities:
             return ResumeRunOutput(claimed=False)
         try:
             job = await self._job(inp.job_id)
+            person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
             if job.status.terminal:  # a retry: our first attempt ran to the end (it may have died
                 # before it recorded who took part)
-                person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
                 await self.store.add_participants(job.job_id, _took_part(person, inp))
                 return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
                     step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
-            person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
             sent = None if sending is None else await sending
             state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
                                                       person.id if person else None, inp.state, dedupe=inp.token,

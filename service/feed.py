@@ -139,16 +139,12 @@ class EventFeed:
         if user_id is None:
             yield
             return
-        held = self._held.get(user_id)
-        if held:
-            held.popleft()
-            if not held:
-                del self._held[user_id]
-        else:
-            self.check(user_id)
-            self._held[user_id].popleft()
-            if not self._held[user_id]:
-                del self._held[user_id]
+        if not self._held.get(user_id):
+            self.check(user_id)  # none held for it: hold one now (or TooManyStreams)
+        held = self._held[user_id]
+        held.popleft()
+        if not held:
+            del self._held[user_id]
         self._per_user[user_id] = self._per_user.get(user_id, 0) + 1
         try:
             yield

@@ -195,13 +195,19 @@ async def test_sse_tails_a_running_job_over_real_http(api: Harness, live: str) -
         blocking.close()
 
 
+async def queued_job(api: Harness, user_id: str):
+    """A job row with no workflow: it stays ``queued``, and its stream tails it."""
+    job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"], flow_version=1,
+                                               user_id=user_id, request={"input_value": "q"}))
+    return job
+
+
 async def test_sse_tails_a_queued_job_over_real_http(api: Harness, live: str) -> None:
     """A job still `queued` (no worker has taken it: here a job row with no workflow) is tailed
     too: frames appended by another writer arrive as they are written, and the stream ends with
     the terminal event."""
     user_id, key = api.users["alice"]
-    job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"], flow_version=1,
-                                               user_id=user_id, request={"input_value": "q"}))
+    job = await queued_job(api, user_id)
     async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
         async with c.stream("GET", f"/api/v2/workflows/{job.job_id}/events") as stream:
             assert stream.status_code == 200
@@ -225,9 +231,7 @@ async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_ow
     user_id, key = api.users["alice"]
     jobs = []
     for _ in range(30):
-        job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"],
-                                                   flow_version=1, user_id=user_id, request={"input_value": "q"}))
-        jobs.append(job.job_id)
+        jobs.append((await queued_job(api, user_id)).job_id)
     reads: dict[str, int] = {}
     real_read, real_get = api.store.read_events, api.store.get_job
 
@@ -273,8 +277,7 @@ async def test_a_stream_whose_key_is_revoked_closes_before_its_next_event(api: H
     monkeypatch.setattr(sse, "RECHECK_SECONDS", 0.0)
     user_id, _ = api.users["alice"]
     key = await api.store.create_api_key(user_id)
-    job, _ = await api.store.create_job(NewJob(job_id=str(uuid.uuid4()), flow_id=api.flows["refund"], flow_version=1,
-                                               user_id=user_id, request={"input_value": "q"}))
+    job = await queued_job(api, user_id)
     async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
         async with c.stream("GET", f"/api/v2/workflows/{job.job_id}/events") as stream:
             assert stream.status_code == 200
