@@ -52,7 +52,7 @@ from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
 from signoff.engine.spec import apply_tweaks, load_flow
 from signoff.engine.state import RunState, new_run_state
-from signoff.engine.store.base import Store
+from signoff.engine.store.base import Store, StoreError
 
 _GRAPH_CACHE_SIZE = 256
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
@@ -93,6 +93,13 @@ class FlowActivities:
             graph = self.graph(state)
             ids = plan_next(graph, state)
             step, built = inp.step + 1, list(ids)
+            if ids and inp.state is not None and not all(graph.vertices[v].component_class.instant for v in ids):
+                # a layer that dials out, calls a model or runs a flow: not for a run that was
+                # stopped meanwhile (the stop ends the job first, then cancels the workflow,
+                # which may already have scheduled this layer)
+                job = await self._job(inp.job_id)
+                if job.status.terminal:
+                    return RunLayerOutput(step=inp.step, state=inp.state, cancelled=True, status=job.status.value)
             if ids:
                 async with _heartbeating():
                     state = await self._build_layer(graph, state, ids, lambda: inp.now)
@@ -148,7 +155,13 @@ class FlowActivities:
             raise to_failure(err) from None
         token = await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
         if token is None:
-            return ResumeRunOutput(claimed=False)
+            # Lost the claim, or an earlier attempt of this very decision won it, applied it and
+            # reached the run's next pause (which clears the claim) before its result was lost
+            # (its worker died, or its workflow task failed: a local activity runs again).
+            try:
+                return await self._applied_before(inp) or ResumeRunOutput(claimed=False)
+            except SignoffError as err:
+                raise to_failure(err) from None
         try:
             job = await self._job(inp.job_id)
             person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
@@ -181,6 +194,36 @@ class FlowActivities:
         except SignoffError as err:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out, deliveries=deliveries)
+
+    async def _applied_before(self, inp: ResumeRunInput) -> ResumeRunOutput | None:
+        """Where the run is, when an earlier attempt of this decision (same claim token) applied
+        it and took the run on to its next pause; None when no attempt of it was applied. Reports
+        what that attempt did, writing nothing: the next pause as it was persisted (same step,
+        same state reference), the webhook deliveries of the decision and of the pause (a
+        workflow task that failed took the first attempt's with it; a receiver dedupes by the
+        delivery id)."""
+        decided = await self.store.event_by_key(inp.job_id, f"{inp.token}:decision")
+        if decided is None:
+            return None
+        job = await self._job(inp.job_id)
+        action_id = str(decided.data.get("action_id") or inp.decision.action_id)
+        if job.status.terminal:
+            return ResumeRunOutput(claimed=True, action_id=action_id, out=RunLayerOutput(
+                step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
+        cp = await self.store.load_latest_checkpoint(job.run_id)
+        if job.status != JobStatus.suspended or job.pending is None or cp is None or inp.state is None:
+            raise StoreError("The decision was applied and its run is between two states; asked again")
+        state, before = await self.codec.internalize(cp.data), await self.codec.load(inp.state)
+        step = inp.step + state.layers - before.layers  # one step per layer built after the decision
+        ref, _ = await self.codec.dump(state, len(state.decisions) * 100000 + state.layers)
+        rerouted = await self.store.event_by_key(inp.job_id, f"{inp.token}:expired") is not None
+        events = (("human_input_vote",) if inp.vote else ()) + (("human_input_expired",) if rerouted else ())
+        deliveries = []
+        for event in (*events, "human_input_decision"):
+            deliveries += await self._deliveries(job, event, inp.request_id, before.pending)
+        return ResumeRunOutput(claimed=True, action_id=action_id, deliveries=deliveries, out=RunLayerOutput(
+            step=step, state=ref, pending=job.pending, persisted=True,
+            deliveries=await self._deliveries(job, "human_input_required", job.pending.request_id, job.pending)))
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> None:

@@ -1,9 +1,10 @@
 """Who sent a decision through Temporal (DESIGN §9): recorded beside the person it was made for.
 
-The SDK tells a workflow an Update's id and name, not the identity of the client that sent it;
-Temporal records that identity in the workflow's history (the Update's accepted event, or the
-Signal's event). A decision's activity reads it there, by the Update's id, and the decision's
-event (and a vote's) carries:
+The SDK tells a workflow an Update's id and name, not the identity of the client that sent it.
+The worker hands it to the workflow from the activation (:mod:`signoff.workflows.caller`), which
+passes it to the decision's activity (``client_identity``); an activity scheduled by an older
+worker, without it, reads it from the workflow's history (the Update's accepted event, or the
+Signal's event), by the Update's id. The decision's event (and a vote's) carries:
 
 - ``via``: ``"api"`` when signoff's API sent it for the person it authenticated (it sets
   ``decided_by`` and no ``user``), ``"temporal"`` when a Temporal client sent it, naming the
@@ -33,11 +34,14 @@ _PAGE = 50  # events per page of the history read newest first
 async def sender(job_id: str, inp: ResumeRunInput | RecordVoteInput) -> dict[str, Any]:
     """``{"via", "client_identity"}`` of a decision (or vote) being applied (module docstring)."""
     via = "api" if inp.decided_by and inp.user is None else "temporal"
-    try:
-        identity = await client_identity(job_id, inp)
-    except Exception as err:  # noqa: BLE001 - the record is an aid; the decision goes on without it
-        log.warning("the Temporal client identity of a decision on %s could not be read: %r", job_id, err)
-        identity = None
+    if inp.client_identity is not None:  # the workflow had it from the activation (workflows/caller.py)
+        identity = inp.client_identity or None
+    else:
+        try:
+            identity = await client_identity(job_id, inp)
+        except Exception as err:  # noqa: BLE001 - the record is an aid; the decision goes on without it
+            log.warning("the Temporal client identity of a decision on %s could not be read: %r", job_id, err)
+            identity = None
     sent: dict[str, Any] = {"via": via, "client_identity": identity}
     if inp.update_id is not None:
         sent["update_id"] = inp.update_id  # the Update that carried it

@@ -82,6 +82,10 @@ class ResumeRunInput(BaseModel):
     votes: list[Vote] = Field(default_factory=list)  # the quorum this decision completes
     timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
     update_id: str | None = None  # the Update that sent it (None: a Signal, or the deadline)
+    # the identity of the Temporal client that sent it, as Temporal recorded it (workflows/caller.py;
+    # "" when it sent none); None: not given (a workflow task of an older worker), read from the
+    # workflow's history instead (activities/sender.py)
+    client_identity: str | None = None
     # the vote that completes the quorum (checked by record_vote with ``check_only``): recorded
     # (``human_input_vote``) with the resolution, under its claim, so a vote whose resolution
     # loses the claim (a stop, a supersede) leaves no trace
@@ -105,6 +109,7 @@ class RecordVoteInput(BaseModel):
     user: str | None = None
     now: datetime
     update_id: str | None = None  # the Update that sent it (None: a Signal)
+    client_identity: str | None = None  # as ResumeRunInput.client_identity
     check_only: bool = False  # the vote that completes the quorum: checked here, recorded by resume_run
 
 

@@ -59,10 +59,13 @@ class RunBackend(abc.ABC):
     async def release(self, job_id: str) -> None:
         """The service ended a suspended job (stop or supersede claim): let go of what runs it."""
 
-    @abc.abstractmethod
-    async def stop(self, job: Job) -> Job:
-        """Stop a job that is not suspended (queued or in progress); returns what it really is
-        afterwards (cancelled, or the end it reached first)."""
+    async def stop(self, job: Job) -> Job | None:
+        """Stop a job that is not suspended (queued or in progress) when this backend's run ends
+        it itself; returns what it really is afterwards (cancelled, or the end it reached first).
+        None (the default): the service ends the job in the store (a conditional write, so an end
+        the run reached first wins) and then lets go of the run (:meth:`release`), whose later
+        steps find the job ended and do nothing more (RunService.stop)."""
+        return None
 
     def runs_here(self, job_id: str) -> bool:
         """Whether this process runs the job (then :meth:`wait` waits for it without polling)."""

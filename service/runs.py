@@ -185,8 +185,11 @@ class RunService:
 
     async def stop(self, user: User, job_id: str) -> Job:
         """Suspended: take the cancel claim (the loser, a resume that got in first, changes
-        nothing). Running: the backend stops it. Returns what the job really is afterwards. Only
-        the run's owner may (Forbidden for an approver, JobNotFound for anyone else)."""
+        nothing). Running: the backend stops it, or (a workflow) the job is ended here by a
+        conditional write and its workflow let go of, as :meth:`cancel` does: whatever the run
+        was about to do next (the layer after a decision being applied, a call) finds the job
+        ended. Returns what the job really is afterwards. Only the run's owner may (Forbidden
+        for an approver, JobNotFound for anyone else)."""
         job = await visible_job(self.store, user, job_id)
         if job.user_id != user.id:  # an approver sees the run and decides its request, no more
             raise Forbidden("Only the run's owner may stop it; you may decide its request", job_id=job_id)
@@ -198,7 +201,8 @@ class RunService:
             job = await self._job(job_id)  # a resume won the race: it is running now
             if job.status.terminal:
                 return job
-        return await self.backend_of(job).stop(job)
+        stopped = await self.backend_of(job).stop(job)
+        return stopped if stopped is not None else await self.cancel(job, "stopped")
 
     async def cancel(self, job: Job, reason: str) -> Job:
         """End a job that is not over as ``cancelled`` with ``reason`` (the flow was deleted, its

@@ -33,12 +33,11 @@ from signoff.engine.errors import (
     NotResumable,
     Unavailable,
 )
-from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import run_context
-from signoff.service.backend import Resumed, RunBackend, poll_job
+from signoff.service.backend import Resumed, RunBackend
 from signoff.workflows.types import (
     RESUME,
     SA_FLOW,
@@ -280,33 +279,6 @@ class TemporalBackend(RunBackend):
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-
-    async def stop(self, job: Job) -> Job:
-        if await self._workflow_running(job.job_id):
-            await self.release(job.job_id)  # the workflow records the end (finish: cancelled)
-            return await self._wait_terminal(job.job_id, timeout=10.0)
-        # No running workflow will ever end this job: its submit died before starting it
-        # (queued; the sweep would start it later), or it was ended from Temporal's side
-        # (terminated, timed out). End it here, as a stop; a workflow that starts after this
-        # finds the job ended at its first layer.
-        ended = await end_run(self.store, job.job_id, RunEnd(JobStatus.cancelled),
-                              expect=[JobStatus.queued, JobStatus.in_progress, JobStatus.suspended])
-        return ended.job or await self._job(job.job_id)
-
-    async def _workflow_running(self, job_id: str) -> bool:
-        """Whether the job's workflow exists and is still running (a cancel of a closed one is
-        accepted by the server and does nothing)."""
-        try:
-            with reaching_temporal("the run was not stopped", job_id):
-                desc = await self.client.get_workflow_handle(job_id).describe()
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return False
-        return desc.status == temporalio.client.WorkflowExecutionStatus.RUNNING
-
-    async def _wait_terminal(self, job_id: str, timeout: float) -> Job:
-        return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal)
 
     async def _job(self, job_id: str) -> Job:
         job = await self.store.get_job(job_id)

@@ -19,6 +19,7 @@ from signoff.activities.flow import FlowActivities
 from signoff.activities.patient import PatientStore
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
+from signoff.workflows.caller import CallerInterceptor, CallerRunner
 from signoff.workflows.flow_run import FlowRun
 
 # What the worker's sandbox shares with the process instead of importing again for each run:
@@ -51,7 +52,8 @@ def build_worker(
     patient: Store = PatientStore(store, settings.store_outage_seconds)  # type: ignore[assignment]
     acts = list(activities) if activities is not None else FlowActivities(patient, settings).all()
     # every activity's spans reach the store before it returns (docs/tracing.md)
-    interceptors = [SpanFlushInterceptor(patient), *worker_kwargs.pop("interceptors", [])]
+    # who sent each Update and Signal, handed to the workflow from the activation (workflows/caller.py)
+    interceptors = [SpanFlushInterceptor(patient), CallerInterceptor(), *worker_kwargs.pop("interceptors", [])]
     return Worker(
         with_converter(client),
         task_queue=task_queue or settings.task_queue,
@@ -61,7 +63,7 @@ def build_worker(
         # bytecode cache, compiled) workflows/flow_run.py for every new run, ~25 % of the
         # process's CPU per run (docs/temporal.md, "The workflow sandbox"). The replay tests
         # still run it in the strict sandbox, which catches a non-deterministic call in it.
-        workflow_runner=SandboxedWorkflowRunner(restrictions=WORKER_SANDBOX),
+        workflow_runner=CallerRunner(SandboxedWorkflowRunner(restrictions=WORKER_SANDBOX)),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
         max_cached_workflows=worker_kwargs.pop("max_cached_workflows", settings.max_cached_workflows),

@@ -765,6 +765,11 @@ async def test_event_dedupe_key_appends_once_and_keeps_seq_gap_free(store: Store
     assert await store.append_event(job_id, "progress", {"n": 5}) == 3  # no key: always appended
     assert await store.append_event(job_id, "progress", {"n": 6}) == 4
     assert await store.append_event(other, "human_input_required", {}, dedupe_key="pause:1") == 1  # per job
+    found = await store.event_by_key(job_id, "t1:decision")  # what the key's first append wrote
+    assert found is not None and (found.seq, found.event, found.data) == (2, "human_input_decision", {"n": 2})
+    assert (await store.event_by_key(other, "pause:1")).seq == 1
+    assert await store.event_by_key(job_id, "t2:decision") is None
+    assert await store.event_by_key("no-such-job", "pause:1") is None
     events = await store.read_events(job_id)
     assert [(e.seq, e.event, e.data) for e in events] == [
         (1, "human_input_required", {"n": 1}),

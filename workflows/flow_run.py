@@ -15,13 +15,14 @@ flight at a time (:class:`_Decision`, one slot).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from signoff.activities.failures import failure_error, refusal
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from signoff.engine.decisions import check_decision, count_vote, deadline, deadline_decision
     from signoff.engine.errors import AlreadyVoted, SignoffError
     from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest, Vote
+    from signoff.workflows.caller import caller
     from signoff.workflows.types import (
         PENDING_QUERY,
         REJECTED_QUERY,
@@ -95,6 +97,12 @@ WEBHOOK_RETRY = RetryPolicy(
 # before it replay the old path.
 PAUSE_IN_LAYER = "pause-in-layer"
 
+# Patch id: a decision is applied by a *local* activity (``resume_run`` in the workflow task that
+# took the decision: no activity dispatch, no second workflow task before the Update answers),
+# under a claim token derived from the Update's id, stable however often that task is retried
+# (docs/temporal.md, "Round trips per run"). Histories recorded before it replay the old path.
+RESUME_LOCAL = "resume-local"
+
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
 # spamming bad Signals cannot grow the workflow's history without bound (docs/temporal.md).
@@ -102,10 +110,22 @@ MAX_RECORDED_REJECTIONS = 20
 
 
 def _update_id() -> str | None:
-    """The id of the Update being handled (None in a Signal handler or the run's own code): the
-    activities find the identity of the Temporal client that sent it by this id (DESIGN §9)."""
+    """The id of the Update being handled (None in a Signal handler or the run's own code),
+    recorded with the decision (DESIGN §9)."""
     info = workflow.current_update_info()
     return info.id if info is not None else None
+
+
+def _claim_token(update_id: str | None) -> str:
+    """The claim token of a decision: the same value on replay and in every retry of its
+    activity, and a different one for every decision. An Update's is derived from its id, which
+    Temporal keeps when it delivers the Update again after a failed workflow task (the local
+    activity then runs again and must find its own claim, whatever other Updates came in that
+    task meanwhile); a Signal's or a deadline's comes from the workflow's seeded uuid, which
+    the history's order of events fixes."""
+    if update_id is not None:
+        return "wf-u-" + hashlib.sha256(update_id.encode()).hexdigest()[:32]
+    return f"wf-{workflow.uuid4().hex}"
 
 
 @dataclass
@@ -420,7 +440,8 @@ class FlowRun:
         try:
             out: RecordVoteOutput = await self._store_activity(FlowActivities.record_vote, RecordVoteInput(
                 job_id=self._inp.job_id, request_id=inp.request_id, decision=inp.decision, decided_by=inp.decided_by,
-                user=inp.user, now=workflow.now(), update_id=_update_id(), check_only=completes))
+                user=inp.user, now=workflow.now(), update_id=_update_id(), check_only=completes,
+                client_identity=caller()))
         except ActivityError as err:
             cause = err.cause
             raise ApplicationError(str(getattr(cause, "message", cause) or err), *getattr(cause, "details", ()),
@@ -464,31 +485,35 @@ class FlowRun:
         ))
 
     async def _apply(self, inp: ResumeInput, *, timed_out: bool = False, vote: Vote | None = None) -> ResumeResult:
-        """Claim + apply (+ the instant layers that follow) in one activity. The claim token is
-        deterministic (the workflow's seeded uuid), so a retried activity finds its own claim
-        and the dedupe keys of its events; the store's conditional claim lets exactly one
-        decision win, whichever surface (API, CLI, Web UI) sent it, or the deadline."""
+        """Claim + apply (+ the instant layers that follow) in one activity, a local one since
+        RESUME_LOCAL. The claim token is deterministic (:func:`_claim_token`), so a retried or
+        re-run activity finds its own claim and the dedupe keys of its events; the store's
+        conditional claim lets exactly one decision win, whichever surface (API, CLI, Web UI)
+        sent it, or the deadline."""
         assert self._inp is not None
         job_id = self._inp.job_id
-        token = f"wf-{workflow.uuid4().hex}"
+        local = workflow.patched(RESUME_LOCAL)
+        token = _claim_token(_update_id()) if local else f"wf-{workflow.uuid4().hex}"
         decision = self._decision = _Decision()
+        run = ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
+                             decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
+                             step=self._step, votes=list(self._votes), timed_out=timed_out,
+                             update_id=_update_id(), vote=vote, persist=workflow.patched(PAUSE_IN_LAYER),
+                             client_identity=caller())
         try:
-            res: ResumeRunOutput = await workflow.execute_activity_method(
-                FlowActivities.resume_run,
-                ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
-                               decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
-                               step=self._step, votes=list(self._votes), timed_out=timed_out,
-                               update_id=_update_id(), vote=vote, persist=workflow.patched(PAUSE_IN_LAYER)),
-                start_to_close_timeout=STORE_TIMEOUT,
-                retry_policy=LAYER_RETRY,
-            )
-        except ActivityError as err:
+            if local:
+                res: ResumeRunOutput = await workflow.execute_local_activity_method(
+                    FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+            else:
+                res = await workflow.execute_activity_method(
+                    FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+        except FailureError as err:  # a regular activity's failure is an ActivityError; a local one's, its cause
             try:  # the claim goes back; until it has, the run takes no other decision
                 await self._store_activity(FlowActivities.rollback_resume,
                                            RollbackResumeInput(job_id=job_id, claim_token=token))
             finally:
                 decision.failed = True
-            cause = err.cause
+            cause = err.cause if isinstance(err, ActivityError) else err
             code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
             raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
                                    non_retryable=True) from None

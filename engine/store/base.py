@@ -493,6 +493,11 @@ class Store(CheckpointStore, HistoryStore):
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
 
     @abc.abstractmethod
+    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
+        """The event appended for the job with that ``dedupe_key``, or None: whether an earlier
+        attempt of a retried step recorded it (e.g. a decision's, under its claim token)."""
+
+    @abc.abstractmethod
     def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
         """Every event appended to this store from now on, by any process, in batches as they
         commit (a job's in seq order). The first batch is empty and comes once the tail is in

@@ -954,6 +954,12 @@ class MemoryStore(Store):
             for e in _first(later, limit)
         ]
 
+    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
+        for e in self._tables().events.get(job_id, ()):
+            if e.dedupe_key == dedupe_key:
+                return Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
+        return None
+
     # ---- checkpoints
 
     @staticmethod

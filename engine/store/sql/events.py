@@ -57,13 +57,13 @@ class SQLEvents(SQLCore):
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.read_events, (job_id, after_seq, limit))
-        return [
-            Event(
-                job_id=r["job_id"],
-                seq=int(r["seq"]),
-                event=r["event"],
-                data=self._dec_json(r["data"]),
-                created_at=self._dec_dt(r["created_at"]),
-            )
-            for r in rows
-        ]
+        return [self._event(r) for r in rows]
+
+    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.event_row_by_dedupe, (job_id, dedupe_key))
+        return self._event(row) if row is not None else None
+
+    def _event(self, r: Any) -> Event:
+        return Event(job_id=r["job_id"], seq=int(r["seq"]), event=r["event"], data=self._dec_json(r["data"]),
+                     created_at=self._dec_dt(r["created_at"]))

@@ -228,6 +228,7 @@ class Q:
     )
     insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
     event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
+    event_row_by_dedupe = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND dedupe_key = ?"
     read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
     # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order
     # (one writer at a time); PostgreSQL: a notification sent by the appending transaction,

@@ -10,7 +10,7 @@ from temporalio.testing import ActivityEnvironment
 
 from signoff.activities.flow import FlowActivities
 from signoff.engine.models import Decision, JobStatus, utcnow
-from signoff.activities.types import ResumeRunInput, RunLayerInput
+from signoff.activities.types import ResumeRunInput, RunLayerInput, StateRef
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
@@ -63,6 +63,45 @@ async def test_claim_committed_by_a_dead_attempt_is_taken_over_by_its_retry(work
         done = await store.get_job(job.job_id)
         assert done.status == JobStatus.completed and done.result["output"]["text"] == "Refund refused"
         assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
+
+
+TWO_GATES = {
+    "name": "two gates",
+    "nodes": [{"id": "ask", "type": "ChatInput"},
+              {"id": "g1", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+              {"id": "g2", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+              {"id": "ok", "type": "ChatOutput", "params": {"text": "both approved"}}],
+    "edges": [{"from": "ask.message", "to": "g1.prompt"}, {"from": "g1.branch_approve", "to": "g2.prompt"},
+              {"from": "g2.branch_approve", "to": "ok.input_value"}],
+}
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_retry_of_a_decision_that_reached_the_next_pause_reports_that_pause(worker, service, store, user,
+                                                                                  make_flow, settings):
+    """The first attempt claimed, applied the decision and took the run to its next gate, whose
+    pause (persisted) cleared the claim; its result was lost (its worker died, or the workflow
+    task that ran it as a local activity failed). The retry must report that pause, as the first
+    attempt would have, and write nothing: before, it lost the claim against the new pause and
+    the workflow took the decision for refused while the store showed the run at the next gate."""
+    job = await suspended(service, user, lambda: make_flow(TWO_GATES))
+    cp = await store.load_latest_checkpoint(job.run_id)
+    inp = resume_input(job, "wf-1").model_copy(update={"state": StateRef(inline=cp.data), "persist": True})
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    try:
+        first = await env.run(acts.resume_run, inp)
+        assert first.claimed and first.out.persisted and first.out.pending.request_id.startswith("g2:")
+        at_pause = await event_names(store, job.job_id)
+        retry = await env.run(acts.resume_run, inp)
+        assert retry.claimed and retry.action_id == "approve"
+        assert retry.out.persisted and retry.out.pending.request_id == first.out.pending.request_id
+        assert (retry.out.step, retry.out.state) == (first.out.step, first.out.state)
+        assert await event_names(store, job.job_id) == at_pause  # nothing written twice
+        assert (await store.get_job(job.job_id)).pending.request_id == first.out.pending.request_id
+        # another decision on the first gate still wins nothing
+        assert not (await env.run(acts.resume_run, resume_input(job, "wf-2", "reject"))).claimed
     finally:
         await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
 

@@ -5,9 +5,13 @@ exactly. A change that adds one fails this test; one that removes one updates it
 
 The refund flow (ChatInput → HumanInput → ChatOutput) reaches its pause in one activity (the
 first layer's, which builds the instant layers that follow and persists the pause) and ends in
-one more (the decision's, which builds the ChatOutput layer and records the completion)."""
+the workflow task that takes the decision's Update: the decision is a local activity run in that
+task (it builds the ChatOutput layer and records the completion), so the Update is answered and
+the workflow completed with no activity dispatch and no second task."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -19,13 +23,15 @@ from tests.helpers import wait_status
 ACTIVITY = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 TASK = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 UPDATE = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 
 
 async def counts(client, job_id: str) -> tuple[dict[str, int], dict[str, int], list[str]]:
-    """Workflow tasks and activities before the decision's Update and after it, and the
-    activities' names in order."""
+    """Workflow tasks, activities and local activities before the decision's Update and after
+    it, and the (local) activities' names in order."""
     history = await client.get_workflow_handle(job_id).fetch_history()
-    before, after, names = {"tasks": 0, "activities": 0}, {"tasks": 0, "activities": 0}, []
+    before, after, names = ({"tasks": 0, "activities": 0, "local": 0}, {"tasks": 0, "activities": 0, "local": 0},
+                            [])
     part = before
     for ev in history.events:
         if ev.event_type == UPDATE:  # accepted by the task just completed: the first of the decision's
@@ -37,12 +43,16 @@ async def counts(client, job_id: str) -> tuple[dict[str, int], dict[str, int], l
         elif ev.event_type == ACTIVITY:
             part["activities"] += 1
             names.append(ev.activity_task_scheduled_event_attributes.activity_type.name)
+        elif ev.event_type == MARKER and ev.marker_recorded_event_attributes.marker_name == "core_local_activity":
+            part["local"] += 1
+            data = json.loads(ev.marker_recorded_event_attributes.details["data"].payloads[0].data)
+            names.append("local:" + data["activity_type"])
     return before, after, names
 
 
 def assert_trips(before: dict[str, int], after: dict[str, int]) -> None:
-    assert before["activities"] == 1 and after["activities"] == 1
-    assert after["tasks"] == 2 and before["tasks"] in (1, 2)  # 1: the Update came with the layer's result
+    assert (before["activities"], before["local"]) == (1, 0) and (after["activities"], after["local"]) == (0, 1)
+    assert after["tasks"] == 1 and before["tasks"] in (1, 2)  # 1: the Update came with the layer's result
 
 
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
@@ -55,11 +65,11 @@ async def test_the_refund_flow_pauses_in_one_activity_and_ends_in_one_more(worke
     await wait_status(store, job.job_id, JobStatus.completed)
     await client.get_workflow_handle(job.job_id).result()
     before, after, names = await counts(client, job.job_id)
-    assert names == ["run_layer", "resume_run"]
+    assert names == ["run_layer", "local:resume_run"]
     # to the pause: the first task (schedules the layer), the task that takes its result and waits;
-    # to the end: the Update's task (accepts it, schedules the decision), the task that takes its
-    # result and completes the Update and the workflow. A decision sent the instant the job shows
-    # suspended may reach the server before the layer's result is taken: then one task does both.
+    # to the end: the Update's task, which accepts it, runs the decision as a local activity,
+    # completes the Update and the workflow. A decision sent the instant the job shows suspended
+    # may reach the server before the layer's result is taken: then one task does both.
     assert_trips(before, after)
 
 
@@ -90,5 +100,5 @@ async def test_instant_layers_around_the_gate_cost_no_activity_of_their_own(work
     assert "Sent:" in str(done.result)
     await client.get_workflow_handle(job.job_id).result()
     before, after, names = await counts(client, job.job_id)
-    assert names == ["run_layer", "resume_run"]
+    assert names == ["run_layer", "local:resume_run"]
     assert_trips(before, after)

@@ -1,0 +1,116 @@
+"""Who sent an Update or a Signal, as Temporal recorded it, handed to the workflow's own code.
+
+A decision's event records the identity of the Temporal client that sent it (DESIGN §9): the
+API's own client, ``temporal --identity ...``, an SDK client's ``identity``. Temporal puts it in
+each workflow activation (an Update's ``meta.identity``, a Signal's ``identity``), live and on
+replay alike, but the Python SDK does not give it to the handler. Two small parts carry it there:
+
+- :class:`CallerRunner` wraps the worker's workflow runner and writes that identity into the
+  Update's or Signal's headers under :data:`CALLER_HEADER` before the workflow sees the
+  activation, replacing any header of that name the client sent (a client cannot name itself);
+- :class:`CallerInterceptor` reads the header as the handler starts and sets :data:`CALLER`,
+  which the handler (``FlowRun``) reads with :func:`caller` for the decision's activity.
+
+Before this the activity read the identity from the workflow's history, which only works once
+the workflow task that accepted the Update has completed: a decision applied in that very task
+(a local activity, docs/temporal.md "Round trips per run") needs it from the activation. The
+value is never part of a command, so it cannot make a replay diverge.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+from typing import Any
+
+import temporalio.worker
+from temporalio.api.common.v1 import Payload
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+
+CALLER_HEADER = "signoff-caller-identity"
+
+# The identity of the client whose Update or Signal the current handler runs for: "" when the
+# client sent none, None outside a handler (the run's own code, a timer's decision).
+CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("signoff_caller", default=None)
+
+
+def caller() -> str | None:
+    """The identity of the client whose Update or Signal is being handled (None: none is)."""
+    return CALLER.get()
+
+
+class CallerRunner(temporalio.worker.WorkflowRunner):
+    """A workflow runner (``inner``, e.g. the sandboxed one) whose instances see each Update's and
+    Signal's sender in the header :data:`CALLER_HEADER`."""
+
+    def __init__(self, inner: temporalio.worker.WorkflowRunner) -> None:
+        self.inner = inner
+
+    def prepare_workflow(self, defn: Any) -> None:
+        self.inner.prepare_workflow(defn)
+
+    def create_instance(self, det: temporalio.worker.WorkflowInstanceDetails) -> temporalio.worker.WorkflowInstance:
+        return _CallerInstance(self.inner.create_instance(det))
+
+    def set_worker_level_failure_exception_types(self, types: Any) -> None:
+        self.inner.set_worker_level_failure_exception_types(types)
+
+
+class _CallerInstance(temporalio.worker.WorkflowInstance):
+    def __init__(self, inner: temporalio.worker.WorkflowInstance) -> None:
+        self.inner = inner
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        for job in act.jobs:
+            if job.HasField("do_update"):
+                _stamp(job.do_update.headers, job.do_update.meta.identity)
+            elif job.HasField("signal_workflow"):
+                _stamp(job.signal_workflow.headers, job.signal_workflow.identity)
+        return self.inner.activate(act)
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self.inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self.inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Any:
+        return self.inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self.inner.get_thread_id()
+
+
+def _stamp(headers: Any, identity: str) -> None:
+    headers[CALLER_HEADER].CopyFrom(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(identity).encode()))
+
+
+def _read(headers: Any) -> str | None:
+    payload = headers.get(CALLER_HEADER) if headers else None
+    if payload is None:
+        return None
+    try:
+        value = json.loads(payload.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+class CallerInterceptor(temporalio.worker.Interceptor):
+    """Sets :data:`CALLER` for the duration of each Update and Signal handler."""
+
+    def workflow_interceptor_class(
+        self, input: temporalio.worker.WorkflowInterceptorClassInput
+    ) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        return _CallerInbound
+
+
+class _CallerInbound(temporalio.worker.WorkflowInboundInterceptor):
+    async def handle_update_handler(self, input: temporalio.worker.HandleUpdateInput) -> Any:
+        CALLER.set(_read(input.headers))  # the handler's own task: nothing else sees it
+        return await self.next.handle_update_handler(input)
+
+    async def handle_signal(self, input: temporalio.worker.HandleSignalInput) -> None:
+        CALLER.set(_read(input.headers))
+        await self.next.handle_signal(input)
