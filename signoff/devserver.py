@@ -49,6 +49,12 @@ TUNING: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "100000",
     "system.enableEagerWorkflowStart": "true",
 }
+# SQLite pragmas of a dev server with a database file (``signoff dev``'s, the tests'): its
+# default rollback journal writes the database and its journal and syncs both on every commit,
+# ~20 ms of each Update's and workflow task's round trip on this machine (docs/temporal.md, "Dev
+# server tuning"); a write-ahead log syncs one file, sequentially, and is as durable (a commit is
+# on disk when it returns: synchronous stays FULL). The mode is kept in the file.
+SQLITE_TUNING: dict[str, str] = {"journal_mode": "wal"}
 
 
 # Run in the child between fork and the temporal binary: ask for SIGTERM when the parent goes
@@ -129,6 +135,9 @@ class DevServer:
             cmd += ["--headless"]
         if self.db_file is not None:
             cmd += ["--db-filename", str(self.db_file)]
+            if self.tuned:
+                for key, value in SQLITE_TUNING.items():
+                    cmd += ["--sqlite-pragma", f"{key}={value}"]
         for name in SEARCH_ATTRIBUTES:
             cmd += ["--search-attribute", f"{name}=Keyword"]
         if self.time_skipping:
