@@ -38,15 +38,23 @@ from signoff.activities.types import (
 )
 from signoff.engine import metrics, tracing, webhooks
 from signoff.engine.access import Access
-from signoff.engine.decisions import apply_decision, check_decider, check_decision, user_ref, with_defaults
-from signoff.engine.errors import NotAnApprover
-from signoff.engine.models import PendingRequest, Vote
 from signoff.engine.context import egress_policy
-from signoff.engine.errors import FlowNotFound, NotResumable, SignoffError
+from signoff.engine.decisions import (
+    apply_decision,
+    check_decider,
+    check_decision,
+    decision_event,
+    expired_event,
+    recorded_decision,
+    user_ref,
+    with_decision,
+    with_defaults,
+)
+from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
-from signoff.engine.models import AppliedDecision, Decision, Job, JobStatus, User, utcnow
+from signoff.engine.models import AppliedDecision, DecisionClaim, Job, JobStatus, PendingRequest, User, Vote, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
@@ -147,83 +155,149 @@ class FlowActivities:
                           ) -> ResumeRunOutput:
         try:
             job = await self._job(inp.job_id)
+            person, request = None, await self.access.current_request(job, inp.request_id)
             if not inp.timed_out:  # the deadline decides for nobody
                 # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
                 # checks as that person's HTTP resume: an approver, who may (still) decide it
-                await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by)
-        except SignoffError as err:
-            raise to_failure(err) from None
-        token = await self.store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=inp.token)
-        if token is None:
-            # Lost the claim, or an earlier attempt of this very decision won it, applied it and
-            # reached the run's next pause (which clears the claim) before its result was lost
-            # (its worker died, or its workflow task failed: a local activity runs again).
-            try:
-                return await self._applied_before(inp) or ResumeRunOutput(claimed=False)
-            except SignoffError as err:
-                raise to_failure(err) from None
-        try:
-            job = await self._job(inp.job_id)
-            person = None if inp.timed_out else await self.access.person(inp.user or inp.decided_by or job.user_id)
-            if job.status.terminal:  # a retry: our first attempt ran to the end (it may have died
-                # before it recorded who took part)
-                await self.store.add_participants(job.job_id, _took_part(person, inp))
-                return ResumeRunOutput(claimed=True, action_id=inp.decision.action_id, out=RunLayerOutput(
-                    step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
+                person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by, request)
+            claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token)
+            if claim.job is None:
+                raise NotResumable(f"job {inp.job_id} not found")
+            job = claim.job
+            if "decision" in claim.recorded:
+                # An earlier attempt under this token applied a decision: this one's (a retried
+                # activity), or, when the workflow task that ran it as a local activity was lost,
+                # that of another Update the workflow takes first now. Go on from its record.
+                return await self._go_on_from(inp, claim)
+            if not claim.won:
+                return ResumeRunOutput(claimed=False)
+            if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
+                return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=inp.decision.action_id,
+                                       out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=True,
+                                                          status=job.status.value))
             sent = None if sending is None else await sending
-            state, graph, applied = await self._apply(job, inp.request_id, inp.decision, inp.now,
-                                                      person.id if person else None, inp.state, dedupe=inp.token,
-                                                      votes=inp.votes, timed_out=inp.timed_out, sent=sent,
-                                                      vote=inp.vote)
+            paused, graph = await self._paused_state(job, inp.state)
+            votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
+            state, applied = apply_decision(paused, inp.request_id, inp.decision, inp.now,
+                                            person.id if person else None, votes=votes, timed_out=inp.timed_out)
+            self._trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
+            # whoever decided (and voted, for a quorum) keeps the run in their history and sight
+            written = await self._record(job, paused, applied, inp, sent, _took_part(person, inp))
+            if written is None:  # a stop ended the job after the claim: the decision is not recorded
+                ended = await self._job(inp.job_id)
+                return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id,
+                                       out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), cancelled=True,
+                                                          status=ended.status.value))
             paused_at = job.pending.paused_at if job.pending is not None else None
             metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
                             via=(sent or {}).get("via"))
-            # whoever decided (and voted, for a quorum) keeps the run in their history and sight
-            await self.store.add_participants(job.job_id, _took_part(person, inp))
-            deliveries = await self._decision_deliveries(job, applied, vote=inp.vote is not None)
-            step, built = inp.step, []
-            # Layers built here happen after the decision, in real time: a pause reached here is
-            # stamped now (the workflow's time when that is later, e.g. under time skipping).
-            clock = lambda: max(inp.now, utcnow())  # noqa: E731
-            if inp.inline:
-                state, step, built = await self._instant_layers(graph, state, step, built, clock)
-            out = await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
-                                           blob_step=len(state.decisions) * 100000 + state.layers,
-                                           persist=inp.persist)
+            deliveries = await self._decision_deliveries(job, request or job.pending, written)
+            out = await self._after_decision(inp, graph, state)
         except SignoffError as err:
             raise to_failure(err) from None
-        return ResumeRunOutput(claimed=True, action_id=applied.action_id, out=out, deliveries=deliveries)
+        return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
+                               deliveries=deliveries)
 
-    async def _applied_before(self, inp: ResumeRunInput) -> ResumeRunOutput | None:
-        """Where the run is, when an earlier attempt of this decision (same claim token) applied
-        it and took the run on to its next pause; None when no attempt of it was applied. Reports
-        what that attempt did, writing nothing: the next pause as it was persisted (same step,
-        same state reference), the webhook deliveries of the decision and of the pause (a
-        workflow task that failed took the first attempt's with it; a receiver dedupes by the
-        delivery id)."""
-        decided = await self.store.event_by_key(inp.job_id, f"{inp.token}:decision")
-        if decided is None:
-            return None
-        job = await self._job(inp.job_id)
-        action_id = str(decided.data.get("action_id") or inp.decision.action_id)
+    async def _go_on_from(self, inp: ResumeRunInput, claim: DecisionClaim) -> ResumeRunOutput:
+        """Report what an earlier attempt under the same token did, and finish what it left
+        undone, writing nothing twice: the decision it recorded (``update_id``: the Update that
+        sent it, which may not be this one), where the run is now (ended; at its next pause,
+        with the step and state reference that attempt returned; or still running after the
+        decision: the instant layers built again from the record, as that attempt built them),
+        and the webhook deliveries of the decision (and of the next pause): a workflow task that
+        was lost took that attempt's with it, and a receiver dedupes them by the delivery id."""
+        job, decided = claim.job, claim.recorded["decision"]
+        assert job is not None
+        expired = claim.recorded.get("expired")
+        update_id, action_id = decided.data.get("update_id"), str(decided.data.get("action_id"))
+        before = await self.codec.load(inp.state) if inp.state is not None else None
+        request = before.pending if before is not None else None
+        written = [*([("human_input_expired", expired.seq)] if expired is not None else []),
+                   ("human_input_decision", decided.seq)]
+        deliveries = await self._decision_deliveries(job, request, written)
+        if decided.data.get("votes"):  # the vote that completed a quorum: the request's last one
+            deliveries += await self._deliveries(job, "human_input_vote", inp.request_id, request)
         if job.status.terminal:
-            return ResumeRunOutput(claimed=True, action_id=action_id, out=RunLayerOutput(
-                step=inp.step, state=inp.state or StateRef(), done=True, status=job.status.value))
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=True,
+                                                      status=job.status.value))
+        if job.status == JobStatus.suspended and job.pending is not None and before is not None:
+            # it reached the run's next pause (persisted, so the claim is cleared)
+            cp = await self.store.load_latest_checkpoint(job.run_id)
+            if cp is None:
+                raise StoreError("The run waits at its next pause without its checkpoint; asked again")
+            state = await self.codec.internalize(cp.data)
+            step = inp.step + state.layers - before.layers  # one step per layer built after the decision
+            ref, _ = await self.codec.dump(state, len(state.decisions) * 100000 + state.layers)
+            pause = await self._deliveries(job, "human_input_required", job.pending.request_id, job.pending)
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=RunLayerOutput(step=step, state=ref, pending=job.pending, persisted=True,
+                                                      deliveries=pause))
+        if not claim.won:  # neither its claim nor a pause of the run after it: nothing to go on from
+            return ResumeRunOutput(claimed=False)
+        # still running after the decision: the state it made, from the pause's checkpoint
+        paused, graph = await self._paused_state(job, inp.state)
+        if paused.pending is None:
+            raise StoreError("The run's checkpoint is not the pause of its decision; asked again")
+        applied = recorded_decision(paused.pending, decided.data, expired.data if expired is not None else None)
+        self._trace_gate(job, graph, paused, applied)
+        return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                               out=await self._after_decision(inp, graph, with_decision(paused, applied)))
+
+    async def _paused_state(self, job: Job, fallback: StateRef | None) -> tuple[RunState, Graph]:
+        """The run's state at its pause (the checkpoint; the workflow's copy if it is gone) and
+        its graph."""
         cp = await self.store.load_latest_checkpoint(job.run_id)
-        if job.status != JobStatus.suspended or job.pending is None or cp is None or inp.state is None:
-            raise StoreError("The decision was applied and its run is between two states; asked again")
-        state, before = await self.codec.internalize(cp.data), await self.codec.load(inp.state)
-        step = inp.step + state.layers - before.layers  # one step per layer built after the decision
-        ref, _ = await self.codec.dump(state, len(state.decisions) * 100000 + state.layers)
-        rerouted = await self.store.event_by_key(inp.job_id, f"{inp.token}:expired") is not None
-        events = (("human_input_vote",) if inp.vote else ()) + (("human_input_expired",) if rerouted else ())
-        deliveries = []
-        for event in (*events, "human_input_decision"):
-            deliveries += await self._deliveries(job, event, inp.request_id, before.pending)
-        return ResumeRunOutput(claimed=True, action_id=action_id, deliveries=deliveries, out=RunLayerOutput(
-            step=step, state=ref, pending=job.pending, persisted=True,
-            deliveries=await self._deliveries(job, "human_input_required", job.pending.request_id, job.pending)))
+        if cp is not None:
+            state = await self.codec.internalize(cp.data)
+        elif fallback is not None:
+            state = await self.codec.load(fallback)
+        else:
+            raise NotResumable("the checkpoint is gone")
+        return state, self.graph(state)
+
+    @staticmethod
+    def _trace_gate(job: Job, graph: Graph, paused: RunState, applied: AppliedDecision) -> None:
+        """The gate's span, "Human In The Loop — {label}" (its id is the same each time: a decision
+        applied again writes it again, not twice)."""
+        assert paused.pending is not None and paused.pending_vertex is not None
+        tracing.record_gate(run_id=paused.run_id, pending=paused.pending, applied=applied,
+                            vertex_id=paused.pending_vertex, job_id=job.job_id, flow_id=paused.flow_id,
+                            component_type=graph.vertices[paused.pending_vertex].type)
+
+    async def _record(self, job: Job, paused: RunState, applied: AppliedDecision, inp: ResumeRunInput,
+                      sent: dict[str, Any] | None, participants: list[str]) -> list[tuple[str, int]] | None:
+        """The decision's records in one store write under the claim (Store.record_decision): the
+        vote that completed a quorum (``human_input_vote``, with the resolution),
+        ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
+        ``sent``: :mod:`~signoff.activities.sender`), the card stamped, the pending request
+        cleared, the ``participants`` recorded. Returns each event's (name, seq); None when the
+        claim is no longer the decision's (a stop ended the job), and nothing was written."""
+        assert paused.pending is not None
+        events: list[tuple[str, dict[str, Any], str]] = []
+        if inp.vote is not None:  # the same dedupe key as record_vote's: one event per person, retries included
+            events.append(("human_input_vote", {
+                **_vote_data(inp.request_id, inp.vote, len(applied.votes), paused.pending.required_approvals),
+                **(sent or {})}, f"vote:{inp.request_id}:{inp.vote.user}"))
+        if applied.rerouted:
+            events.append(("human_input_expired", expired_event(applied), f"{inp.token}:expired"))
+        events.append(("human_input_decision", {**decision_event(applied), **(sent or {})}, f"{inp.token}:decision"))
+        seqs = await self.store.record_decision(job.job_id, events, token=inp.token, request_id=applied.request_id,
+                                                action_id=applied.action_id, participants=participants)
+        return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
+
+    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState) -> RunLayerOutput:
+        """The layers that follow the decision, built here while they are instant, up to the next
+        pause (persisted with ``inp.persist``) or the end of the run (recorded)."""
+        step, built = inp.step, []
+        # Layers built here happen after the decision, in real time: a pause reached here is
+        # stamped now (the workflow's time when that is later, e.g. under time skipping).
+        clock = lambda: max(inp.now, utcnow())  # noqa: E731
+        if inp.inline:
+            state, step, built = await self._instant_layers(graph, state, step, built, clock)
+        return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
+                                        blob_step=len(state.decisions) * 100000 + state.layers, persist=inp.persist)
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> None:
@@ -237,7 +311,7 @@ class FlowActivities:
         if status == JobStatus.completed:
             state = await self.codec.load(inp.state) if inp.state else None
             result = final_result(self.graph(state), state) if state else {}
-            return FinishOutput(status=await self._complete(inp.job_id, result))
+            return FinishOutput(status=await self._complete(inp.job_id, result, state))
         end = RunEnd(status, error=(inp.error or {"error": "failed", "type": "Error"}) if status == JobStatus.failed
                       else None, max_suspend_seconds=self.settings.max_suspend_seconds, deadline=inp.deadline)
         # a timeout ends only a run that still waits: a decision that got in first goes on
@@ -268,16 +342,19 @@ class FlowActivities:
             raise NotResumable(f"job {job_id} not found")
         return job
 
-    async def _decider_may_decide(self, job: Job, request_id: str, who: str | None) -> User:
+    async def _decider_may_decide(self, job: Job, request_id: str, who: str | None,
+                                  pending: PendingRequest | None = None) -> User:
         """The person a decision is made for (``who``: a user id or name, default the run's
-        owner), checked as their HTTP resume is (DESIGN §9, §13)."""
+        owner), checked as their HTTP resume is (DESIGN §9, §13). ``pending``: the request as
+        Access.current_request gave it, when the caller read it already."""
         person = await self.access.person(who or job.user_id)
         if person is None:
             raise NotAnApprover(f"No user {who!r}: a decision through Temporal names the person it is for "
                                 '("user": a user name or id)', job_id=job.job_id)
-        pending = await self.access.current_request(job, request_id)
+        if pending is None:
+            pending = await self.access.current_request(job, request_id)
         if pending is not None:
-            check_decider(pending, await self.access.decider(job, person))
+            check_decider(pending, await self.access.decider(job, person, pending))
         return person
 
     async def _seq_of(self, job_id: str, event: str, request_id: str) -> int | None:
@@ -317,7 +394,7 @@ class FlowActivities:
             if mine is None:
                 pending = await self.access.current_request(job, inp.request_id)
                 check_decision(pending, inp.request_id, inp.decision, waiting=job.status == JobStatus.suspended,
-                               decider=await self.access.decider(job, person), votes=votes)
+                               decider=await self.access.decider(job, person, pending), votes=votes)
                 assert pending is not None
                 mine = Vote(user=person.id, action_id=inp.decision.action_id,
                             values=with_defaults(pending, inp.decision.action_id, inp.decision.values), at=inp.now)
@@ -387,13 +464,18 @@ class FlowActivities:
         await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq, attempt=attempt,
                                       status_code=status, error=None, delivered=True)
 
-    async def _decision_deliveries(self, job: Job, applied: AppliedDecision, *, vote: bool = False) -> list[Delivery]:
-        """The webhook deliveries of a decision's events (the vote that completed a quorum,
-        expired, then decided)."""
+    async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
+                                   written: list[tuple[str, int]]) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (``written``: (name, seq) of the vote
+        that completed a quorum, expired, decided), to the owner's webhooks and those of the
+        people who could decide ``request`` (its approvers as they were read for the check)."""
+        people = {job.user_id}
+        if request is not None and request.approver_refs:
+            people |= await self.access.people(request.approver_refs)
         out: list[Delivery] = []
-        events = (("human_input_vote",) if vote else ()) + (("human_input_expired",) if applied.rerouted else ())
-        for event in events + ("human_input_decision",):
-            out += await self._deliveries(job, event, applied.request_id, job.pending)
+        for event, seq in written:
+            out += [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq)
+                    for h in await self.store.webhooks_for(sorted(people), event)]
         return out
 
     async def _flow_owner(self, job: Job) -> str | None:
@@ -480,7 +562,7 @@ class FlowActivities:
             )
         done = state.pending is None and is_finished(graph, state)
         if done:
-            status = await self._complete(job_id, final_result(graph, state))
+            status = await self._complete(job_id, final_result(graph, state), state)
             return RunLayerOutput(step=step, state=ref, done=True, built=built, status=status)
         # A layer that outlived its run (stopped, superseded, timed out meanwhile: a layer's
         # activity may go on after its workflow was cancelled and closed) must not leave the
@@ -499,63 +581,14 @@ class FlowActivities:
                                   deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
 
-    async def _complete(self, job_id: str, result: dict[str, Any]) -> str:
+    async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None) -> str:
         """in_progress → completed with the result and the ``end`` event; returns the job's real
-        status (a run cancelled meanwhile stays cancelled)."""
+        status (a run cancelled meanwhile stays cancelled). The trace's root span is named after
+        the flow, whose name is in the run's spec (the flow record's, as saved)."""
+        name = state.flow.get("name") if state is not None else None
         ended = await end_run(self.store, job_id, RunEnd(JobStatus.completed, result=result),
-                              expect=[JobStatus.in_progress])
+                              expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None)
         return ended.job.status.value if ended.job else JobStatus.completed.value
-
-    async def _apply(self, job: Job, request_id: str, decision: Decision, now: datetime, decided_by: str | None,
-                     fallback: StateRef | None, dedupe: str, *, votes: list[Vote], timed_out: bool,
-                     sent: dict[str, Any] | None = None, vote: Vote | None = None
-                     ) -> tuple[RunState, Graph, AppliedDecision]:
-        """Restore the checkpoint, apply the decision (timeout reroute), record the ``vote`` that
-        completes a quorum (``human_input_vote``, with the resolution), ``human_input_expired``
-        (when rerouted) then ``human_input_decision``, stamp the card, clear the pending request.
-        ``dedupe``: prefix of the events' dedupe keys; ``sent``: how the decision came
-        (:mod:`~signoff.activities.sender`), recorded in its event."""
-        cp = await self.store.load_latest_checkpoint(job.run_id)
-        if cp is not None:
-            state = await self.codec.internalize(cp.data)
-        elif fallback is not None:
-            state = await self.codec.load(fallback)
-        else:
-            raise NotResumable("the checkpoint is gone")
-        graph = self.graph(state)
-        votes = [*votes, vote] if vote is not None else votes
-        new, applied = apply_decision(state, request_id, decision, now, decided_by, votes=votes, timed_out=timed_out)
-        assert state.pending is not None and state.pending_vertex is not None
-        tracing.record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
-                            job_id=job.job_id, flow_id=state.flow_id,
-                            component_type=graph.vertices[state.pending_vertex].type)  # "Human In The Loop — {label}"
-        if vote is not None:  # the same dedupe key as record_vote's: one event per person, retries included
-            await self.store.append_event(job.job_id, "human_input_vote", {
-                **_vote_data(request_id, vote, len(votes), state.pending.required_approvals), **(sent or {})},
-                dedupe_key=f"vote:{request_id}:{vote.user}")
-        if applied.rerouted:
-            await self.store.append_event(job.job_id, "human_input_expired", {
-                "request_id": applied.request_id,
-                "requested_action": applied.requested_action or None,
-                "rerouted_to": applied.action_id,
-                "timeout_seconds": applied.timeout_seconds,
-            }, dedupe_key=f"{dedupe}:expired")
-        data: dict[str, Any] = {
-            "request_id": applied.request_id,
-            "action_id": applied.action_id,
-            "values": applied.values,
-            "decided_by": applied.decided_by,
-            "decided_at": applied.decided_at.isoformat(),
-        }
-        if applied.timed_out:
-            data["timed_out"] = True
-        if applied.votes:
-            data["votes"] = [v.model_dump(mode="json") for v in applied.votes]
-        data.update(sent or {})
-        await self.store.append_event(job.job_id, "human_input_decision", data, dedupe_key=f"{dedupe}:decision")
-        await self.store.stamp_card(applied.request_id, applied.action_id)
-        await self.store.clear_pending(job.job_id)
-        return new, graph, applied
 
 
 def _took_part(person: Any, inp: ResumeRunInput) -> list[str]:

@@ -94,6 +94,11 @@ class ResumeRunInput(BaseModel):
 
 class ResumeRunOutput(BaseModel):
     claimed: bool
+    # the decision applied: the Update that sent it (None: a Signal, the deadline), its action.
+    # Not always the one asked: when the workflow task that applied another Update's decision (a
+    # local activity) was lost, the workflow may take another Update first; the run goes on
+    # from the decision the store recorded (activities/flow.py, FlowActivities._go_on_from)
+    update_id: str | None = None
     action_id: str | None = None
     out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
     deliveries: list[Delivery] = Field(default_factory=list)

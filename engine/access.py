@@ -86,14 +86,22 @@ class Access:
         people)."""
         return await self.store.get_user(ref) or await self.store.get_user_by_name(ref)
 
-    async def decider(self, job: Job, user: User) -> Decider:
+    async def decider(self, job: Job, user: User, pending: PendingRequest | None = None) -> Decider:
         """``user`` as the decision rules see them for ``job``'s request: the approver references
         they match (themselves, every group they are in), whether the run is theirs, and whether
-        they may execute its flow now."""
-        flow = await self.store.get_flow(job.flow_id)
-        refs = {user_ref(user.id)} | {group_ref(owner, name) for owner, name in await self.store.groups_of(user.id)}
-        return Decider(user_id=user.id, refs=frozenset(refs), owner=user.id == job.user_id,
-                       may_execute=flow is not None and await self.may_execute(user.id, flow))
+        they may execute its flow now. With ``pending``, the request they would decide (as
+        :meth:`current_request` gives it), only what the rules ask of it is read
+        (:func:`~signoff.engine.decisions.check_decider`): their groups when it names approvers,
+        the flow when the run is theirs."""
+        owner = user.id == job.user_id
+        refs = {user_ref(user.id)}
+        if pending is None or pending.approvers or pending.approver_refs:
+            refs |= {group_ref(owner_id, name) for owner_id, name in await self.store.groups_of(user.id)}
+        may = True
+        if pending is None or owner:
+            flow = await self.store.get_flow(job.flow_id)
+            may = flow is not None and await self.may_execute(user.id, flow)
+        return Decider(user_id=user.id, refs=frozenset(refs), owner=owner, may_execute=may)
 
     async def approver_refs(self, owner_id: str | None, names: list[str]) -> list[str]:
         """A flow's ``approvers`` (user names or ids, ``group:NAME``) as references: a group is
@@ -129,6 +137,8 @@ class Access:
         pending = job.pending
         if pending is None or (request_id is not None and pending.request_id != request_id):
             return None
+        if not (pending.approvers or pending.approver_refs or pending.escalate_to):
+            return pending  # it names nobody and no escalation will: no approvers are stored for it
         refs = await self.store.request_approvers(job.job_id, pending.request_id)
         return pending.model_copy(update={"approver_refs": refs}) if refs else pending
 

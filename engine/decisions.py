@@ -251,6 +251,15 @@ def apply_decision(
         timed_out=timed_out,
         votes=list(votes),
     )
+    return with_decision(state, applied), applied
+
+
+def with_decision(state: RunState, applied: AppliedDecision) -> RunState:
+    """The run's state once ``applied`` (a decision on its pending request, as apply_decision
+    made it) is taken: the gate's vertex un-built, to be built again with the decision. The
+    input is not changed."""
+    assert state.pending is not None and state.pending_vertex is not None
+    request_id = applied.request_id
     new = state.model_copy(deep=True)
     vid = state.pending_vertex
     new.decisions.append(applied)
@@ -263,4 +272,52 @@ def apply_decision(
         new.built.remove(vid)
     new.outputs.pop(vid, None)
     new.stopped.pop(vid, None)
-    return new, applied
+    return new
+
+
+def decision_event(applied: AppliedDecision) -> dict[str, Any]:
+    """The data of the ``human_input_decision`` event of ``applied`` (how it was sent, ``via``...,
+    is added by the caller)."""
+    data: dict[str, Any] = {
+        "request_id": applied.request_id,
+        "action_id": applied.action_id,
+        "values": applied.values,
+        "decided_by": applied.decided_by,
+        "decided_at": applied.decided_at.isoformat(),
+    }
+    if applied.timed_out:
+        data["timed_out"] = True
+    if applied.votes:
+        data["votes"] = [v.model_dump(mode="json") for v in applied.votes]
+    return data
+
+
+def expired_event(applied: AppliedDecision) -> dict[str, Any]:
+    """The data of the ``human_input_expired`` event of a rerouted decision."""
+    return {
+        "request_id": applied.request_id,
+        "requested_action": applied.requested_action or None,
+        "rerouted_to": applied.action_id,
+        "timeout_seconds": applied.timeout_seconds,
+    }
+
+
+def recorded_decision(pending: PendingRequest, decided: dict[str, Any], expired: dict[str, Any] | None = None
+                      ) -> AppliedDecision:
+    """A decision as its ``human_input_decision`` event recorded it (with its
+    ``human_input_expired`` when it was rerouted): the AppliedDecision that apply_decision
+    returned when it was made, for ``pending``, the request it answered."""
+    timed_out = bool(decided.get("timed_out"))
+    requested = (expired.get("requested_action") or "") if expired is not None else decided["action_id"]
+    return AppliedDecision(
+        request_id=decided["request_id"],
+        requested_action="" if timed_out else requested,
+        action_id=decided["action_id"],
+        values=decided.get("values"),
+        decided_by=decided.get("decided_by"),
+        decided_at=datetime.fromisoformat(decided["decided_at"]),
+        rerouted=expired is not None,
+        timeout_seconds=pending.timeout_seconds,
+        timed_out=timed_out,
+        votes=[Vote.model_validate(v) for v in decided.get("votes") or []],
+    )

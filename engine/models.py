@@ -203,6 +203,18 @@ class Event(BaseModel):
     created_at: datetime
 
 
+@dataclass(frozen=True)
+class DecisionClaim:
+    """What :meth:`Store.claim_decision` found: whether the claim is the caller's (``won``: taken
+    now, or still held by the same token), the job afterwards, and the events an earlier attempt
+    wrote under that token (by the suffix of their dedupe key ``{token}:{suffix}``: ``decision``,
+    ``expired``): when ``recorded["decision"]`` is there, that attempt applied its decision."""
+
+    won: bool
+    job: Job | None
+    recorded: dict[str, Event]
+
+
 @dataclass(frozen=True, slots=True)
 class EventNote:
     """That an event was appended, as the store's tail tells it (:meth:`Store.tail_events`):

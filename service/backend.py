@@ -28,10 +28,9 @@ from signoff.service.feed import EventFeed, TooManyStreams
 
 @dataclass(frozen=True)
 class Resumed:
-    """What a decision did: the job afterwards, and ``resuming`` (the run goes on) or
-    ``vote_recorded`` (one vote of a quorum: ``votes`` of ``required``)."""
+    """What a decision did: ``resuming`` (the run goes on) or ``vote_recorded`` (one vote of a
+    quorum: ``votes`` of ``required``). Where the run is afterwards is the job's status."""
 
-    job: Job
     status: str = "resuming"
     votes: int = 0
     required: int = 1

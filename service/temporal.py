@@ -245,7 +245,7 @@ class TemporalBackend(RunBackend):
             if (await self._job(job.job_id)).status == JobStatus.suspended:
                 raise
             raise NotResumable("The run is over", job_id=job.job_id) from None
-        return Resumed(await self._job(job.job_id), result.status, result.votes, result.required)
+        return Resumed(result.status, result.votes, result.required)
 
     async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Resumed:
         """The Update did not answer in time: find out what became of it, by its own id."""
@@ -265,7 +265,7 @@ class TemporalBackend(RunBackend):
                 "status before sending it again.",
                 job_id=job_id,
             ) from None
-        return Resumed(await self._job(job_id), result.status, result.votes, result.required)
+        return Resumed(result.status, result.votes, result.required)
 
     # ---- stop --------------------------------------------------------------------------------
 

@@ -679,6 +679,85 @@ async def test_mark_suspended_with_a_used_dedupe_key_writes_the_event_once(store
     assert await store.append_event(job_id, "next", {}) == 2
 
 
+async def test_record_decision_writes_a_decision_in_one_step_and_once(store: Store) -> None:
+    carol, dave = await new_user(store), await new_user(store)
+    job_id = await new_job(store)
+    request_id = f"gate:{job_id}"
+    assert await store.mark_suspended(job_id, pending(request_id), event=("human_input_required", {"n": 1}))
+    card = Message(id=uid(), session_id=uid("session-"), flow_id=uid("flow-"), job_id=job_id, sender="Machine",
+                   sender_name="gate", kind="card", card={"prompt": "?", "options": [], "request_id": request_id},
+                   created_at=utcnow())
+    await store.add_message(card)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="t1") == "t1"
+    events = [("human_input_vote", {"user": dave.id}, f"vote:{request_id}:{dave.id}"),
+              ("human_input_expired", {"rerouted_to": "reject"}, "t1:expired"),
+              ("human_input_decision", {"action_id": "reject"}, "t1:decision")]
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="reject",
+                                       participants=[carol.id, dave.id, carol.id]) == [2, 3, 4]
+    job = await store.get_job(job_id)
+    assert job.pending is None and job.status == JobStatus.in_progress  # the claim's status is kept
+    assert (await store.list_messages(card.session_id))[0].card["submitted_action"] == "reject"
+    assert await store.took_part(job_id, carol.id) and await store.took_part(job_id, dave.id)
+    # a retried activity sends it again: nothing more is written, the same seqs come back
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="reject",
+                                       participants=[carol.id]) == [2, 3, 4]
+    assert [(e.seq, e.event) for e in await store.read_events(job_id)] == [
+        (1, "human_input_required"), (2, "human_input_vote"), (3, "human_input_expired"), (4, "human_input_decision")]
+    assert await store.append_event(job_id, "end", {}) == 5  # no gap
+    # ... even once the run has ended (it was recorded before the end)
+    assert await store.set_status(job_id, JobStatus.completed, event=("end", {}))
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="reject",
+                                       participants=[]) == [2, 3, 4]
+    # one key used already (the vote's, say): that event keeps its seq, the others are written
+    other, other_request = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(other, other_request, token="t2") == "t2"
+    await store.append_event(other, "human_input_vote", {"user": dave.id}, dedupe_key="vote:r:d")
+    assert await store.record_decision(other, [("human_input_vote", {}, "vote:r:d"),
+                                               ("human_input_decision", {}, "t2:decision")],
+                                       token="t2", request_id="r", action_id="approve", participants=[]) == [1, 2]
+    assert [e.event for e in await store.read_events(other)] == ["human_input_vote", "human_input_decision"]
+
+
+async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(store: Store) -> None:
+    """A stop that ended the claimed job first: the decision is not recorded after run_cancelled,
+    its card is not stamped, the pending request and the participants are as they were."""
+    dave = await new_user(store)
+    job_id, request_id = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="t1") == "t1"
+    assert await store.set_status(job_id, JobStatus.cancelled, expect=[JobStatus.in_progress],
+                                  event=("run_cancelled", {"reason": "stopped"}))
+    events = [("human_input_decision", {"action_id": "approve"}, "t1:decision")]
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="approve",
+                                       participants=[dave.id]) is None
+    assert [e.event for e in await store.read_events(job_id)] == ["run_cancelled"]
+    assert not await store.took_part(job_id, dave.id)
+    # nor under a token that does not hold the claim
+    running, running_request = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(running, running_request, token="t1") == "t1"
+    assert await store.record_decision(running, events, token="t2", request_id=running_request,
+                                       action_id="approve", participants=[]) is None
+    assert await store.read_events(running) == []
+    assert (await store.get_job(running)).pending is not None
+
+
+async def test_record_decision_racing_appends_keeps_seqs_gap_free(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="t") == "t"
+
+    def decision(i: int):
+        return store.record_decision(job_id, [("human_input_decision", {"i": i}, f"t:decision{i}"),
+                                              ("extra", {"i": i}, f"t:extra{i}")],
+                                     token="t", request_id=request_id, action_id="approve", participants=[])
+
+    decisions = [decision(i) for i in range(10)]
+    appends = [store.append_event(job_id, "progress", {"i": i}) for i in range(10)]
+    again = [decision(i) for i in range(10)]
+    results = await asyncio.gather(*decisions, *appends, *again)
+    seqs = [e.seq for e in await store.read_events(job_id)]
+    assert seqs == list(range(1, 31))  # 10 decisions of two events and 10 appends, each once
+    assert results[:10] == results[20:]  # a decision sent twice at once got the same seqs
+
+
 # ---- leases of inline runs (docs/inline.md) -------------------------------------------------
 
 
@@ -765,11 +844,6 @@ async def test_event_dedupe_key_appends_once_and_keeps_seq_gap_free(store: Store
     assert await store.append_event(job_id, "progress", {"n": 5}) == 3  # no key: always appended
     assert await store.append_event(job_id, "progress", {"n": 6}) == 4
     assert await store.append_event(other, "human_input_required", {}, dedupe_key="pause:1") == 1  # per job
-    found = await store.event_by_key(job_id, "t1:decision")  # what the key's first append wrote
-    assert found is not None and (found.seq, found.event, found.data) == (2, "human_input_decision", {"n": 2})
-    assert (await store.event_by_key(other, "pause:1")).seq == 1
-    assert await store.event_by_key(job_id, "t2:decision") is None
-    assert await store.event_by_key("no-such-job", "pause:1") is None
     events = await store.read_events(job_id)
     assert [(e.seq, e.event, e.data) for e in events] == [
         (1, "human_input_required", {"n": 1}),
@@ -817,6 +891,31 @@ async def test_concurrent_token_claims_on_one_store_win_once_with_their_retries(
         *(store.claim_suspended_for_resume(job_id, request_id, token=f"t{i}") for i in range(10) for _ in range(2)))
     winners = {r for r in results if r is not None}
     assert len(winners) == 1 and results.count(winners.pop()) == 2
+
+
+async def test_claim_decision_tells_what_an_earlier_attempt_of_the_token_did(store: Store) -> None:
+    job_id, request_id = await suspended_job(store)
+    first = await store.claim_decision(job_id, request_id, "wf-1")
+    assert first.won and first.job.status == JobStatus.in_progress and first.recorded == {}
+    await store.append_event(job_id, "unrelated", {}, dedupe_key="wf-10:decision")  # another token, same prefix
+    assert await store.record_decision(job_id, [("human_input_expired", {"n": 1}, "wf-1:expired"),
+                                                ("human_input_decision", {"action_id": "reject"}, "wf-1:decision")],
+                                       token="wf-1", request_id=request_id, action_id="reject",
+                                       participants=[]) == [2, 3]
+    again = await store.claim_decision(job_id, request_id, "wf-1")  # the same attempt once more: its claim
+    assert again.won and again.job.pending is None
+    assert {k: (e.seq, e.event, e.data) for k, e in again.recorded.items()} == {
+        "expired": (2, "human_input_expired", {"n": 1}), "decision": (3, "human_input_decision", {"action_id": "reject"})}
+    other = await store.claim_decision(job_id, request_id, "wf-2")  # another token wins nothing, sees nothing
+    assert not other.won and other.recorded == {} and other.job.status == JobStatus.in_progress
+    # the run reached its next pause (the claim cleared): the token no longer holds, its record stays
+    assert await store.mark_suspended(job_id, pending(f"next:{job_id}"))
+    later = await store.claim_decision(job_id, request_id, "wf-1")
+    assert not later.won and later.job.pending.request_id == f"next:{job_id}" and "decision" in later.recorded
+    missing = await store.claim_decision("no-such-job", request_id, "wf-1")
+    assert not missing.won and missing.job is None and missing.recorded == {}
+    with pytest.raises(StoreError):
+        await store.claim_decision(job_id, request_id, "wf:1")  # a token with ':' would blur the keys
 
 
 async def test_resume_claim_against_cancel_claim_on_one_store_never_both_win(store: Store) -> None:

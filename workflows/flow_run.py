@@ -15,7 +15,6 @@ flight at a time (:class:`_Decision`, one slot).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -99,9 +98,15 @@ PAUSE_IN_LAYER = "pause-in-layer"
 
 # Patch id: a decision is applied by a *local* activity (``resume_run`` in the workflow task that
 # took the decision: no activity dispatch, no second workflow task before the Update answers),
-# under a claim token derived from the Update's id, stable however often that task is retried
-# (docs/temporal.md, "Round trips per run"). Histories recorded before it replay the old path.
+# under a claim token that names the run's n-th decision attempt, whichever Update or Signal
+# makes it, so that an attempt run again after its workflow task was lost finds what the lost
+# one did (docs/temporal.md, "Round trips per run"). Histories recorded before it replay the
+# old path.
 RESUME_LOCAL = "resume-local"
+
+# How long a run that is over waits for an Update whose decision it took from the store (its own
+# workflow task was lost) to come again for its answer, before it closes (FlowRun.run).
+ANSWER_WAIT = timedelta(seconds=10)
 
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
@@ -116,16 +121,15 @@ def _update_id() -> str | None:
     return info.id if info is not None else None
 
 
-def _claim_token(update_id: str | None) -> str:
-    """The claim token of a decision: the same value on replay and in every retry of its
-    activity, and a different one for every decision. An Update's is derived from its id, which
-    Temporal keeps when it delivers the Update again after a failed workflow task (the local
-    activity then runs again and must find its own claim, whatever other Updates came in that
-    task meanwhile); a Signal's or a deadline's comes from the workflow's seeded uuid, which
-    the history's order of events fixes."""
-    if update_id is not None:
-        return "wf-u-" + hashlib.sha256(update_id.encode()).hexdigest()[:32]
-    return f"wf-{workflow.uuid4().hex}"
+def _claim_token(attempt: int) -> str:
+    """The claim token of the run's ``attempt``-th decision attempt (counted from 0; an attempt
+    counts once its activity's result, or failure, is in the history): the same on replay and in
+    every retry of the activity, different for every attempt. It names the attempt, not the
+    Update: when the workflow task that ran a decision as a local activity is lost (a
+    speculative task the server dropped, a worker that died), Temporal delivers its Updates
+    again, maybe in another order, and whichever is taken first then runs the same attempt,
+    finding the lost one's claim and record in the store instead of losing against them."""
+    return f"wf-{workflow.info().run_id}-d{attempt}"
 
 
 @dataclass
@@ -152,6 +156,10 @@ class FlowRun:
         self._outbox: list[Any] = []  # webhook deliveries under way
         self._status = JobStatus.queued.value
         self._rejections: dict[str | None, int] = {}  # rejected resume Signals per pending request id
+        self._attempts = 0  # decision attempts whose activity result is in the history (_claim_token)
+        # The answers of Updates whose decision was applied by an attempt another Update's handler
+        # finished (its own workflow task was lost): given to that Update when it comes again.
+        self._answered: dict[str, ResumeResult] = {}
         # A layer's activity is under way that may persist a pause: the store may show the job
         # ``suspended`` before this workflow has the layer's result, so a decision arriving now
         # is held until it has (then checked), not refused.
@@ -176,6 +184,13 @@ class FlowRun:
                 raise
             await self._cancelled(inp)
             raise
+        if self._answered:
+            # an Update whose decision was applied in a lost workflow task has not come again
+            # yet: it is admitted, so Temporal delivers it soon; closing now would abort it
+            try:
+                await workflow.wait_condition(lambda: not self._answered, timeout=ANSWER_WAIT)
+            except asyncio.TimeoutError:
+                pass  # it was refused before its decision was known to be its own (it never comes)
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._outbox:  # the run is over; its last webhook deliveries get their retries
             await asyncio.gather(*self._outbox, return_exceptions=True)
@@ -390,14 +405,17 @@ class FlowRun:
 
     # ---- decisions -----------------------------------------------------------------------
 
-    def _check(self, inp: ResumeInput) -> None:
+    def _check(self, inp: ResumeInput, *, validating: bool = False) -> None:
         """The engine's one decision check against what this run waits for (SignoffError). Who
         decides is checked by the activities (it needs the store); a second vote of the same
-        person is refused here when the decision names them by id."""
+        person is refused here when the decision names them by id. ``validating`` (the Update's
+        validator): a decision that comes while another is being applied is let in, to wait for
+        that one to settle and be checked then (_decide): the one being applied may turn out to
+        be this Update's own, applied in a workflow task that was lost (_apply)."""
         if self._layer_running and self._pending is None:
             return  # the layer under way may be reaching this pause: checked once it has (_decide)
         check_decision(self._pending, inp.request_id, inp.decision,
-                       waiting=self._decision is None or self._decision.failed)
+                       waiting=self._decision is None or self._decision.failed or (validating and self._applying))
         if self._voted(inp):
             raise AlreadyVoted()
 
@@ -410,8 +428,10 @@ class FlowRun:
 
     @resume.validator
     def _validate_resume(self, inp: ResumeInput) -> None:
+        if _update_id() in self._answered:
+            return
         try:
-            self._check(inp)
+            self._check(inp, validating=True)
         except SignoffError as err:
             raise refusal(err) from None
 
@@ -422,6 +442,9 @@ class FlowRun:
         if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
             await workflow.wait_condition(lambda: not self._layer_running)
         async with self._lock:
+            answered = self._answered.pop(_update_id() or "", None)
+            if answered is not None:  # applied already, by an attempt another Update's handler finished
+                return answered
             try:
                 self._check(inp)
             except SignoffError as err:
@@ -493,7 +516,7 @@ class FlowRun:
         assert self._inp is not None
         job_id = self._inp.job_id
         local = workflow.patched(RESUME_LOCAL)
-        token = _claim_token(_update_id()) if local else f"wf-{workflow.uuid4().hex}"
+        token = _claim_token(self._attempts) if local else f"wf-{workflow.uuid4().hex}"
         decision = self._decision = _Decision()
         run = ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
                              decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
@@ -502,8 +525,12 @@ class FlowRun:
                              client_identity=caller())
         try:
             if local:
-                res: ResumeRunOutput = await workflow.execute_local_activity_method(
-                    FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+                try:
+                    res: ResumeRunOutput = await workflow.execute_local_activity_method(
+                        FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT,
+                        retry_policy=LAYER_RETRY)
+                finally:
+                    self._attempts += 1
             else:
                 res = await workflow.execute_activity_method(
                     FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
@@ -527,9 +554,17 @@ class FlowRun:
         # (stopped meanwhile: the workflow's cancellation recorded the end first).
         if self._status not in TERMINAL_STATUSES:
             self._set_status(JobStatus.in_progress.value)
-        return ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
-                            votes=len(self._votes) + (vote is not None),
-                            required=self._pending.required_approvals if self._pending else 1)
+        result = ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
+                              votes=len(self._votes) + (vote is not None),
+                              required=self._pending.required_approvals if self._pending else 1)
+        if local and res.update_id != _update_id():
+            # the store recorded another Update's (or a Signal's) decision for this attempt, made in
+            # a workflow task that was lost: the run goes on from it; that Update gets its answer
+            # when it comes again, this one is refused as any decision that came second
+            if res.update_id is not None:
+                self._answered[res.update_id] = result
+            raise ApplicationError("Another decision was applied first", type="NOT_RESUMABLE", non_retryable=True)
+        return result
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
         """Start the webhook deliveries of an event: retried with backoff by Temporal, never

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Iterable, Sequence
 
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
+    DecisionClaim,
     Event,
     EventNote,
     FlowRecord,
@@ -416,6 +417,14 @@ class Store(CheckpointStore, HistoryStore):
         wins a claim that is held."""
 
     @abc.abstractmethod
+    async def claim_decision(self, job_id: str, request_id: str, token: str) -> DecisionClaim:
+        """The claim of :meth:`claim_suspended_for_resume` under ``token`` and, in the same
+        transaction, the job as it is then and the events written under that token (dedupe keys
+        ``{token}:...``), so that an attempt of a decision that runs again (a retried activity,
+        a workflow task that ran it and was lost) sees at once whether an earlier attempt with
+        the same token already claimed, and what it recorded."""
+
+    @abc.abstractmethod
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
         """``in_progress → suspended`` only for the claim that was taken (pending kept)."""
 
@@ -490,12 +499,24 @@ class Store(CheckpointStore, HistoryStore):
         attempt of a retried vote). Records each vote of a quorum exactly once."""
 
     @abc.abstractmethod
-    async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
+    async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
+                              token: str, request_id: str, action_id: str, participants: Iterable[str]
+                              ) -> list[int] | None:
+        """A decision's records in one transaction, while the job is ``in_progress`` under the
+        claim ``token`` (claim_suspended_for_resume): ``events`` ((name, data, dedupe key), e.g.
+        the vote that completed a quorum, ``human_input_expired``, ``human_input_decision``)
+        appended in order with gap-free seqs, the chat card of ``request_id`` stamped with
+        ``action_id`` (as stamp_card), the job's pending request cleared, and ``participants``
+        recorded (as add_participants). Returns the events' seqs. An event whose key was used
+        already keeps that event's seq and is not written again; when every key was used (an
+        earlier attempt of a retried activity committed them all), nothing at all is written and
+        their seqs are returned, whatever the job is now. Otherwise, when the claim is no longer
+        the job's (a stop ended it meanwhile), nothing is written and None is returned: no event
+        ever follows the job's terminal one."""
 
     @abc.abstractmethod
-    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
-        """The event appended for the job with that ``dedupe_key``, or None: whether an earlier
-        attempt of a retried step recorded it (e.g. a decision's, under its claim token)."""
+    async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
+
 
     @abc.abstractmethod
     def tail_events(self) -> AsyncIterator[list[EventNote] | None]:

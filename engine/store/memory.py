@@ -24,7 +24,7 @@ import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import islice
@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from signoff.engine.models import (
     TERMINAL_STATUSES,
     CheckpointRecord,
+    DecisionClaim,
     Event,
     EventNote,
     FlowRecord,
@@ -753,6 +754,18 @@ class MemoryStore(Store):
         held = row.status not in (JobStatus.queued, JobStatus.suspended) and _same(row.claim_token, token)
         return fresh if token and held else None
 
+    async def claim_decision(self, job_id: str, request_id: str, token: str) -> DecisionClaim:
+        if not token or ":" in token:
+            raise StoreError("A decision's claim token is a non-empty string without ':'.")
+        won = await self.claim_suspended_for_resume(job_id, request_id, token=token) is not None
+        t = self._tables()
+        row = t.jobs.get(job_id)
+        prefix = f"{token}:"
+        recorded = {e.dedupe_key[len(prefix):]: Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data),
+                                                      created_at=e.created_at)
+                    for e in t.events.get(job_id, ()) if e.dedupe_key is not None and e.dedupe_key.startswith(prefix)}
+        return DecisionClaim(won=won, job=self._job(row) if row is not None else None, recorded=recorded)
+
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
         row = self._tables().jobs.get(job_id)
         if row is None or row.status != JobStatus.in_progress or not _same(row.claim_token, claim_token):
@@ -917,6 +930,31 @@ class MemoryStore(Store):
         body = dumps(data)
         return self._append(self._tables(), job_id, event, body, dedupe_key)
 
+    async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
+                              token: str, request_id: str, action_id: str, participants: Iterable[str]
+                              ) -> list[int] | None:
+        """See Store.record_decision: checked and encoded first, then written in one step."""
+        ids = unique_strings(participants, "user_ids")
+        bodies = [(name, dumps(data), key) for name, data, key in events]
+        if not all(isinstance(name, str) for name, _, _ in bodies):
+            raise StoreError("An event needs a name (a string).")
+        t = self._tables()
+        used = {e.dedupe_key: e.seq for e in t.events.get(job_id, ()) if e.dedupe_key is not None}
+        if all(key in used for _, _, key in bodies):
+            return [used[key] for _, _, key in bodies]
+        job = t.jobs.get(job_id)
+        if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
+            return None
+        seqs = [self._append(t, job_id, name, body, key) for name, body, key in bodies]
+        for row in t.messages.values():
+            if row.kind == "card" and _same(row.card_request_id, request_id):
+                row.submitted_action = action_id
+        row = t.jobs.get(job_id)
+        if row is not None:
+            row.pending, row.pending_request_id, row.updated_at = None, None, utcnow()
+        t.participants.update((u, job_id) for u in ids)
+        return seqs
+
     async def append_event_if_waiting(
         self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
     ) -> int | None:
@@ -954,11 +992,6 @@ class MemoryStore(Store):
             for e in _first(later, limit)
         ]
 
-    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
-        for e in self._tables().events.get(job_id, ()):
-            if e.dedupe_key == dedupe_key:
-                return Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
-        return None
 
     # ---- checkpoints
 

@@ -3,11 +3,23 @@ validator and Signal, the in-process runner) refuses a decision with the same co
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+
 import pytest
 
-from signoff.engine.decisions import check_decision
+from signoff.engine.decisions import (
+    apply_decision,
+    check_decision,
+    deadline_decision,
+    decision_event,
+    expired_event,
+    recorded_decision,
+    with_decision,
+)
 from signoff.engine.errors import InvalidDecision, NotResumable
-from signoff.engine.models import Decision, Option, PendingRequest, utcnow
+from signoff.engine.models import Decision, Option, PendingRequest, Vote, utcnow
+from signoff.engine.state import RunState
 
 
 def gate(request_id: str = "gate:run") -> PendingRequest:
@@ -111,3 +123,40 @@ def test_a_default_that_breaks_its_own_schema_is_refused_when_the_flow_is_saved(
     assert problem.startswith("fields.n: its default does not fit its own schema")
     assert schema_problems({"type": "object", "properties": {"n": {**prop, "default": None} | {
         "default": {"integer": 3, "string": "a"}.get(prop["type"], ["xy"])}}}, "fields") == []
+
+
+# ---- a decision as its events recorded it (a retried or re-run decision takes it from there) ----
+
+def _waiting(pending: PendingRequest) -> RunState:
+    return RunState(run_id="run", flow={"nodes": [], "edges": []}, flow_hash="h", built=["ask", "gate"],
+                    outputs={"gate": {"x": 1}}, pending=pending, pending_vertex="gate")
+
+
+@pytest.mark.parametrize("case", ["answered", "late", "deadline", "quorum"])
+def test_a_recorded_decision_is_the_decision_as_it_was_applied(case):
+    """What resume_run recorded (human_input_expired, human_input_decision) gives back the very
+    decision apply_decision made, so a decision applied again from its record leaves the run in
+    the same state as the first time."""
+    paused = utcnow() - timedelta(hours=2)
+    pending = gate().model_copy(update={"paused_at": paused, "fallback_action": "reject",
+                                        "allowed_decisions": ["approve", "reject", "fallback"]})
+    votes: list[Vote] = []
+    timed_out = False
+    if case in ("late", "deadline"):
+        pending = pending.model_copy(update={"timeout_seconds": 60})
+    if case == "deadline":
+        pending = pending.model_copy(update={"on_timeout": "default", "default_action": "approve",
+                                             "default_values": {"note": "auto"}})
+        timed_out = True
+    if case == "quorum":
+        votes = [Vote(user="u1", action_id="approve", at=paused), Vote(user="u2", action_id="approve", at=utcnow())]
+    state = _waiting(pending)
+    decision = deadline_decision(pending) if timed_out else Decision(action_id="approve", values={"note": "ok"})
+    new, applied = apply_decision(state, "gate:run", decision, utcnow(), None if timed_out else "u2", votes=votes,
+                                  timed_out=timed_out)
+    assert applied.rerouted == (case in ("late", "deadline"))
+    event = json.loads(json.dumps({**decision_event(applied), "via": "api", "update_id": "u-1"}))  # as stored
+    expired = json.loads(json.dumps(expired_event(applied))) if applied.rerouted else None
+    again = recorded_decision(pending, event, expired)
+    assert again == applied
+    assert with_decision(state, again) == new

@@ -13,17 +13,21 @@ claim updates), so a vote is ordered entirely before or after a resume or cancel
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from signoff.engine.models import Job, utcnow
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
-from signoff.engine.store.sql.events import DuplicateEvent
+from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLApprovals"]
+
+
+class _NotHeld(Exception):
+    """Raised inside record_decision's transaction to roll it back: the claim is not the caller's."""
 
 
 def _refs(refs: Iterable[str]) -> list[tuple[str, str | None, str | None, str | None]]:
@@ -61,6 +65,31 @@ class SQLApprovals(SQLJobs):
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.request_approvers, (job_id, request_id))
         return [r["ref"] for r in rows]
+
+    async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
+                              token: str, request_id: str, action_id: str, participants: Iterable[str]
+                              ) -> list[int] | None:
+        """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
+        claim is the caller's (job row, then the counter row: the order of every status change
+        with its event, so no deadlock)."""
+        ids = unique_strings(participants, "user_ids")
+        bodies = [(name, self._enc_json(data), key) for name, data, key in events]
+        now = self._enc_dt(utcnow())
+        try:
+            async with self._tx(write=True) as tx:
+                held = await tx.execute(Q.lock_claimed, (job_id, token)) > 0
+                seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
+                if not held:
+                    raise _NotHeld()
+                await tx.execute(Q.stamp_card, (action_id, request_id))
+                await tx.execute(Q.clear_pending, (now, job_id))
+                if ids:
+                    await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
+                return seqs
+        except DuplicateEvents as dup:  # all committed by an earlier attempt: nothing written now
+            return dup.seqs
+        except _NotHeld:  # rolled back: the job ended (or was claimed otherwise) meanwhile
+            return None
 
     async def add_participants(self, job_id: str, user_ids: Iterable[str]) -> None:
         """See Store.add_participants."""

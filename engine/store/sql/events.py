@@ -12,7 +12,7 @@ from signoff.engine.models import Event, utcnow
 from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
-__all__ = ["DuplicateEvent", "SQLEvents"]
+__all__ = ["DuplicateEvent", "DuplicateEvents", "SQLEvents"]
 
 
 class DuplicateEvent(Exception):
@@ -21,6 +21,15 @@ class DuplicateEvent(Exception):
     def __init__(self, seq: int) -> None:
         super().__init__(seq)
         self.seq = seq
+
+
+class DuplicateEvents(Exception):
+    """Raised inside a transaction appending several events to roll it back: every key was used
+    (their seqs inside)."""
+
+    def __init__(self, seqs: list[int]) -> None:
+        super().__init__(seqs)
+        self.seqs = seqs
 
 
 class SQLEvents(SQLCore):
@@ -50,6 +59,35 @@ class SQLEvents(SQLCore):
         await self._tell(tx, job_id, seq, event)
         return seq
 
+    async def _append_all(self, tx: Tx, job_id: str, events: list[tuple[str, Any, str]]) -> list[int]:
+        """Append ``events`` ((name, encoded body, dedupe key)) in order; one whose key was used
+        keeps its first event's seq and is not written. Raises DuplicateEvents when every key
+        was used (nothing to write: the caller's transaction rolls back)."""
+        row = await tx.fetchone(Q.next_seq, (job_id,))  # the per-job lock (see _append), one seq taken
+        assert row is not None
+        seq = int(row["last_seq"])
+        found = []
+        for _, _, key in events:
+            first = await tx.fetchone(Q.event_by_dedupe, (job_id, key))
+            found.append(int(first["seq"]) if first is not None else None)
+        if all(f is not None for f in found):
+            raise DuplicateEvents([f for f in found if f is not None])
+        seqs: list[int] = []
+        taken = False
+        for (event, body, key), first in zip(events, found):
+            if first is not None:
+                seqs.append(first)
+                continue
+            if taken:  # the next seq (the counter row is ours until the commit)
+                row = await tx.fetchone(Q.next_seq, (job_id,))
+                assert row is not None
+                seq = int(row["last_seq"])
+            taken = True
+            await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), key))
+            await self._tell(tx, job_id, seq, event)
+            seqs.append(seq)
+        return seqs
+
     async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
         """Tell the store's tails of this append when it commits (PostgreSQL: NOTIFY). SQLite's
         tail reads the table itself."""
@@ -58,11 +96,6 @@ class SQLEvents(SQLCore):
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.read_events, (job_id, after_seq, limit))
         return [self._event(r) for r in rows]
-
-    async def event_by_key(self, job_id: str, dedupe_key: str) -> Event | None:
-        async with self._tx(write=False) as tx:
-            row = await tx.fetchone(Q.event_row_by_dedupe, (job_id, dedupe_key))
-        return self._event(row) if row is not None else None
 
     def _event(self, r: Any) -> Event:
         return Event(job_id=r["job_id"], seq=int(r["seq"]), event=r["event"], data=self._dec_json(r["data"]),

@@ -96,6 +96,8 @@ class Q:
     lock_waiting = (
         "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
     )
+    # record_decision: the job still runs under that claim (locks its row, as a stop's end does)
+    lock_claimed = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
 
     # webhooks: the secret's ciphertext is read by get_webhook and webhooks_for only
     insert_webhook = (
@@ -228,7 +230,11 @@ class Q:
     )
     insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
     event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
-    event_row_by_dedupe = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND dedupe_key = ?"
+    # the events written under a claim token: dedupe keys "{token}:..." (a token has no ':'; ';' follows ':')
+    events_under_token = (
+        "SELECT job_id, seq, event, data, created_at, dedupe_key FROM events "
+        "WHERE job_id = ? AND dedupe_key >= ? AND dedupe_key < ? ORDER BY seq"
+    )
     read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
     # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order
     # (one writer at a time); PostgreSQL: a notification sent by the appending transaction,

@@ -159,7 +159,8 @@ async def test_a_decision_answered_after_the_run_was_stopped_leaves_the_status_c
         await asyncio.wait_for(held.applied.wait(), 60)  # claimed and applied; its answer not yet back
         assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
         held.release.set()
-        assert (await resume).job.status == JobStatus.cancelled
+        assert (await resume).status == "resuming"  # the decision was applied, before the stop
+        assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
         handle = service.client.get_workflow_handle(job.job_id)
         with pytest.raises(WorkflowFailureError):
             await handle.result()

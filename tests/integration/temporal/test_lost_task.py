@@ -1,0 +1,196 @@
+"""A decision applied by a workflow task that is then lost (docs/temporal.md, "Round trips per
+run"): the decision is a local activity, so its store writes happen inside the workflow task
+that took the Update, and that task can be lost after them (Temporal drops a speculative task,
+a worker dies before completing it). Temporal then delivers the run's Updates again, maybe in
+another order, and the activity runs again. The run must go on from the decision the store
+recorded, exactly once, with nothing built twice, and the Update whose decision it was must get
+its answer.
+
+A worker interceptor loses a task for real: the first time a decision's local activity resolves
+(not on replay), the workflow code raises, which fails the workflow task; Temporal retries it on
+a history without that task's events, so the activity runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.service import RPCError
+import temporalio.worker
+
+from signoff.engine.models import Decision, JobStatus
+from signoff.worker import build_worker
+from signoff.workflows.types import ResumeInput
+from tests.fixtures.world import BACKENDS
+from tests.helpers import event_names, wait_status
+from .test_surface import submit
+
+
+class LoseTheDecisionTask(temporalio.worker.Interceptor):
+    """Fails the workflow task in which a decision's local activity (``resume_run``) first
+    resolves, once per run, after its store writes."""
+
+    def __init__(self) -> None:
+        self.lost: set[str] = set()
+
+    def workflow_interceptor_class(self, input: Any) -> type[temporalio.worker.WorkflowInboundInterceptor]:
+        lost = self.lost
+
+        class Outbound(temporalio.worker.WorkflowOutboundInterceptor):
+            def start_local_activity(self, input: temporalio.worker.StartLocalActivityInput) -> Any:
+                handle = self.next.start_local_activity(input)
+                run_id = workflow.info().run_id
+                if input.activity != "resume_run" or run_id in lost or workflow.unsafe.is_replaying():
+                    return handle
+
+                async def lose_the_task() -> Any:
+                    await handle
+                    lost.add(run_id)
+                    raise RuntimeError("test: this workflow task is lost after the decision's writes")
+
+                return asyncio.ensure_future(lose_the_task())
+
+        class Inbound(temporalio.worker.WorkflowInboundInterceptor):
+            def init(self, outbound: temporalio.worker.WorkflowOutboundInterceptor) -> None:
+                super().init(Outbound(outbound))
+
+        return Inbound
+
+
+@pytest.fixture
+def loser() -> LoseTheDecisionTask:
+    return LoseTheDecisionTask()
+
+
+@pytest.fixture
+async def lossy_worker(client, store, settings, loser):
+    async with build_worker(client, store, settings, interceptors=[loser]):
+        yield
+
+
+async def failed_tasks(service, job_id: str) -> int:
+    history = await service.client.get_workflow_handle(job_id).fetch_history()
+    return sum(ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for ev in history.events)
+
+
+async def paused(service, user, flow):
+    job = await submit(service, user, flow)
+    job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
+    assert job.status == JobStatus.suspended
+    return job
+
+
+FLOWS = {
+    # the decision's activity ends the run: the task is lost after the completion was written
+    "ends": None,
+    # the decision's activity leaves the run running (the next layer dials out): built again from
+    # the record, the call made once
+    "goes_on": lambda url: {
+        "name": "gate then call",
+        "nodes": [{"id": "ask", "type": "ChatInput"},
+                  {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+                  {"id": "call", "type": "HTTPRequest", "params": {"url": f"{url}/after", "method": "POST"}},
+                  {"id": "out", "type": "ChatOutput"}],
+        "edges": [{"from": "ask.message", "to": "gate.prompt"}, {"from": "gate.branch_approve", "to": "call.body"},
+                  {"from": "call.response", "to": "out.input_value"}]},
+    # the decision's activity takes the run to its next gate (the pause persisted)
+    "next_gate": lambda url: {
+        "name": "two gates",
+        "nodes": [{"id": "ask", "type": "ChatInput"},
+                  {"id": "g1", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+                  {"id": "g2", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+                  {"id": "ok", "type": "ChatOutput", "params": {"text": "both approved"}}],
+        "edges": [{"from": "ask.message", "to": "g1.prompt"}, {"from": "g1.branch_approve", "to": "g2.prompt"},
+                  {"from": "g2.branch_approve", "to": "ok.input_value"}]},
+}
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("shape", list(FLOWS))
+async def test_a_decision_whose_task_was_lost_is_applied_once_and_answered(
+        lossy_worker, loser, service, store, user, make_flow, http_counter, shape):
+    spec = FLOWS[shape]
+    job = await paused(service, user, await make_flow(spec(http_counter.url) if spec else None))
+    resumed = await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    assert resumed.status == "resuming"  # the Update got its answer from the task that ran again
+    assert await failed_tasks(service, job.job_id) == 1 and len(loser.lost) == 1  # a task was lost for real
+    if shape == "next_gate":
+        job = await wait_status(store, job.job_id, JobStatus.suspended)
+        assert job.pending.request_id.startswith("g2:")
+        await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    await service.client.get_workflow_handle(job.job_id).result()
+    names = await event_names(store, job.job_id)
+    assert names.count("human_input_decision") == (2 if shape == "next_gate" else 1)
+    assert names.count("end") == 1 and names[-1] == "end"
+    if shape == "goes_on":
+        assert http_counter.counts["/after"] == 1  # the layer after the decision ran once
+        assert "seen /after" in done.result["output"]["text"]
+    if shape == "next_gate":
+        assert names.count("human_input_required") == 2  # the second pause persisted once
+        assert done.result["output"]["text"] == "both approved"
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_updates_racing_a_lost_task_the_one_applied_is_the_one_answered(
+        lossy_worker, loser, service, store, user, make_flow):
+    """Several Updates at once; the task that applied the first is lost; whichever Update the
+    workflow takes first when the task runs again, the run goes on from the decision the store
+    recorded and only the Update that sent it is answered with success."""
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    ids = [f"u-{uuid.uuid4()}" for _ in range(6)]
+
+    async def one(update_id: str, action: str) -> bool:
+        arg = ResumeInput(request_id=job.pending.request_id, decision=Decision(action_id=action), decided_by=user.id)
+        try:
+            await handle.execute_update("resume", arg, id=update_id)
+            return True
+        except (WorkflowUpdateFailedError, RPCError):
+            return False
+
+    outcomes = await asyncio.gather(*(one(u, "approve" if i % 2 else "reject") for i, u in enumerate(ids)))
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    await handle.result()
+    decisions = [e for e in await store.read_events(job.job_id) if e.event == "human_input_decision"]
+    assert len(decisions) == 1 and len(loser.lost) == 1
+    winner = ids.index(decisions[0].data["update_id"])
+    assert outcomes == [i == winner for i in range(len(ids))]  # the one applied, and only it, succeeded
+    expected = "Refund sent" if decisions[0].data["action_id"] == "approve" else "Refund refused"
+    assert done.result["output"]["text"] == expected
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_the_update_taken_first_after_a_lost_task_yields_to_the_decision_recorded(
+        worker, service, store, user, make_flow):
+    """The exact state a lost task leaves when Temporal then hands the workflow another Update
+    first, made by hand: the run's first decision attempt (its claim token) claimed the job and
+    recorded the decision of Update ``u-lost``, then its task was lost. Update ``u-other`` comes:
+    it is refused as second, the run goes on from ``u-lost``'s decision (reject), and ``u-lost``,
+    when it comes again, gets its answer: the run waits for it before it closes."""
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    token = f"wf-{(await handle.describe()).run_id}-d0"  # the first attempt's (workflows/flow_run.py: _claim_token)
+    assert (await store.claim_decision(job.job_id, job.pending.request_id, token)).won
+    lost = {"request_id": job.pending.request_id, "action_id": "reject", "values": None, "decided_by": user.id,
+            "decided_at": job.pending.paused_at.isoformat(), "via": "api", "client_identity": None,
+            "update_id": "u-lost"}
+    assert await store.record_decision(job.job_id, [("human_input_decision", lost, f"{token}:decision")],
+                                       token=token, request_id=job.pending.request_id, action_id="reject",
+                                       participants=[user.id]) == [2]
+    arg = ResumeInput(request_id=job.pending.request_id, decision=Decision(action_id="approve"), decided_by=user.id)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("resume", arg, id="u-other")
+    assert "Another decision was applied first" in str(refused.value.cause)
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    assert done.result["output"]["text"] == "Refund refused"  # u-lost's decision, not u-other's
+    answer = await handle.execute_update("resume", arg.model_copy(update={"decision": Decision(action_id="reject")}),
+                                         id="u-lost")
+    assert answer["status"] == "resuming" and answer["action_id"] == "reject"
+    await handle.result()
+    assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
