@@ -193,7 +193,7 @@ class FlowActivities:
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
                             via=(sent or {}).get("via"))
             deliveries = await self._decision_deliveries(job, request or job.pending, written)
-            out = await self._after_decision(inp, graph, state)
+            out = await self._after_decision(inp, graph, state, job)
         except SignoffError as err:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
@@ -243,7 +243,7 @@ class FlowActivities:
         applied = recorded_decision(paused.pending, decided.data, expired.data if expired is not None else None)
         self._trace_gate(job, graph, paused, applied)
         return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
-                               out=await self._after_decision(inp, graph, with_decision(paused, applied)))
+                               out=await self._after_decision(inp, graph, with_decision(paused, applied), job))
 
     async def _paused_state(self, job: Job, fallback: StateRef | None) -> tuple[RunState, Graph]:
         """The run's state at its pause (the checkpoint; the workflow's copy if it is gone) and
@@ -287,9 +287,10 @@ class FlowActivities:
                                                 action_id=applied.action_id, participants=participants)
         return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
-    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState) -> RunLayerOutput:
+    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState, job: Job) -> RunLayerOutput:
         """The layers that follow the decision, built here while they are instant, up to the next
-        pause (persisted with ``inp.persist``) or the end of the run (recorded)."""
+        pause (persisted with ``inp.persist``) or the end of the run (recorded). ``job``: as the
+        claim read it."""
         step, built = inp.step, []
         # Layers built here happen after the decision, in real time: a pause reached here is
         # stamped now (the workflow's time when that is later, e.g. under time skipping).
@@ -297,7 +298,8 @@ class FlowActivities:
         if inp.inline:
             state, step, built = await self._instant_layers(graph, state, step, built, clock)
         return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
-                                        blob_step=len(state.decisions) * 100000 + state.layers, persist=inp.persist)
+                                        blob_step=len(state.decisions) * 100000 + state.layers, persist=inp.persist,
+                                        job=job)
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> None:
@@ -544,8 +546,8 @@ class FlowActivities:
         return await self._deliveries(job, "human_input_required", pending.request_id, pending)
 
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
-                            built: list[str], blob_step: int | None = None, *, persist: bool = False
-                            ) -> RunLayerOutput:
+                            built: list[str], blob_step: int | None = None, *, persist: bool = False,
+                            job: Job | None = None) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
         pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
         pause persisted (the job ``suspended``: the workflow then waits without a ``persist_pause``
@@ -562,7 +564,7 @@ class FlowActivities:
             )
         done = state.pending is None and is_finished(graph, state)
         if done:
-            status = await self._complete(job_id, final_result(graph, state), state)
+            status = await self._complete(job_id, final_result(graph, state), state, job)
             return RunLayerOutput(step=step, state=ref, done=True, built=built, status=status)
         # A layer that outlived its run (stopped, superseded, timed out meanwhile: a layer's
         # activity may go on after its workflow was cancelled and closed) must not leave the
@@ -581,13 +583,15 @@ class FlowActivities:
                                   deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
 
-    async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None) -> str:
+    async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None,
+                        job: Job | None = None) -> str:
         """in_progress → completed with the result and the ``end`` event; returns the job's real
         status (a run cancelled meanwhile stays cancelled). The trace's root span is named after
         the flow, whose name is in the run's spec (the flow record's, as saved)."""
         name = state.flow.get("name") if state is not None else None
         ended = await end_run(self.store, job_id, RunEnd(JobStatus.completed, result=result),
-                              expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None)
+                              expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None,
+                              job=job)
         return ended.job.status.value if ended.job else JobStatus.completed.value
 
 

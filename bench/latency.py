@@ -179,6 +179,19 @@ def children(pid: int) -> list[int]:
     return out
 
 
+async def quiet(pids: list[int], window: float = 0.025, most: float = 1.0) -> None:
+    """Wait (at most ``most`` seconds) until these processes used under a millisecond of CPU in
+    the last ``window``: a measured step starts once the other side's work behind its answer is
+    over (lfx goes on for tens of ms after it answers; on 2 cores that slowed the next step of
+    whoever came after it by a third)."""
+    deadline = time.perf_counter() + most
+    while time.perf_counter() < deadline:
+        before = sum(cpu_seconds(p) for p in pids)
+        await asyncio.sleep(window)
+        if sum(cpu_seconds(p) for p in pids) - before < 0.001:
+            return
+
+
 def rate(n: int, seconds: list[float]) -> float:
     return round(n / statistics.median(seconds), 2)
 
@@ -220,7 +233,11 @@ async def main() -> None:
                         await peer.echo_once()
                 sub, res, bsub, bres, lsub, lres, b3sub, b3res, sync = [], [], [], [], [], [], [], [], []
                 psub, preq, pres, psync = [], [], [], []
+                server_pid = next(iter(children(dev.proc.pid)), None)  # the Temporal dev server
+                our_pids = [dev.proc.pid, *([server_pid] if server_pid else [])]
+                their_pids = [peer.proc.pid] if peer is not None else []
                 for _ in range(args.runs):  # interleaved: the machine's drift hits all alike
+                    await quiet(their_pids + our_pids)
                     s, r = await gate_once(http, gate)
                     sub.append(s)
                     res.append(r)
@@ -238,15 +255,16 @@ async def main() -> None:
                     sync.append(time.perf_counter() - t)
                     assert body.get("status") == "completed", body
                     if peer is not None:
+                        await quiet(their_pids + our_pids)
                         s, q, r = await peer.gate_once()
                         psub.append(s)
                         preq.append(q)
                         pres.append(r)
                         psync.append(await peer.echo_once())
                 ours_t, bare_t, peer_t = [], [], []
-                server_pid = next(iter(children(dev.proc.pid)), None)  # the Temporal dev server
                 cpu = {"signoff": 0.0, "temporal": 0.0, "bench_client": 0.0}
                 for _ in range(args.reps):
+                    await quiet(their_pids + our_pids)
                     before = (cpu_seconds(dev.proc.pid), cpu_seconds(server_pid) if server_pid else 0.0,
                               time.process_time())
                     t = time.perf_counter()
@@ -261,6 +279,7 @@ async def main() -> None:
                     await asyncio.gather(*(bare_waiting(client, queue) for _ in range(args.concurrency)))
                     bare_t.append(time.perf_counter() - t)
                     if peer is not None:
+                        await quiet(their_pids + our_pids)
                         took, jobs = await peer.concurrent_round(args.concurrency)
                         peer_t.append(took)
                         await peer.stop_jobs(jobs)  # untimed

@@ -84,13 +84,16 @@ async def end_run(
     from_suspended: bool = False,
     traced: bool = False,
     name: str | None = None,
+    job: Job | None = None,
 ) -> Ended:
     """End the run of ``job_id`` as ``end`` says when its status is one of ``expect`` (any
     non-terminal one when None), or, with ``from_suspended``, by the cancel claim of a suspended
     run. ``traced``: the root span with ``end.status`` was emitted and flushed already. ``name``:
-    the root span's name (default: the flow's name)."""
+    the root span's name (default: the flow's name). ``job``: the job as the caller read it a
+    moment ago (one read less; the conditional write decides, and the root span is written
+    again with what the job really is when the write lost)."""
     async with _collecting(store):
-        job = await store.get_job(job_id)
+        job = job if job is not None and job.job_id == job_id else await store.get_job(job_id)
         if job is None:
             return Ended(None, False)
         name = name or await _trace_name(store, job)
