@@ -213,7 +213,9 @@ async def main() -> None:
     try:
         if peer is not None:
             await peer.__aenter__()
-        limits = httpx.Limits(max_connections=args.concurrency + 10, max_keepalive_connections=args.concurrency + 10)
+        # idle connections go before uvicorn's 5 s keep-alive closes them (reusing one it closed: ReadError)
+        limits = httpx.Limits(max_connections=args.concurrency + 10, max_keepalive_connections=args.concurrency + 10,
+                              keepalive_expiry=2.0)
         async with httpx.AsyncClient(base_url=dev.url, headers={"x-api-key": dev.key}, timeout=120,
                                      limits=limits) as http:
             await dev.ready(http)
@@ -307,7 +309,7 @@ async def main() -> None:
         if peer is not None:
             p_sub, p_res, p_sync = summary(psub), summary(pres), summary(psync)
             p_rate = rate(args.concurrency, peer_t)
-            out["peer_same_run"] = {"what": "lfx 1.13.0 serve (durable), bench/peer.py, interleaved with the rows above",
+            out["peer_same_run"] = {"what": "lfx 1.13.0 serve (durable), bench/peer.py, interleaved with the above",
                                     "submit_to_suspended": p_sub, "submit_to_request": summary(preq),
                                     "resume_to_completed": p_res, "jobs_per_s": p_rate, "sync_no_gate": p_sync}
             ours = {"submit_to_suspended": o_sub["p50_ms"] / p_sub["p50_ms"],

@@ -161,7 +161,8 @@ class Peer:
     async def __aenter__(self) -> Peer:
         import httpx
 
-        limits = httpx.Limits(max_connections=len(self.gates) + 10, max_keepalive_connections=len(self.gates) + 10)
+        limits = httpx.Limits(max_connections=len(self.gates) + 10, max_keepalive_connections=len(self.gates) + 10,
+                              keepalive_expiry=2.0)  # before the server closes an idle one
         self.http = httpx.AsyncClient(base_url=self.url, headers={"x-api-key": self.key}, timeout=120, limits=limits)
         await self.ready()
         return self

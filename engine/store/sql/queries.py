@@ -97,7 +97,9 @@ class Q:
         "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
     )
     # record_decision: the job still runs under that claim (locks its row, as a stop's end does)
-    lock_claimed = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+    lock_claimed = (
+        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+    )
 
     # webhooks: the secret's ciphertext is read by get_webhook and webhooks_for only
     insert_webhook = (
