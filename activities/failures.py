@@ -32,6 +32,18 @@ def to_failure(err: SignoffError) -> ApplicationError:
                             non_retryable=not retryable)
 
 
+def refused(err: SignoffError) -> dict[str, Any]:
+    """A refusal as data (an activity's answer, e.g. ResumeRunOutput.refused), for
+    :func:`refusal_of` to raise where it is answered."""
+    return {"code": err.code, "message": err.message, "details": {k: v for k, v in err.details.items() if k in CARRIED}}
+
+
+def refusal_of(data: dict[str, Any]) -> ApplicationError:
+    """The refusal :func:`refused` described, as :func:`refusal` makes it."""
+    return refusal(error_class(str(data.get("code")), NotResumable).restore(str(data.get("message") or ""),
+                                                                           dict(data.get("details") or {})))
+
+
 def refusal(err: SignoffError) -> ApplicationError:
     """``err`` as a refusal of the workflow's ``resume`` Update (validator or handler): never
     retried, the code as its type, its details (e.g. INVALID_VALUES' problems) kept."""

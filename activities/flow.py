@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from temporalio import activity
 
-from signoff.activities.failures import to_failure
+from signoff.activities.failures import refused, to_failure
 from signoff.activities.sender import sender
 from signoff.activities.state import StateCodec
 from signoff.activities.types import (
@@ -153,13 +153,25 @@ class FlowActivities:
 
     async def _resume_run(self, inp: ResumeRunInput, sending: asyncio.Future[dict[str, Any]] | None
                           ) -> ResumeRunOutput:
+        if inp.probe:
+            try:
+                return await self._probe(inp)
+            except SignoffError as err:
+                raise to_failure(err) from None
         try:
             job = await self._job(inp.job_id)
             person, request = None, await self.access.current_request(job, inp.request_id)
             if not inp.timed_out:  # the deadline decides for nobody
                 # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
                 # checks as that person's HTTP resume: an approver, who may (still) decide it
-                person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by, request)
+                try:
+                    person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by,
+                                                            request)
+                except SignoffError as err:
+                    if err.retryable:
+                        raise
+                    # refused before any claim: an answer, not a failure (nothing to roll back)
+                    return ResumeRunOutput(claimed=False, refused=refused(err))
             claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token)
             if claim.job is None:
                 raise NotResumable(f"job {inp.job_id} not found")
@@ -183,8 +195,14 @@ class FlowActivities:
             self._trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
             # whoever decided (and voted, for a quorum) keeps the run in their history and sight
             written = await self._record(job, paused, applied, inp, sent, _took_part(person, inp))
-            if written is None:  # a stop ended the job after the claim: the decision is not recorded
-                ended = await self._job(inp.job_id)
+            if written is None:
+                # Not recorded: another run of this attempt recorded its own decision first (a lost
+                # task's local activity still running beside the one that runs it again), or a
+                # stop ended the job after the claim. Never go on from a decision not recorded.
+                claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
+                if "decision" in claim.recorded and claim.job is not None:
+                    return await self._go_on_from(inp, claim)
+                ended = claim.job or job
                 return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id,
                                        out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), cancelled=True,
                                                           status=ended.status.value))
@@ -198,6 +216,19 @@ class FlowActivities:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
                                deliveries=deliveries)
+
+    async def _probe(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        """The workflow's catch-up (no decision of its own): go on from what an earlier attempt
+        under ``inp.token`` recorded; an attempt that claimed and recorded nothing (it died
+        between the two) has its claim let go of, so the run waits (or ends) as it was."""
+        claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
+        if claim.job is None:
+            return ResumeRunOutput(claimed=False)
+        if "decision" in claim.recorded:
+            return await self._go_on_from(inp, claim)
+        if claim.won:
+            await self.store.rollback_resume_claim(inp.job_id, inp.token)
+        return ResumeRunOutput(claimed=False)
 
     async def _go_on_from(self, inp: ResumeRunInput, claim: DecisionClaim) -> ResumeRunOutput:
         """Report what an earlier attempt under the same token did, and finish what it left
@@ -236,14 +267,25 @@ class FlowActivities:
                                                       deliveries=pause))
         if not claim.won:  # neither its claim nor a pause of the run after it: nothing to go on from
             return ResumeRunOutput(claimed=False)
-        # still running after the decision: the state it made, from the pause's checkpoint
-        paused, graph = await self._paused_state(job, inp.state)
-        if paused.pending is None:
-            raise StoreError("The run's checkpoint is not the pause of its decision; asked again")
-        applied = recorded_decision(paused.pending, decided.data, expired.data if expired is not None else None)
-        self._trace_gate(job, graph, paused, applied)
+        # still running after the decision: from the run's latest checkpoint
+        latest, graph = await self._paused_state(job, inp.state)
+        if latest.pending is None:
+            raise StoreError("The run's checkpoint holds no pause; asked again")
+        if latest.pending.request_id != decided.data.get("request_id"):
+            # a later pause: that attempt reached the next gate and saved its checkpoint, and did
+            # not persist it (its worker died, a write failed): persist it now, never apply the
+            # decision again to it (the next gate is decided by its own decision)
+            step = inp.step + latest.layers - before.layers if before is not None else inp.step
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=await self._layer_output(
+                                       inp.job_id, graph, latest, step, inp.now, [],
+                                       blob_step=len(latest.decisions) * 100000 + latest.layers,
+                                       persist=inp.persist, job=job))
+        # the pause of this decision: the state it made, from the record
+        applied = recorded_decision(latest.pending, decided.data, expired.data if expired is not None else None)
+        self._trace_gate(job, graph, latest, applied)
         return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
-                               out=await self._after_decision(inp, graph, with_decision(paused, applied), job))
+                               out=await self._after_decision(inp, graph, with_decision(latest, applied), job))
 
     async def _paused_state(self, job: Job, fallback: StateRef | None) -> tuple[RunState, Graph]:
         """The run's state at its pause (the checkpoint; the workflow's copy if it is gone) and
@@ -323,7 +365,11 @@ class FlowActivities:
 
     @activity.defn(name="record_event")
     async def record_event(self, inp: RecordEventInput) -> None:
-        await self.store.append_event(inp.job_id, inp.event, inp.data)
+        """An event of the run's (a rejected Signal's), unless the job has ended: nothing follows
+        its terminal event (a stop ends the job before its workflow hears of it)."""
+        job = await self.store.get_job(inp.job_id)
+        if job is not None and not job.status.terminal:
+            await self.store.append_event(inp.job_id, inp.event, inp.data)
 
     # ---- helpers ---------------------------------------------------------------------------
 

@@ -90,6 +90,9 @@ class ResumeRunInput(BaseModel):
     # (``human_input_vote``) with the resolution, under its claim, so a vote whose resolution
     # loses the claim (a stop, a supersede) leaves no trace
     vote: Vote | None = None
+    # no decision of its own: go on from what an earlier attempt under ``token`` recorded, or let
+    # go of a claim it took and left with nothing recorded (FlowRun's catch-up; ``decision`` unused)
+    probe: bool = False
 
 
 class ResumeRunOutput(BaseModel):
@@ -100,6 +103,9 @@ class ResumeRunOutput(BaseModel):
     # from the decision the store recorded (activities/flow.py, FlowActivities._go_on_from)
     update_id: str | None = None
     action_id: str | None = None
+    # refused before anything was claimed (not an approver, no execute permission...): {code,
+    # message, details}, answered to the Update without a rollback (activities/failures.py: refused)
+    refused: dict[str, Any] | None = None
     out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
     deliveries: list[Delivery] = Field(default_factory=list)
 

@@ -203,12 +203,16 @@ class Event(BaseModel):
     created_at: datetime
 
 
+# The dedupe keys of a decision's events are "{claim token}:{key}" (Store.claim_decision)
+DECISION_KEYS = ("decision", "expired")
+
+
 @dataclass(frozen=True)
 class DecisionClaim:
     """What :meth:`Store.claim_decision` found: whether the claim is the caller's (``won``: taken
     now, or still held by the same token), the job afterwards, and the events an earlier attempt
-    wrote under that token (by the suffix of their dedupe key ``{token}:{suffix}``: ``decision``,
-    ``expired``): when ``recorded["decision"]`` is there, that attempt applied its decision."""
+    wrote under that token (by the suffix of their dedupe key ``{token}:{suffix}``, one of
+    DECISION_KEYS): when ``recorded["decision"]`` is there, that attempt applied its decision."""
 
     won: bool
     job: Job | None

@@ -37,6 +37,9 @@ from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
 
+# How many times a stop reads the job again after a conditional write lost to the run moving on
+STOP_ROUNDS = 5
+
 log = logging.getLogger("signoff.service")
 
 
@@ -193,16 +196,22 @@ class RunService:
         job = await visible_job(self.store, user, job_id)
         if job.user_id != user.id:  # an approver sees the run and decides its request, no more
             raise Forbidden("Only the run's owner may stop it; you may decide its request", job_id=job_id)
-        if job.status.terminal:
-            return job
-        if job.status == JobStatus.suspended:
-            if await self._end_suspended(job, RunEnd(JobStatus.cancelled)):
-                return await self._job(job_id)
-            job = await self._job(job_id)  # a resume won the race: it is running now
+        # The run moves while the stop is under way: a resume claims a suspended job, a running
+        # one reaches its next pause. Each write is conditional; after one that lost, the job is
+        # read again and stopped as it is then (a few rounds at most: each needs the run to move).
+        for _ in range(STOP_ROUNDS):
             if job.status.terminal:
                 return job
-        stopped = await self.backend_of(job).stop(job)
-        return stopped if stopped is not None else await self.cancel(job, "stopped")
+            if job.status == JobStatus.suspended:
+                if await self._end_suspended(job, RunEnd(JobStatus.cancelled)):
+                    return await self._job(job_id)
+                job = await self._job(job_id)  # a resume won the race: it is running now
+                continue
+            stopped = await self.backend_of(job).stop(job)
+            job = stopped if stopped is not None else await self.cancel(job, "stopped")
+            if stopped is not None or job.status != JobStatus.suspended:
+                return job  # stopped, or ended otherwise first; suspended: it paused meanwhile
+        return job
 
     async def cancel(self, job: Job, reason: str) -> Job:
         """End a job that is not over as ``cancelled`` with ``reason`` (the flow was deleted, its

@@ -39,6 +39,7 @@ from signoff.engine.store.base import Store
 from signoff.engine.tracing import run_context
 from signoff.service.backend import Resumed, RunBackend
 from signoff.workflows.types import (
+    CATCH_UP,
     RESUME,
     SA_FLOW,
     SA_SESSION,
@@ -222,6 +223,29 @@ class TemporalBackend(RunBackend):
     # ---- decisions ---------------------------------------------------------------------------
 
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
+        try:
+            return await self._resume(job, request_id, decision, decided_by)
+        except NotResumable:
+            # Refused as not waiting for this request while the store shows the run waiting for
+            # exactly it: the workflow is behind its job (a decision recorded in a workflow task
+            # lost with its Update). It catches up, and the decision is sent once more.
+            if not await self._behind(job.job_id, request_id):
+                raise
+            return await self._resume(job, request_id, decision, decided_by)
+
+    async def _behind(self, job_id: str, request_id: str) -> bool:
+        """Whether the run caught up with its job, which waits for ``request_id``."""
+        now = await self.store.get_job(job_id)
+        if now is None or now.status != JobStatus.suspended or now.pending is None \
+                or now.pending.request_id != request_id:
+            return False
+        try:
+            return bool(await self.client.get_workflow_handle(job_id).execute_update(
+                CATCH_UP, rpc_timeout=timedelta(seconds=self.settings.resume_timeout_seconds)))
+        except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+            return False  # not waiting, caught up enough already, or gone: the refusal stands
+
+    async def _resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
         handle = self.client.get_workflow_handle(job.job_id)
         update_id = f"resume-{uuid.uuid4()}"
         try:

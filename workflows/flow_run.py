@@ -24,7 +24,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from signoff.activities.failures import failure_error, refusal
+    from signoff.activities.failures import failure_error, refusal, refusal_of
     from signoff.activities.flow import FlowActivities
     from signoff.activities.types import (
         Delivery,
@@ -44,10 +44,11 @@ with workflow.unsafe.imports_passed_through():
         StateRef,
     )
     from signoff.engine.decisions import check_decision, count_vote, deadline, deadline_decision
-    from signoff.engine.errors import AlreadyVoted, SignoffError
-    from signoff.engine.models import TERMINAL_STATUSES, JobStatus, PendingRequest, Vote
+    from signoff.engine.errors import AlreadyVoted, NotResumable, SignoffError
+    from signoff.engine.models import TERMINAL_STATUSES, Decision, JobStatus, PendingRequest, Vote
     from signoff.workflows.caller import caller
     from signoff.workflows.types import (
+        CATCH_UP,
         PENDING_QUERY,
         REJECTED_QUERY,
         RESUME,
@@ -107,6 +108,15 @@ RESUME_LOCAL = "resume-local"
 # How long a run that is over waits for an Update whose decision it took from the store (its own
 # workflow task was lost) to come again for its answer, before it closes (FlowRun.run).
 ANSWER_WAIT = timedelta(seconds=10)
+# Patch id: when the wait is over (maximum suspension, a deadline that fails the run) and the end
+# loses to a claim this workflow did not make, it catches up with the store (_catch_up) instead
+# of waiting on with no timer.
+CATCH_UP_ON_END = "catch-up-on-end"
+# After a catch-up that found nothing to go on from, the wait's end is tried again this much later.
+CATCH_UP_RETRY = timedelta(seconds=60)
+# Catch-up Updates let in per pending request (each runs a look at the store); more are refused
+# without history, so a client cannot grow the run's history with them.
+MAX_CATCH_UPS = 10
 
 # A rejected ``resume`` Signal is recorded (``resume_rejected``, one activity) at most this many
 # times per pending request; the rest are counted in the workflow and logged, so a client
@@ -160,6 +170,7 @@ class FlowRun:
         # The answers of Updates whose decision was applied by an attempt another Update's handler
         # finished (its own workflow task was lost): given to that Update when it comes again.
         self._answered: dict[str, ResumeResult] = {}
+        self._catch_ups: dict[str | None, int] = {}  # catch-up Updates let in per pending request id
         # A layer's activity is under way that may persist a pause: the store may show the job
         # ``suspended`` before this workflow has the layer's result, so a decision arriving now
         # is held until it has (then checked), not refused.
@@ -311,7 +322,14 @@ class FlowRun:
             # finish again once that decision is settled.
             if self._decision is not before or self._applying:
                 continue
-            return None
+            if not workflow.patched(CATCH_UP_ON_END):
+                return None
+            # No decision of this workflow's: the store is ahead of it (a decision recorded in a
+            # workflow task lost with its Update). Go on from it, or, a claim with nothing
+            # recorded being let go of, end the wait again; nothing at all: ask again later.
+            if await self._catch_up():
+                return None
+            await workflow.sleep(CATCH_UP_RETRY)
 
     async def _wait_with_gate_timers(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
         """A gate whose deadline acts (``on_timeout``), that reminds (``remind_every``) or
@@ -480,6 +498,51 @@ class FlowRun:
                             action_id=out.vote.action_id, votes=len(self._votes),
                             required=self._pending.required_approvals)
 
+    @workflow.update(name=CATCH_UP)
+    async def catch_up(self) -> bool:
+        """Go on from a decision the store recorded for this run's current attempt in a workflow
+        task that was lost with its Update (the API sends this when the job shows the run further
+        on than this workflow is; an operator may too). Whether the run went on."""
+        key = self._pending.request_id if self._pending is not None else None
+        self._catch_ups[key] = self._catch_ups.get(key, 0) + 1
+        return await self._catch_up()
+
+    @catch_up.validator
+    def _validate_catch_up(self) -> None:
+        key = self._pending.request_id if self._pending is not None else None
+        if key is None or not (self._decision is None or self._decision.failed):
+            raise refusal(NotResumable("The run is not waiting for a decision"))
+        if self._catch_ups.get(key, 0) >= MAX_CATCH_UPS:
+            raise refusal(NotResumable(f"This run caught up {MAX_CATCH_UPS} times on this request already"))
+
+    async def _catch_up(self) -> bool:
+        """Run the current decision attempt with no decision of its own (``probe``): the run goes
+        on from what it recorded, as from any decision (a claim it took with nothing recorded is
+        let go of). Whether the run went on."""
+        assert self._inp is not None
+        async with self._lock:
+            if self._pending is None or not (self._decision is None or self._decision.failed):
+                return self._applied
+            pending = self._pending
+            res: ResumeRunOutput = await workflow.execute_local_activity_method(
+                FlowActivities.resume_run,
+                ResumeRunInput(job_id=self._inp.job_id, token=_claim_token(self._attempts),
+                               request_id=pending.request_id, decision=Decision(action_id="catch_up"),
+                               now=workflow.now(), state=self._state, step=self._step, persist=True, probe=True),
+                start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+            if not res.claimed or res.out is None:
+                return False
+            self._attempts += 1
+            self._decision = _Decision(out=res.out)
+            self._deliver(res.deliveries)
+            if self._status not in TERMINAL_STATUSES:
+                self._set_status(JobStatus.in_progress.value)
+            if res.update_id is not None:  # its Update gets the answer if it comes again
+                self._answered[res.update_id] = ResumeResult(
+                    job_id=self._inp.job_id, request_id=pending.request_id, action_id=res.action_id or "",
+                    votes=len(self._votes), required=pending.required_approvals)
+            return True
+
     @workflow.signal(name=RESUME)
     async def resume_signal(self, inp: ResumeInput) -> None:
         if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
@@ -495,6 +558,9 @@ class FlowRun:
         assert self._inp is not None
         key = self._pending.request_id if self._pending is not None else None
         seen = self._rejections[key] = self._rejections.get(key, 0) + 1
+        if self._status in TERMINAL_STATUSES:  # the run is over (the workflow waits for deliveries)
+            workflow.logger.warning("resume Signal after the run ended, not recorded (%s): %s", *problem)
+            return
         if seen > MAX_RECORDED_REJECTIONS:
             # recorded often enough for this request: count it, log it, add nothing to the history
             workflow.logger.warning("resume Signal rejected (%s, %d for pending request %s): %s",
@@ -544,6 +610,9 @@ class FlowRun:
             code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
             raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
                                    non_retryable=True) from None
+        if res.refused is not None:  # refused before anything was claimed: nothing to roll back
+            decision.failed = True
+            raise refusal_of(res.refused)
         if not res.claimed or res.out is None:
             decision.failed = True
             raise ApplicationError("Another decision won the claim, or the job is no longer suspended",

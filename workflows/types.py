@@ -16,6 +16,10 @@ WORKFLOW_TYPE = "FlowRun"
 RESUME = "resume"
 PENDING_QUERY = "pending"
 REJECTED_QUERY = "rejected_signals"  # rejected resume Signals per pending request id (FlowRun)
+# Update: the store may be ahead of the workflow (a decision recorded in a workflow task that was
+# lost with its Update); go on from what the store recorded. Sent by the API when it sees the run
+# lag behind its job, or by an operator (docs/temporal.md).
+CATCH_UP = "catch_up"
 
 # The search attributes of DESIGN §7, all Keyword (so that `SignoffStatus = "suspended"` works):
 # set at the start (flow, session, user, status) and by the workflow (status, request id).

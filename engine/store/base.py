@@ -417,12 +417,13 @@ class Store(CheckpointStore, HistoryStore):
         wins a claim that is held."""
 
     @abc.abstractmethod
-    async def claim_decision(self, job_id: str, request_id: str, token: str) -> DecisionClaim:
+    async def claim_decision(self, job_id: str, request_id: str, token: str, *, claim: bool = True) -> DecisionClaim:
         """The claim of :meth:`claim_suspended_for_resume` under ``token`` and, in the same
-        transaction, the job as it is then and the events written under that token (dedupe keys
-        ``{token}:...``), so that an attempt of a decision that runs again (a retried activity,
-        a workflow task that ran it and was lost) sees at once whether an earlier attempt with
-        the same token already claimed, and what it recorded."""
+        transaction, the job as it is then and the decision's events written under that token
+        (dedupe keys ``{token}:{key}`` for the DECISION_KEYS), so that an attempt of a decision
+        that runs again (a retried activity, a workflow task that ran it and was lost) sees at
+        once whether an earlier attempt with the same token already claimed, and what it
+        recorded. ``claim=False`` only looks (``won``: the token holds the claim), taking none."""
 
     @abc.abstractmethod
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
@@ -508,11 +509,11 @@ class Store(CheckpointStore, HistoryStore):
         appended in order with gap-free seqs, the chat card of ``request_id`` stamped with
         ``action_id`` (as stamp_card), the job's pending request cleared, and ``participants``
         recorded (as add_participants). Returns the events' seqs. An event whose key was used
-        already keeps that event's seq and is not written again; when every key was used (an
-        earlier attempt of a retried activity committed them all), nothing at all is written and
-        their seqs are returned, whatever the job is now. Otherwise, when the claim is no longer
-        the job's (a stop ended it meanwhile), nothing is written and None is returned: no event
-        ever follows the job's terminal one."""
+        already keeps that event's seq and is not written again. Nothing at all is written, and
+        None is returned, when every key was used (another attempt with the same token recorded
+        its decision first: the caller goes on from that one, Store.claim_decision shows it) or
+        when the claim is no longer the job's (a stop ended it meanwhile: no event ever follows
+        the job's terminal one)."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from signoff.engine.models import (
     TERMINAL_STATUSES,
     CheckpointRecord,
+    DECISION_KEYS,
     DecisionClaim,
     Event,
     EventNote,
@@ -754,16 +755,20 @@ class MemoryStore(Store):
         held = row.status not in (JobStatus.queued, JobStatus.suspended) and _same(row.claim_token, token)
         return fresh if token and held else None
 
-    async def claim_decision(self, job_id: str, request_id: str, token: str) -> DecisionClaim:
-        if not token or ":" in token:
-            raise StoreError("A decision's claim token is a non-empty string without ':'.")
-        won = await self.claim_suspended_for_resume(job_id, request_id, token=token) is not None
+    async def claim_decision(self, job_id: str, request_id: str, token: str, *, claim: bool = True) -> DecisionClaim:
+        if not token:
+            raise StoreError("A decision's claim token is a non-empty string.")
         t = self._tables()
         row = t.jobs.get(job_id)
-        prefix = f"{token}:"
-        recorded = {e.dedupe_key[len(prefix):]: Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data),
-                                                      created_at=e.created_at)
-                    for e in t.events.get(job_id, ()) if e.dedupe_key is not None and e.dedupe_key.startswith(prefix)}
+        if claim:
+            won = await self.claim_suspended_for_resume(job_id, request_id, token=token) is not None
+        else:
+            won = row is not None and row.status not in (JobStatus.queued, JobStatus.suspended) and \
+                _same(row.claim_token, token)
+        keys = {f"{token}:{k}": k for k in DECISION_KEYS}
+        recorded = {keys[e.dedupe_key]: Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data),
+                                              created_at=e.created_at)
+                    for e in t.events.get(job_id, ()) if e.dedupe_key in keys}
         return DecisionClaim(won=won, job=self._job(row) if row is not None else None, recorded=recorded)
 
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
@@ -941,7 +946,7 @@ class MemoryStore(Store):
         t = self._tables()
         used = {e.dedupe_key: e.seq for e in t.events.get(job_id, ()) if e.dedupe_key is not None}
         if all(key in used for _, _, key in bodies):
-            return [used[key] for _, _, key in bodies]
+            return None  # recorded by another attempt first
         job = t.jobs.get(job_id)
         if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
             return None

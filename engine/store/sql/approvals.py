@@ -86,8 +86,8 @@ class SQLApprovals(SQLJobs):
                 if ids:
                     await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
                 return seqs
-        except DuplicateEvents as dup:  # all committed by an earlier attempt: nothing written now
-            return dup.seqs
+        except DuplicateEvents:  # all recorded by another attempt first: nothing written now
+            return None
         except _NotHeld:  # rolled back: the job ended (or was claimed otherwise) meanwhile
             return None
 

@@ -13,7 +13,16 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from signoff.engine.models import TERMINAL_STATUSES, DecisionClaim, Job, JobStatus, NewJob, PendingRequest, utcnow
+from signoff.engine.models import (
+    DECISION_KEYS,
+    TERMINAL_STATUSES,
+    DecisionClaim,
+    Job,
+    JobStatus,
+    NewJob,
+    PendingRequest,
+    utcnow,
+)
 from signoff.engine.store.base import StoreConflict, StoreError
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
 from signoff.engine.store.sql.queries import Q
@@ -204,17 +213,17 @@ class SQLJobs(SQLEvents):
                 won = await tx.fetchone(Q.claim_held, (job_id, token)) is not None
         return fresh if won else None
 
-    async def claim_decision(self, job_id: str, request_id: str, token: str) -> DecisionClaim:
+    async def claim_decision(self, job_id: str, request_id: str, token: str, *, claim: bool = True) -> DecisionClaim:
         """See Store.claim_decision: claim_suspended_for_resume's two statements, then the job
         and the token's events, in one transaction."""
-        if not token or ":" in token:
-            raise StoreError("A decision's claim token is a non-empty string without ':'.")
-        async with self._tx(write=True) as tx:
-            won = await tx.execute(Q.claim_resume, (token, self._enc_dt(utcnow()), job_id, request_id)) > 0
+        if not token:
+            raise StoreError("A decision's claim token is a non-empty string.")
+        async with self._tx(write=claim) as tx:
+            won = claim and await tx.execute(Q.claim_resume, (token, self._enc_dt(utcnow()), job_id, request_id)) > 0
             if not won:
                 won = await tx.fetchone(Q.claim_held, (job_id, token)) is not None
             row = await tx.fetchone(Q.job_by_id, (job_id,))
-            rows = await tx.fetchall(Q.events_under_token, (job_id, f"{token}:", f"{token};"))
+            rows = await tx.fetchall(Q.decision_events, (job_id, *(f"{token}:{k}" for k in DECISION_KEYS)))
         recorded = {r["dedupe_key"][len(token) + 1:]: self._event(r) for r in rows}
         return DecisionClaim(won=won, job=self._job(row) if row else None, recorded=recorded)
 

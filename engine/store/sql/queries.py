@@ -232,10 +232,11 @@ class Q:
     )
     insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
     event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
-    # the events written under a claim token: dedupe keys "{token}:..." (a token has no ':'; ';' follows ':')
-    events_under_token = (
+    # a decision's events under its claim token, by their exact keys (the unique index; no range
+    # over text, whose order is the database's collation)
+    decision_events = (
         "SELECT job_id, seq, event, data, created_at, dedupe_key FROM events "
-        "WHERE job_id = ? AND dedupe_key >= ? AND dedupe_key < ? ORDER BY seq"
+        "WHERE job_id = ? AND dedupe_key IN (?, ?) ORDER BY seq"
     )
     read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
     # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order

@@ -23,9 +23,14 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
 import temporalio.worker
 
-from signoff.engine.models import Decision, JobStatus
+from signoff.activities.flow import FlowActivities
+from signoff.activities.types import ResumeRunInput
+from signoff.engine.models import Decision, JobStatus, utcnow
+from signoff.engine.store.proxy import StoreProxy
+from signoff.service import RunService
 from signoff.worker import build_worker
-from signoff.workflows.types import ResumeInput
+from signoff.workflows.flow_run import MAX_CATCH_UPS
+from signoff.workflows.types import CATCH_UP, ResumeInput
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
 from .test_surface import submit
@@ -194,3 +199,179 @@ async def test_the_update_taken_first_after_a_lost_task_yields_to_the_decision_r
     assert answer["status"] == "resuming" and answer["action_id"] == "reject"
     await handle.result()
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
+
+
+# ---- found by a hostile review of the above --------------------------------------------------
+
+TWO_GATES = FLOWS["next_gate"]("")
+
+
+class FailOnce(StoreProxy):
+    """The store, with ``method`` raising once (a transient fault, or the worker dying there)
+    when ``when(args, kwargs)`` holds."""
+
+    def __init__(self, store: Any, method: str, when=lambda a, k: True) -> None:
+        super().__init__(store)
+        self.method, self.when, self.fired = method, when, 0
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if name == self.method and not self.fired and self.when(args, kwargs):
+                self.fired += 1
+                raise RuntimeError(f"test: {name} failed once")
+            return await inner(*args, **kwargs)
+
+        return call
+
+
+async def test_an_attempt_run_again_after_the_next_gate_was_saved_persists_that_gate(
+        client, store, settings, service, user, make_flow):
+    """The decision on g1 recorded, g2 built and its checkpoint saved, then the attempt failed
+    before g2's pause was persisted. Run again, the attempt must persist g2's pause, never
+    apply g1's decision to g2 (which then passed with nobody deciding it)."""
+    faulty = FailOnce(store, "mark_suspended", lambda a, k: a[1].request_id.startswith("g2:"))
+    async with build_worker(client, faulty, settings):
+        job = await paused(service, user, await make_flow(TWO_GATES))
+        await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+        job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
+        assert faulty.fired == 1
+        assert job.status == JobStatus.suspended and job.pending.request_id.startswith("g2:")
+        assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision",
+                                                       "human_input_required"]
+        await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+        done = await wait_status(store, job.job_id, JobStatus.completed)
+        assert done.result["output"]["text"] == "both approved"
+
+
+class Before(StoreProxy):
+    """The store, awaiting ``hooks[name](args, kwargs)`` before the calls of that name."""
+
+    def __init__(self, store: Any, hooks: dict) -> None:
+        super().__init__(store)
+        self.hooks = hooks
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if name in self.hooks:
+                await self.hooks[name](args, kwargs)
+            return await inner(*args, **kwargs)
+
+        return call
+
+
+async def test_two_runs_of_one_attempt_go_on_from_the_one_decision_recorded(
+        worker, store, settings, service, user, make_flow):
+    """A lost task's local activity (Update A, approve) is still running when the attempt runs
+    again for Update B (reject): both hold the attempt's claim. B records first; A's record then
+    writes nothing, and A must go on from B's decision, not build its own (the log said reject
+    and the run approved)."""
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    token = f"wf-{(await handle.describe()).run_id}-d0"
+
+    async def once_b_recorded(args, kwargs):
+        await eventually_async(lambda: any_decision(store, job.job_id), what="B's decision recorded")
+
+    stalled = FlowActivities(Before(store, {"record_decision": once_b_recorded}), settings)
+    a = asyncio.ensure_future(stalled.resume_run(ResumeRunInput(
+        job_id=job.job_id, token=token, request_id=job.pending.request_id, decision=Decision(action_id="approve"),
+        decided_by=user.id, now=utcnow(), update_id="u-A", client_identity="", persist=True)))
+    await wait_status(store, job.job_id, JobStatus.in_progress)  # A claimed, and waits before its record
+    b = await handle.execute_update("resume", ResumeInput(request_id=job.pending.request_id,
+                                                          decision=Decision(action_id="reject"),
+                                                          decided_by=user.id), id="u-B")
+    out_a = await asyncio.wait_for(a, 30)
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    await handle.result()
+    assert b["action_id"] == "reject" and (out_a.update_id, out_a.action_id) == ("u-B", "reject")
+    decisions = [e.data for e in await store.read_events(job.job_id) if e.event == "human_input_decision"]
+    assert [(d["action_id"], d["update_id"]) for d in decisions] == [("reject", "u-B")]
+    assert done.result["output"]["text"] == "Refund refused"  # what was recorded is what ran
+
+
+async def any_decision(store, job_id: str) -> bool:
+    return any(e.event == "human_input_decision" for e in await store.read_events(job_id))
+
+
+async def eventually_async(check, *, what: str, timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+async def lost_attempt(store, settings, service, job, user, flow_action: str = "approve"):
+    """What a decision's local activity leaves when its workflow task is lost with its Update and
+    the Update never comes again (the API gave up; the server lost it with its in-memory
+    registry): the real activity run under the run's first attempt's token, the workflow never
+    told."""
+    token = f"wf-{(await service.client.get_workflow_handle(job.job_id).describe()).run_id}-d0"
+    out = await FlowActivities(store, settings).resume_run(ResumeRunInput(
+        job_id=job.job_id, token=token, request_id=job.pending.request_id, decision=Decision(action_id=flow_action),
+        decided_by=user.id, now=utcnow(), update_id="u-lost", client_identity="", persist=True))
+    assert out.claimed
+    return out
+
+
+async def test_a_run_whose_lost_decision_never_comes_again_goes_on_at_its_maximum_suspension(
+        client, store, settings, worker, user, make_flow, http_counter):
+    """The lost attempt left the job running after its decision (the next layer dials out), and
+    nobody sends it again. At the maximum suspension the end loses to that claim: the workflow
+    catches up with the store and the run goes on from the decision (it waited on, with no
+    timer at all, before)."""
+    service = RunService(settings.model_copy(update={"max_suspend_seconds": 2}), store, client)
+    job = await paused(service, user, await make_flow(FLOWS["goes_on"](http_counter.url)))
+    out = await lost_attempt(store, settings, service, job, user)
+    assert out.out is not None and out.out.pending is None and not out.out.done  # running, the call next
+    done = await wait_status(store, job.job_id, JobStatus.completed, timeout=60)
+    await service.client.get_workflow_handle(job.job_id).result()
+    assert http_counter.counts["/after"] == 1
+    assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
+    assert "seen /after" in done.result["output"]["text"]
+
+
+async def test_a_decision_on_the_gate_the_store_shows_catches_the_run_up(worker, service, store, user, make_flow):
+    """The lost attempt took the run to its next gate (persisted: the job waits for g2) while
+    the workflow still waits for g1's decision. The owner answers g2, as the API shows it: the
+    workflow catches up with the store (catch_up) and takes the decision, not a 409."""
+    job = await paused(service, user, await make_flow(TWO_GATES))
+    await lost_attempt(store, settings=service.settings, service=service, job=job, user=user)
+    job = await store.get_job(job.job_id)
+    assert job.status == JobStatus.suspended and job.pending.request_id.startswith("g2:")
+    resumed = await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    assert resumed.status == "resuming"
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    assert done.result["output"]["text"] == "both approved"
+    assert (await event_names(store, job.job_id)).count("human_input_decision") == 2
+
+
+async def test_refusals_before_a_claim_cost_no_rollback_and_catch_ups_are_bounded(
+        worker, service, store, user, make_flow):
+    """Updates that name a person who may not decide are refused by the decision's activity
+    before it claims anything: answered as refusals, with no rollback activity (each scheduled
+    one grew the run's history, and a hostile Temporal client could send many). Catch-up Updates
+    are let in MAX_CATCH_UPS times per request, then refused without history."""
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    arg = ResumeInput(request_id=job.pending.request_id, decision=Decision(action_id="approve"), user="nobody")
+    for _ in range(3):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("resume", arg, id=f"h-{uuid.uuid4()}")
+        assert refused.value.cause.type == "NOT_AN_APPROVER"
+    for _ in range(MAX_CATCH_UPS):
+        assert await handle.execute_update(CATCH_UP) is False  # nothing to catch up with
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(CATCH_UP)
+    history = (await handle.fetch_history()).events
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert "rollback_resume" not in scheduled
+    accepted = sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in history)
+    assert accepted == 3 + MAX_CATCH_UPS
+    assert (await store.get_job(job.job_id)).status == JobStatus.suspended
+    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    await wait_status(store, job.job_id, JobStatus.completed)

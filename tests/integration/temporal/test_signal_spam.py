@@ -44,3 +44,21 @@ async def test_rejected_signals_are_recorded_a_bounded_number_of_times(worker, s
 async def _rejected(handle, n: int) -> dict[str, int] | None:
     counts = await handle.query(REJECTED_QUERY, result_type=dict[str, int])
     return counts if sum(counts.values()) >= n else None
+
+
+async def test_a_bad_signal_after_the_run_ended_writes_nothing_after_its_end(worker, service, store, user,
+                                                                           make_flow):
+    """The run completed; its workflow stays open for its webhook deliveries' retries (a dead
+    endpoint). A rejected resume Signal sent then is not recorded: no event after ``end``."""
+    await store.create_webhook(user.id, "http://127.0.0.1:9/hook", ["human_input_decision"], b"x" * 32)
+    job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                  idempotency_key=None, mode="background")
+    job = await wait_status(store, job.job_id, JobStatus.suspended)
+    await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+    await wait_status(store, job.job_id, JobStatus.completed)
+    handle = service.client.get_workflow_handle(job.job_id)
+    assert (await handle.describe()).status.name == "RUNNING"  # delivering to the dead endpoint
+    await handle.signal(RESUME, ResumeInput(request_id="gate:nope", decision=Decision(action_id="approve")))
+    await eventually(lambda: _rejected(handle, 1), what="the Signal handled")
+    assert (await event_names(store, job.job_id))[-1] == "end"
+    await handle.terminate("test: do not wait for the dead endpoint's retries")

@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 from signoff.activities.flow import FlowActivities
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import Decision, JobStatus, NewJob
+from signoff.engine.store.proxy import StoreProxy
 from signoff.service import RunService
 from signoff.worker import STRICT_SANDBOX, build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -225,3 +226,53 @@ async def test_a_failed_decision_racing_the_maximum_suspension_still_ends_the_ru
     assert ended.pending is None
     assert (await event_names(store, job.job_id))[-1] == "run_timed_out"
     await replayer().replay_workflow(history)  # with its patch marker
+
+
+class StaleFirstRead(StoreProxy):
+    """The store, whose first read of a running job is answered only once the job has paused
+    since: a stop that read ``in_progress`` a moment before the run's layer persisted its pause."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.armed = True
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def call(*args, **kwargs):
+            out = await inner(*args, **kwargs)
+            if name == "get_job" and self.armed and out is not None and out.status == JobStatus.in_progress:
+                self.armed = False
+                await eventually(lambda: _suspended(inner, *args), what="the run paused")
+            return out
+
+        return call
+
+
+async def _suspended(get_job, *args) -> bool:
+    return (await get_job(*args)).status == JobStatus.suspended
+
+
+async def test_a_stop_racing_a_pause_being_persisted_still_stops(client, store, settings, user, make_flow, worker,
+                                                                http_counter):
+    """The stop reads the job running; its layer then persists the run's next pause before the
+    stop's conditional end (which expects a running job) is written. The stop reads the job
+    again and takes the cancel claim of the suspended job: stopped, not left waiting."""
+    flow = await make_flow({
+        "name": "call then gate",
+        "nodes": [{"id": "ask", "type": "ChatInput"},
+                  {"id": "call", "type": "HTTPRequest", "params": {"url": f"{http_counter.url}/x", "method": "POST"}},
+                  {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+                  {"id": "out", "type": "ChatOutput"}],
+        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "gate.prompt"},
+                  {"from": "gate.branch_approve", "to": "out.input_value"}]})
+    service = RunService(settings, StaleFirstRead(store), client)
+    job, _ = await service.submit(user, flow, input_value="x", session_id=None, tweaks=None, idempotency_key=None,
+                                  mode="background")
+    await wait_status(store, job.job_id, JobStatus.in_progress)
+    stopped = await service.stop(user, job.job_id)
+    assert stopped.status == JobStatus.cancelled
+    assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
+    with pytest.raises(WorkflowFailureError):  # its workflow was let go of (cancelled)
+        await service.client.get_workflow_handle(job.job_id).result()
+    assert (await event_names(store, job.job_id))[-2:] == ["human_input_required", "run_cancelled"]
