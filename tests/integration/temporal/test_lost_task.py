@@ -33,6 +33,7 @@ from signoff.workflows.flow_run import MAX_CATCH_UPS
 from signoff.workflows.types import CATCH_UP, ResumeInput
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
+from .test_resume_retry import TWO_GATES
 from .test_surface import submit
 
 
@@ -104,14 +105,7 @@ FLOWS = {
         "edges": [{"from": "ask.message", "to": "gate.prompt"}, {"from": "gate.branch_approve", "to": "call.body"},
                   {"from": "call.response", "to": "out.input_value"}]},
     # the decision's activity takes the run to its next gate (the pause persisted)
-    "next_gate": lambda url: {
-        "name": "two gates",
-        "nodes": [{"id": "ask", "type": "ChatInput"},
-                  {"id": "g1", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
-                  {"id": "g2", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
-                  {"id": "ok", "type": "ChatOutput", "params": {"text": "both approved"}}],
-        "edges": [{"from": "ask.message", "to": "g1.prompt"}, {"from": "g1.branch_approve", "to": "g2.prompt"},
-                  {"from": "g2.branch_approve", "to": "ok.input_value"}]},
+    "next_gate": lambda url: TWO_GATES,
 }
 
 
@@ -202,9 +196,6 @@ async def test_the_update_taken_first_after_a_lost_task_yields_to_the_decision_r
 
 
 # ---- found by a hostile review of the above --------------------------------------------------
-
-TWO_GATES = FLOWS["next_gate"]("")
-
 
 class FailOnce(StoreProxy):
     """The store, with ``method`` raising once (a transient fault, or the worker dying there)
