@@ -51,16 +51,28 @@ def refusal(err: SignoffError) -> ApplicationError:
     return ApplicationError(err.message, *([details] if details else []), type=err.code, non_retryable=True)
 
 
+def _application_error(err: BaseException) -> ApplicationError | None:
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    return cause
+
+
+def failure_code(err: BaseException) -> str | None:
+    """The code of the first ApplicationError in a Temporal failure's causes, as raised (before
+    ``from_failure`` maps an unexpected one to NOT_RESUMABLE), or None when there is none."""
+    cause = _application_error(err)
+    return None if cause is None else (cause.type or "").removesuffix(RETRYABLE_SUFFIX)
+
+
 def from_failure(err: BaseException, expected: tuple[type[SignoffError], ...], **details: Any) -> SignoffError:
     """The SignoffError a Temporal failure stands for: the first ApplicationError in its causes,
     when its code is one of the ``expected`` errors' (a refusal the caller answers as such, e.g.
     a decision's NOT_RESUMABLE, INVALID_DECISION); anything else (an infrastructure failure, an
     unknown code, no ApplicationError) is NOT_RESUMABLE: the decision was not applied."""
-    cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.__cause__ or getattr(cause, "cause", None)
-    if isinstance(cause, ApplicationError):
-        cls = error_class((cause.type or "").removesuffix(RETRYABLE_SUFFIX), NotResumable)
+    cause = _application_error(err)
+    if cause is not None:
+        cls = error_class(failure_code(cause) or "", NotResumable)
         if not issubclass(cls, expected):
             return NotResumable(cause.message, **details)
         first = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}

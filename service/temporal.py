@@ -23,7 +23,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from signoff.activities.failures import from_failure
+from signoff.activities.failures import failure_code, from_failure
 from signoff.engine.errors import (
     AlreadyVoted,
     Forbidden,
@@ -223,15 +223,7 @@ class TemporalBackend(RunBackend):
     # ---- decisions ---------------------------------------------------------------------------
 
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
-        try:
-            return await self._resume(job, request_id, decision, decided_by)
-        except NotResumable:
-            # Refused as not waiting for this request while the store shows the run waiting for
-            # exactly it: the workflow is behind its job (a decision recorded in a workflow task
-            # lost with its Update). It catches up, and the decision is sent once more.
-            if not await self._behind(job.job_id, request_id):
-                raise
-            return await self._resume(job, request_id, decision, decided_by)
+        return await self._resume(job, request_id, decision, decided_by, catch_up=True)
 
     async def _behind(self, job_id: str, request_id: str) -> bool:
         """Whether the run caught up with its job, which waits for ``request_id``."""
@@ -245,7 +237,8 @@ class TemporalBackend(RunBackend):
         except (WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
             return False  # not waiting, caught up enough already, or gone: the refusal stands
 
-    async def _resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
+    async def _resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
+                      catch_up: bool = False) -> Resumed:
         handle = self.client.get_workflow_handle(job.job_id)
         update_id = f"resume-{uuid.uuid4()}"
         try:
@@ -258,6 +251,12 @@ class TemporalBackend(RunBackend):
                     result_type=ResumeResult,
                 )
         except WorkflowUpdateFailedError as err:
+            # Refused as not waiting for this request (that refusal only, not a decision that
+            # failed) while the store shows the run waiting for exactly it: the workflow is behind
+            # its job (a decision recorded in a workflow task lost with its Update). It catches
+            # up, and the decision is sent once more.
+            if catch_up and failure_code(err) == NotResumable.code and await self._behind(job.job_id, request_id):
+                return await self._resume(job, request_id, decision, decided_by)
             raise from_failure(err, DECISION_REFUSALS, job_id=job.job_id) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             return await self._settle_update(handle, update_id, job.job_id)

@@ -112,8 +112,12 @@ ANSWER_WAIT = timedelta(seconds=10)
 # loses to a claim this workflow did not make, it catches up with the store (_catch_up) instead
 # of waiting on with no timer.
 CATCH_UP_ON_END = "catch-up-on-end"
-# After a catch-up that found nothing to go on from, the wait's end is tried again this much later.
+# After a catch-up that found nothing to go on from, the wait's end is tried again at once (the
+# catch-up may have let go of a claim with nothing recorded), then, if it loses again, this much
+# later each time.
 CATCH_UP_RETRY = timedelta(seconds=60)
+# Patch id: that first retry at once (histories recorded before it slept first).
+END_AGAIN_AT_ONCE = "end-again-at-once"
 # Catch-up Updates let in per pending request (each runs a look at the store); more are refused
 # without history, so a client cannot grow the run's history with them.
 MAX_CATCH_UPS = 10
@@ -305,6 +309,7 @@ class FlowRun:
         """The maximum suspension (or an ``on_timeout: fail`` deadline: ``gate`` says which request's,
         for ``run_timed_out``) is over: end the run as ``timed_out`` unless a decision got in first
         (None then: the run goes on)."""
+        caught_up = False
         while True:
             await workflow.wait_condition(lambda: not self._applying)
             if self._applied:
@@ -329,6 +334,9 @@ class FlowRun:
             # recorded being let go of, end the wait again; nothing at all: ask again later.
             if await self._catch_up():
                 return None
+            if not caught_up and workflow.patched(END_AGAIN_AT_ONCE):
+                caught_up = True
+                continue
             await workflow.sleep(CATCH_UP_RETRY)
 
     async def _wait_with_gate_timers(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
@@ -524,12 +532,17 @@ class FlowRun:
             if self._pending is None or not (self._decision is None or self._decision.failed):
                 return self._applied
             pending = self._pending
-            res: ResumeRunOutput = await workflow.execute_local_activity_method(
-                FlowActivities.resume_run,
-                ResumeRunInput(job_id=self._inp.job_id, token=_claim_token(self._attempts),
-                               request_id=pending.request_id, decision=Decision(action_id="catch_up"),
-                               now=workflow.now(), state=self._state, step=self._step, persist=True, probe=True),
-                start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+            try:
+                res: ResumeRunOutput = await workflow.execute_local_activity_method(
+                    FlowActivities.resume_run,
+                    ResumeRunInput(job_id=self._inp.job_id, token=_claim_token(self._attempts),
+                                   request_id=pending.request_id, decision=Decision(action_id="catch_up"),
+                                   now=workflow.now(), state=self._state, step=self._step, persist=True,
+                                   probe=True),
+                    start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
+            except FailureError as err:  # the store out past the retries: nothing caught up, the run waits on
+                workflow.logger.warning("catching up with the store failed: %s", err)
+                return False
             if not res.claimed or res.out is None:
                 return False
             self._attempts += 1

@@ -21,15 +21,17 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.service import RPCError
+import temporalio.activity
 import temporalio.worker
+from temporalio.exceptions import ApplicationError
 
 from signoff.activities.flow import FlowActivities
-from signoff.activities.types import ResumeRunInput
+from signoff.activities.types import ResumeRunInput, ResumeRunOutput
 from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.engine.store.proxy import StoreProxy
 from signoff.service import RunService
 from signoff.worker import build_worker
-from signoff.workflows.flow_run import MAX_CATCH_UPS
+from signoff.workflows.flow_run import CATCH_UP_RETRY, MAX_CATCH_UPS
 from signoff.workflows.types import CATCH_UP, ResumeInput
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
@@ -323,6 +325,60 @@ async def test_a_run_whose_lost_decision_never_comes_again_goes_on_at_its_maximu
     assert http_counter.counts["/after"] == 1
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
     assert "seen /after" in done.result["output"]["text"]
+
+
+def timers(history) -> list[float]:
+    return [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+            for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+
+
+async def test_a_claim_left_with_nothing_recorded_does_not_hold_off_the_maximum_suspension(
+        client, store, settings, worker, user, make_flow):
+    """The lost attempt claimed the job under the run's token and died before recording a
+    decision. At the maximum suspension the end loses to that claim; the catch-up lets go of it
+    and the run ends at once, not a retry period (CATCH_UP_RETRY) later."""
+    service = RunService(settings.model_copy(update={"max_suspend_seconds": 2}), store, client)
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    token = f"wf-{(await handle.describe()).run_id}-d0"
+    assert await store.claim_suspended_for_resume(job.job_id, job.pending.request_id, token=token)
+    await wait_status(store, job.job_id, JobStatus.timed_out, timeout=CATCH_UP_RETRY.total_seconds() - 10)
+    assert (await handle.result())["status"] == "timed_out"
+    assert CATCH_UP_RETRY.total_seconds() not in timers(await handle.fetch_history())
+
+
+class FailingLook:
+    """The store cannot be read for a catch-up's look (it fails past its retries); the first
+    time, the claim that held off the run's end is let go of meanwhile."""
+
+    def __init__(self, real: FlowActivities, store, foreign: str) -> None:
+        self.real, self.store, self.foreign, self.looks = real, store, foreign, 0
+
+    @temporalio.activity.defn(name="resume_run")
+    async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        if not inp.probe:
+            return await self.real.resume_run(inp)
+        self.looks += 1
+        await self.store.rollback_resume_claim(inp.job_id, self.foreign)
+        raise ApplicationError("test: the store is out", type="STORE_UNAVAILABLE", non_retryable=True)
+
+
+async def test_a_catch_up_that_cannot_read_the_store_does_not_fail_the_run(
+        client, store, settings, user, make_flow):
+    """At the maximum suspension the end loses to a claim the workflow did not make, and its
+    catch-up's look at the store fails for good: the run waits on and ends when it can (it
+    failed as a whole, with the look's failure, before)."""
+    settings = settings.model_copy(update={"max_suspend_seconds": 2})
+    service = RunService(settings, store, client)
+    real = FlowActivities(store, settings)
+    look = FailingLook(real, store, foreign="someone-else")
+    acts = [look.resume_run if a.__name__ == "resume_run" else a for a in real.all()]
+    async with build_worker(client, store, settings, activities=acts):
+        job = await paused(service, user, await make_flow())
+        assert await store.claim_suspended_for_resume(job.job_id, job.pending.request_id, token="someone-else")
+        await wait_status(store, job.job_id, JobStatus.timed_out, timeout=CATCH_UP_RETRY.total_seconds() - 10)
+        assert (await service.client.get_workflow_handle(job.job_id).result())["status"] == "timed_out"
+    assert look.looks == 1
 
 
 async def test_a_decision_on_the_gate_the_store_shows_catches_the_run_up(worker, service, store, user, make_flow):
