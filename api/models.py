@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
 
@@ -319,12 +319,24 @@ class StopResponse(BaseModel):
 
 class ResumeResponse(BaseModel):
     """``resuming``: the decision was applied and the run goes on; ``vote_recorded``: one vote of
-    a request that needs several approvers (``votes`` of ``required`` so far)."""
+    a request that needs several approvers (``votes`` of ``required`` so far). ``run``: where the
+    run is now, as ``GET /api/v2/workflows/{job_id}`` answers it, read once the decision was
+    applied. The decision's own step runs the flow on to its next pause or its end when no layer
+    on the way dials out, so a run that ends there answers ``completed`` with its output (or
+    ``suspended`` at its next gate) and the client needs no status read; otherwise the run is
+    ``in_progress``: follow it as any job."""
 
     job_id: str
     status: Literal["resuming", "vote_recorded"] = "resuming"
     votes: int | None = None
     required: int | None = None
+    run: JobPublic | WorkflowResponse | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # votes and required only for a vote; ``run`` keeps its nulls, as the status read has them
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None or k not in ("votes", "required", "run")}
 
 
 class PendingItem(BaseModel):

@@ -4,7 +4,9 @@ with the bare-Temporal floor measured in the same run on the same dev server. Pr
 Flow: ChatInput → HumanInput → ChatOutput (the refund gate), the peer's table:
 
 - submit→suspended: POST /api/v2/workflows mode=sync (it answers at the pause), p50/p95;
-- resume→completed: POST .../resume, then GET status until `completed`, p50/p95;
+- resume→completed: POST .../resume, until the client knows the run is `completed`: from the
+  resume's own answer (its `run`, read once the decision was applied), else GET status every
+  2 ms until it says so (the peer's resume answers only "resuming": it always polls), p50/p95;
 - throughput: --concurrency sync submits at once (each to its pause), jobs/s over the wall time
   (median of --reps rounds);
 - sync run, no gate: ChatInput → ChatOutput, POST mode=sync, p50/p95.
@@ -134,8 +136,9 @@ async def gate_once(http: httpx.AsyncClient, flow_id: str) -> tuple[float, float
     r = await http.post(f"/api/v2/workflows/{job_id}/resume",
                         json={"request_id": request["request_id"], "decision": {"action_id": "approve"}})
     r.raise_for_status()
-    while (await http.get(f"/api/v2/workflows/{job_id}")).json().get("status") != "completed":
-        await asyncio.sleep(0.002)
+    if (r.json().get("run") or {}).get("status") != "completed":
+        while (await http.get(f"/api/v2/workflows/{job_id}")).json().get("status") != "completed":
+            await asyncio.sleep(0.002)
     return sub, time.perf_counter() - t
 
 

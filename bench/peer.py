@@ -22,7 +22,8 @@ What differs from signoff's contract, and so how each row is taken:
   until `suspended`, p50/p95. `submit_to_request` adds the GET .../pending that hands the client the
   request_id it must resume with (signoff's sync answer carries it), p50/p95.
 - resume→completed: POST .../resume {request_id, decision: {action_id: approve}} (answers
-  "resuming"), then GET status every 2 ms until `completed`, p50/p95, as bench/latency.py.
+  "resuming" and nothing of the run), then GET status every 2 ms until `completed`, p50/p95, as
+  bench/latency.py does for signoff when its resume's answer (`run`) does not say `completed`.
 - throughput: --concurrency background submits at once, then one client sweep (one GET in flight,
   2 ms apart, in submit order) until every job is `suspended`; jobs/s over the wall time, median of
   --reps rounds. Each job gets its own copy of the gate flow: lfx keeps one pause per flow (a

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from signoff.engine.errors import NoPendingRequest
+from signoff.engine.errors import JobNotFound, NoPendingRequest
 
 from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
 from signoff.api.limits import check_body
@@ -142,7 +142,7 @@ async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanR
     return req
 
 
-@router.post("/{job_id}/resume", response_model=ResumeResponse, response_model_exclude_none=True,
+@router.post("/{job_id}/resume", response_model=ResumeResponse,
              responses=error_responses({403: "`FORBIDDEN`: you may no longer execute the flow; `NOT_AN_APPROVER` "
                                              "(the job stays suspended)",
                                         404: "`JOB_NOT_FOUND`",
@@ -151,16 +151,21 @@ async def get_pending(job_id: str, store: StoreDep, user: CurrentUser) -> HumanR
                                         422: "`INVALID_REQUEST`, `INVALID_DECISION`, `INVALID_VALUES` (one problem "
                                              "per field; the job stays suspended)",
                                         503: "`UNAVAILABLE`: no worker took the decision in time"}, body=True))
-async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, settings: SettingsDep,
+async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, store: StoreDep, settings: SettingsDep,
                  user: CurrentUser) -> ResumeResponse:
     """Answer the pending request (or cast one vote of a quorum): 404, 403 (no execute
     permission, not an approver), 422 (action, values), 409 (stale, already voted), in that
     order."""
     check_body(body, settings, text=("decision",))
     resumed = await service.resume(user, job_id, body.request_id, body.decision)
+    try:  # the decider took part (recorded with the decision): they see it
+        run: JobPublic | WorkflowResponse | None = _status_body(await visible_job(store, user, job_id))
+    except JobNotFound:  # deleted meanwhile
+        run = None
     if resumed.status == "vote_recorded":
-        return ResumeResponse(job_id=job_id, status="vote_recorded", votes=resumed.votes, required=resumed.required)
-    return ResumeResponse(job_id=job_id)
+        return ResumeResponse(job_id=job_id, status="vote_recorded", votes=resumed.votes, required=resumed.required,
+                              run=run)
+    return ResumeResponse(job_id=job_id, run=run)
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse, responses={

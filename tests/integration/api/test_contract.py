@@ -110,11 +110,13 @@ async def test_job_status_pending_resume_and_event_shapes(api: Harness) -> None:
 
         r = await c.post(f"/api/v2/workflows/{job_id}/resume",
                          json={"request_id": hr["request_id"], "decision": {"action_id": "approve", "values": {"n": 1}}})
-        assert r.status_code == 200 and r.json() == {"job_id": job_id, "status": "resuming"}
+        assert r.status_code == 200 and set(r.json()) == {"job_id", "status", "run"}
+        assert r.json()["job_id"] == job_id and r.json()["status"] == "resuming"
         await api.wait_status(job_id, JobStatus.completed)
 
         done = (await c.get(f"/api/v2/workflows/{job_id}")).json()
         assert done == (await c.get("/api/v2/workflows", params={"job_id": job_id})).json()
+        assert r.json()["run"] == done  # the flow ended in the decision's step: no status read needed
         assert RESPONSE_KEYS <= set(done) and done["object"] == "response" and done["status"] == "completed"
         assert done["job_id"] == job_id and done["session_id"] == "shapes" and done["human_request"] is None
         assert done["errors"] == [] and set(done["output"]) == {"reason", "text", "source"}
@@ -380,6 +382,49 @@ async def test_sync_timeout_answers_with_the_job_still_running(api: Harness) -> 
         blocking.close()
 
 
+async def test_a_resume_answers_where_the_run_is_now(api: Harness) -> None:
+    """The resume's `run` is the status read, taken once the decision was applied: a call after
+    the first gate holds the run, so it says `in_progress` (the job, with its links); the second
+    gate's decision ends the run in its own step: `completed`, the body the status read gives."""
+    blocking = BlockingHTTP()
+    api.egress.add(blocking)
+    name = f"after-{uuid.uuid4().hex[:6]}"
+    spec = {"name": "gate, call, gate", "nodes": [
+        {"id": "ask", "type": "ChatInput"},
+        {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve"]}},
+        {"id": "fetch", "type": "HTTPRequest",
+         "params": {"method": "POST", "timeout": 120, "url": f"{blocking.url}/block/{name}"}},
+        {"id": "again", "type": "HumanInput", "params": {"decisions": ["Approve"]}},
+        {"id": "out", "type": "ChatOutput"}],
+        "edges": [{"from": "ask.message", "to": "gate.prompt"}, {"from": "gate.branch_approve", "to": "fetch.body"},
+                  {"from": "fetch.response", "to": "again.prompt"},
+                  {"from": "again.branch_approve", "to": "out.input_value"}]}
+    try:
+        async with api.client("alice", timeout=httpx.Timeout(60)) as c:
+            first = await submit(c, await create_flow(c, spec), "sync")
+            job_id = first["job_id"]
+            r = await c.post(f"/api/v2/workflows/{job_id}/resume", json={
+                "request_id": first["human_request"]["request_id"], "decision": {"action_id": "approve"}})
+            assert r.status_code == 200, r.text
+            run = r.json()["run"]
+            assert run["status"] == "in_progress" and JOB_KEYS <= set(run) and run["object"] == "job", run
+            assert run["links"]["status"] == f"/api/v2/workflows/{job_id}" and run["human_request"] is None
+            blocking.release(name)
+            await api.wait_status(job_id, JobStatus.suspended)
+            waiting = (await c.get(f"/api/v2/workflows/{job_id}")).json()
+            assert waiting["human_request"]["prompt"] == f"answer from {name}"
+            r = await c.post(f"/api/v2/workflows/{job_id}/resume", json={
+                "request_id": "gate:" + job_id, "decision": {"action_id": "approve"}})
+            assert r.status_code == 409 and r.json()["detail"]["code"] == "NOT_RESUMABLE"  # answered already
+            r = await c.post(f"/api/v2/workflows/{job_id}/resume", json={
+                "request_id": waiting["human_request"]["request_id"], "decision": {"action_id": "approve"}})
+            assert r.status_code == 200 and r.json()["run"] == (await c.get(f"/api/v2/workflows/{job_id}")).json()
+            assert r.json()["run"]["status"] == "completed"
+            assert r.json()["run"]["output"]["text"] == f"answer from {name}"
+    finally:
+        blocking.close()
+
+
 async def _answer_late(api: Harness, c: httpx.AsyncClient, flow: str, session: str, action: str) -> list[dict[str, Any]]:
     resp = await submit(c, flow, "sync", session_id=session)
     job_id = resp["job_id"]
@@ -388,7 +433,7 @@ async def _answer_late(api: Harness, c: httpx.AsyncClient, flow: str, session: s
     await eventually(lambda: datetime.now(timezone.utc) > expires, what="the gate's timeout to pass")
     r = await c.post(f"/api/v2/workflows/{job_id}/resume",
                      json={"request_id": hr["request_id"], "decision": {"action_id": action}})
-    assert r.status_code == 200 and r.json() == {"job_id": job_id, "status": "resuming"}, r.text
+    assert r.status_code == 200 and r.json()["status"] == "resuming", r.text
     await api.wait_status(job_id, JobStatus.completed)
     return await events(c, job_id)
 

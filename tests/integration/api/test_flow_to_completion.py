@@ -22,7 +22,9 @@ async def test_sync_pause_then_resume_completes(api: Harness) -> None:
         r = await c.post(f"/api/v2/workflows/{job_id}/resume",
                          json={"request_id": pending["request_id"], "decision": {"action_id": "approve"}})
         assert r.status_code == 200, r.text
-        assert r.json() == {"job_id": job_id, "status": "resuming"}
+        resumed = r.json()
+        assert resumed["job_id"] == job_id and resumed["status"] == "resuming"
+        assert resumed["run"]["status"] == "completed" and resumed["run"]["output"]["text"] == "Refund sent"
         await api.wait_status(job_id, JobStatus.completed)
 
         done = (await c.get(f"/api/v2/workflows/{job_id}")).json()

@@ -67,6 +67,7 @@ class Quorum:
     h: Harness
     address: str
     names: dict[str, str] = field(default_factory=dict)  # bob -> "bob-1a2b3c" (the user's name)
+    last_run: dict[str, Any] = field(default_factory=dict)  # the `run` of the last HTTP resume answered 200
 
     @property
     def flow(self) -> str:
@@ -93,7 +94,10 @@ class Quorum:
         async with self.h.client(who) as c:
             r = await c.post(f"/api/v2/workflows/{job_id}/resume",
                              json={"request_id": f"gate:{job_id}", "decision": {"action_id": action}})
-        return r.status_code, r.json()
+        body = r.json()
+        if r.status_code == 200:  # where the run is now, beside what the CLI and the client answer
+            self.last_run = body.pop("run")
+        return r.status_code, body
 
     async def cli(self, who: str, job_id: str, action: str = "approve", *, by: str = "name"
                   ) -> tuple[int, dict[str, Any]]:
@@ -272,6 +276,7 @@ async def test_a_second_vote_of_the_same_person_is_already_voted_and_counts_once
     job_id = await q.submit()
     first = await q.http("bob", job_id)
     assert first == (200, {"job_id": job_id, "status": "vote_recorded", "votes": 1, "required": 2}), first
+    assert q.last_run["status"] == "suspended" and q.last_run["human_request"]["request_id"] == f"gate:{job_id}"
     # again, one at a time, through every surface and however bob is named
     assert refused(await q.http("bob", job_id)) == "ALREADY_VOTED"
     assert refused(await q.cli("bob", job_id)) == "ALREADY_VOTED"
