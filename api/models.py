@@ -333,8 +333,9 @@ class ResumeResponse(BaseModel):
     run: JobPublic | WorkflowResponse | None = None
 
     @model_serializer(mode="wrap")
-    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # votes and required only for a vote; ``run`` keeps its nulls, as the status read has them
+    def _without_unset(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        # votes and required only for a vote; ``run`` keeps its nulls, as the status read has them.
+        # No return annotation: with one, the response's OpenAPI schema would be that type's.
         data = handler(self)
         return {k: v for k, v in data.items() if v is not None or k not in ("votes", "required", "run")}
 
