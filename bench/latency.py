@@ -7,6 +7,7 @@ Flow: ChatInput → HumanInput → ChatOutput (the refund gate), the peer's tabl
 - resume→completed: POST .../resume, until the client knows the run is `completed`: from the
   resume's own answer (its `run`, read once the decision was applied), else GET status every
   2 ms until it says so (the peer's resume answers only "resuming": it always polls), p50/p95;
+  `resume_to_completed_polled` beside it, interleaved: the answer ignored, polled as the peer;
 - throughput: --concurrency sync submits at once (each to its pause), jobs/s over the wall time
   (median of --reps rounds);
 - sync run, no gate: ChatInput → ChatOutput, POST mode=sync, p50/p95.
@@ -126,7 +127,9 @@ async def submit(http: httpx.AsyncClient, flow_id: str, text: str) -> dict:
     return r.json()
 
 
-async def gate_once(http: httpx.AsyncClient, flow_id: str) -> tuple[float, float]:
+async def gate_once(http: httpx.AsyncClient, flow_id: str, poll: bool = False) -> tuple[float, float]:
+    """(submit→suspended, resume→completed), seconds; ``poll``: the resume's answer ignored, GET
+    status until completed, as the peer is measured."""
     t = time.perf_counter()
     body = await submit(http, flow_id, "refund 42")
     sub = time.perf_counter() - t
@@ -136,7 +139,7 @@ async def gate_once(http: httpx.AsyncClient, flow_id: str) -> tuple[float, float
     r = await http.post(f"/api/v2/workflows/{job_id}/resume",
                         json={"request_id": request["request_id"], "decision": {"action_id": "approve"}})
     r.raise_for_status()
-    if (r.json().get("run") or {}).get("status") != "completed":
+    if poll or (r.json().get("run") or {}).get("status") != "completed":
         while (await http.get(f"/api/v2/workflows/{job_id}")).json().get("status") != "completed":
             await asyncio.sleep(0.002)
     return sub, time.perf_counter() - t
@@ -237,6 +240,7 @@ async def main() -> None:
                         await peer.gate_once()
                         await peer.echo_once()
                 sub, res, bsub, bres, lsub, lres, b3sub, b3res, sync = [], [], [], [], [], [], [], [], []
+                polled = []
                 psub, preq, pres, psync = [], [], [], []
                 server_pid = next(iter(children(dev.proc.pid)), None)  # the Temporal dev server
                 our_pids = [dev.proc.pid, *([server_pid] if server_pid else [])]
@@ -246,6 +250,7 @@ async def main() -> None:
                     s, r = await gate_once(http, gate)
                     sub.append(s)
                     res.append(r)
+                    polled.append((await gate_once(http, gate, poll=True))[1])
                     s, r = await bare_once(client, queue, "BareGateMin")
                     bsub.append(s)
                     bres.append(r)
@@ -294,6 +299,8 @@ async def main() -> None:
             "database": (args.database_url or "sqlite").split(":", 1)[0],
             "runs": args.runs, "warmup": args.warmup, "concurrency": args.concurrency, "reps": args.reps,
             "signoff_http": {"submit_to_suspended": o_sub, "resume_to_completed": o_res,
+                             # the resume's answer ignored, GET status until completed (the peer's way)
+                             "resume_to_completed_polled": summary(polled),
                              "jobs_per_s": rate(args.concurrency, ours_t), "sync_no_gate": o_sync,
                              # CPU per run during the concurrent rounds: what limits throughput on 2 cores
                              "cpu_ms_per_run": {k: round(v * 1000 / (args.concurrency * args.reps), 2)
