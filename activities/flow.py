@@ -185,8 +185,7 @@ class FlowActivities:
                 return ResumeRunOutput(claimed=False)
             if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
                 return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=inp.decision.action_id,
-                                       out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=True,
-                                                          status=job.status.value))
+                                       out=_where_it_was(inp, job.status, done=True))
             sent = None if sending is None else await sending
             paused, graph = await self._paused_state(job, inp.state)
             votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
@@ -204,8 +203,7 @@ class FlowActivities:
                     return await self._go_on_from(inp, claim)
                 ended = claim.job or job
                 return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id,
-                                       out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), cancelled=True,
-                                                          status=ended.status.value))
+                                       out=_where_it_was(inp, ended.status, cancelled=True))
             paused_at = job.pending.paused_at if job.pending is not None else None
             metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
@@ -251,8 +249,7 @@ class FlowActivities:
             deliveries += await self._deliveries(job, "human_input_vote", inp.request_id, request)
         if job.status.terminal:
             return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
-                                   out=RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=True,
-                                                      status=job.status.value))
+                                   out=_where_it_was(inp, job.status, done=True))
         if job.status == JobStatus.suspended and job.pending is not None and before is not None:
             # it reached the run's next pause (persisted, so the claim is cleared)
             cp = await self.store.load_latest_checkpoint(job.run_id)
@@ -260,7 +257,7 @@ class FlowActivities:
                 raise StoreError("The run waits at its next pause without its checkpoint; asked again")
             state = await self.codec.internalize(cp.data)
             step = inp.step + state.layers - before.layers  # one step per layer built after the decision
-            ref, _ = await self.codec.dump(state, len(state.decisions) * 100000 + state.layers)
+            ref, _ = await self.codec.dump(state, _blob_step(state))
             pause = await self._deliveries(job, "human_input_required", job.pending.request_id, job.pending)
             return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
                                    out=RunLayerOutput(step=step, state=ref, pending=job.pending, persisted=True,
@@ -279,7 +276,7 @@ class FlowActivities:
             return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
                                    out=await self._layer_output(
                                        inp.job_id, graph, latest, step, inp.now, [],
-                                       blob_step=len(latest.decisions) * 100000 + latest.layers,
+                                       blob_step=_blob_step(latest),
                                        persist=inp.persist, job=job))
         # the pause of this decision: the state it made, from the record
         applied = recorded_decision(latest.pending, decided.data, expired.data if expired is not None else None)
@@ -340,7 +337,7 @@ class FlowActivities:
         if inp.inline:
             state, step, built = await self._instant_layers(graph, state, step, built, clock)
         return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
-                                        blob_step=len(state.decisions) * 100000 + state.layers, persist=inp.persist,
+                                        blob_step=_blob_step(state), persist=inp.persist,
                                         job=job)
 
     @activity.defn(name="rollback_resume")
@@ -639,6 +636,21 @@ class FlowActivities:
                               expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None,
                               job=job)
         return ended.job.status.value if ended.job else JobStatus.completed.value
+
+
+def _where_it_was(inp: ResumeRunInput, status: JobStatus, *, done: bool = False, cancelled: bool = False
+                  ) -> RunLayerOutput:
+    """The run left where the decision found it (nothing built): it ended (``done``: a stop got in
+    after the claim) or the decision was not recorded (``cancelled``); ``status``: the job's."""
+    return RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=done, cancelled=cancelled,
+                          status=status.value)
+
+
+def _blob_step(state: RunState) -> int:
+    """The step in the blob key of a state stored after a decision (StateCodec.dump): one key per
+    (decisions taken, layers built), so a state stored after a later decision never overwrites
+    the blob an earlier reference still names."""
+    return len(state.decisions) * 100000 + state.layers
 
 
 def _took_part(person: Any, inp: ResumeRunInput) -> list[str]:
