@@ -77,6 +77,12 @@ def _same(stored: Any, wanted: Any) -> bool:
     return wanted is not None and stored == wanted
 
 
+def _holds(row: _Job, token: str | None) -> bool:
+    """Whether ``token`` holds the job's claim: its last claim (kept once the job ended; a pause
+    clears it), as SQL's ``claim_held`` reads it."""
+    return row.status not in (JobStatus.queued, JobStatus.suspended) and _same(row.claim_token, token)
+
+
 def _first(rows: Iterable[T], limit: int) -> list[T]:
     """SQL's ``LIMIT``; a negative limit is refused (ValueError) rather than read as "all"."""
     return list(islice(rows, limit))
@@ -752,8 +758,7 @@ class MemoryStore(Store):
         if row.status == JobStatus.suspended and _same(row.pending_request_id, request_id):
             row.status, row.claim_token, row.updated_at = JobStatus.in_progress, fresh, utcnow()
             return fresh
-        held = row.status not in (JobStatus.queued, JobStatus.suspended) and _same(row.claim_token, token)
-        return fresh if token and held else None
+        return fresh if token and _holds(row, token) else None
 
     async def claim_decision(self, job_id: str, request_id: str, token: str, *, claim: bool = True) -> DecisionClaim:
         if not token:
@@ -763,8 +768,7 @@ class MemoryStore(Store):
         if claim:
             won = await self.claim_suspended_for_resume(job_id, request_id, token=token) is not None
         else:
-            won = row is not None and row.status not in (JobStatus.queued, JobStatus.suspended) and \
-                _same(row.claim_token, token)
+            won = row is not None and _holds(row, token)
         keys = {f"{token}:{k}": k for k in DECISION_KEYS}
         recorded = {keys[e.dedupe_key]: Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data),
                                               created_at=e.created_at)
@@ -954,9 +958,7 @@ class MemoryStore(Store):
         for row in t.messages.values():
             if row.kind == "card" and _same(row.card_request_id, request_id):
                 row.submitted_action = action_id
-        row = t.jobs.get(job_id)
-        if row is not None:
-            row.pending, row.pending_request_id, row.updated_at = None, None, utcnow()
+        job.pending, job.pending_request_id, job.updated_at = None, None, utcnow()
         t.participants.update((u, job_id) for u in ids)
         return seqs
 

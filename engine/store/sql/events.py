@@ -55,8 +55,7 @@ class SQLEvents(SQLCore):
             first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
             if first is not None:
                 raise DuplicateEvent(int(first["seq"]))
-        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
-        await self._tell(tx, job_id, seq, event)
+        await self._insert(tx, job_id, seq, event, body, dedupe_key)
         return seq
 
     async def _append_all(self, tx: Tx, job_id: str, events: list[tuple[str, Any, str]]) -> list[int]:
@@ -83,10 +82,14 @@ class SQLEvents(SQLCore):
                 assert row is not None
                 seq = int(row["last_seq"])
             taken = True
-            await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), key))
-            await self._tell(tx, job_id, seq, event)
+            await self._insert(tx, job_id, seq, event, body, key)
             seqs.append(seq)
         return seqs
+
+    async def _insert(self, tx: Tx, job_id: str, seq: int, event: str, body: Any, dedupe_key: str | None) -> None:
+        """Write the event under the ``seq`` taken from the job's counter row, and tell the tails."""
+        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
+        await self._tell(tx, job_id, seq, event)
 
     async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
         """Tell the store's tails of this append when it commits (PostgreSQL: NOTIFY). SQLite's
