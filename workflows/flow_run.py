@@ -424,6 +424,15 @@ class FlowRun:
     def _applied(self) -> bool:
         return self._decision is not None and self._decision.out is not None
 
+    @property
+    def _undecided(self) -> bool:
+        """No decision taken on the pending request, or the last one failed (rolled back)."""
+        return self._decision is None or self._decision.failed
+
+    @property
+    def _pending_id(self) -> str | None:
+        return self._pending.request_id if self._pending is not None else None
+
     def _take_decision(self) -> RunLayerOutput:
         assert self._decision is not None and self._decision.out is not None
         out, self._decision = self._decision.out, None
@@ -441,7 +450,7 @@ class FlowRun:
         if self._layer_running and self._pending is None:
             return  # the layer under way may be reaching this pause: checked once it has (_decide)
         check_decision(self._pending, inp.request_id, inp.decision,
-                       waiting=self._decision is None or self._decision.failed or (validating and self._applying))
+                       waiting=self._undecided or (validating and self._applying))
         if self._voted(inp):
             raise AlreadyVoted()
 
@@ -511,14 +520,14 @@ class FlowRun:
         """Go on from a decision the store recorded for this run's current attempt in a workflow
         task that was lost with its Update (the API sends this when the job shows the run further
         on than this workflow is; an operator may too). Whether the run went on."""
-        key = self._pending.request_id if self._pending is not None else None
+        key = self._pending_id
         self._catch_ups[key] = self._catch_ups.get(key, 0) + 1
         return await self._catch_up()
 
     @catch_up.validator
     def _validate_catch_up(self) -> None:
-        key = self._pending.request_id if self._pending is not None else None
-        if key is None or not (self._decision is None or self._decision.failed):
+        key = self._pending_id
+        if key is None or not self._undecided:
             raise refusal(NotResumable("The run is not waiting for a decision"))
         if self._catch_ups.get(key, 0) >= MAX_CATCH_UPS:
             raise refusal(NotResumable(f"This run caught up {MAX_CATCH_UPS} times on this request already"))
@@ -529,7 +538,7 @@ class FlowRun:
         let go of). Whether the run went on."""
         assert self._inp is not None
         async with self._lock:
-            if self._pending is None or not (self._decision is None or self._decision.failed):
+            if self._pending is None or not self._undecided:
                 return self._applied
             pending = self._pending
             try:
@@ -569,7 +578,7 @@ class FlowRun:
         except ApplicationError as err:
             problem = (err.type or "NOT_RESUMABLE", err.message)
         assert self._inp is not None
-        key = self._pending.request_id if self._pending is not None else None
+        key = self._pending_id
         seen = self._rejections[key] = self._rejections.get(key, 0) + 1
         if self._status in TERMINAL_STATUSES:  # the run is over (the workflow waits for deliveries)
             workflow.logger.warning("resume Signal after the run ended, not recorded (%s): %s", *problem)
