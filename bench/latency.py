@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from bench._bare import BareGate, BareGateMin, mark_waiting, noop, waiting as _waiting  # noqa: E402
-from bench.overhead import summary  # noqa: E402
+from bench._proc import cpu_seconds, stop_group, summary, wait_healthy  # noqa: E402
 from bench.peer import DEFAULT_VENV, Peer  # noqa: E402
 from signoff.devserver import free_port  # noqa: E402
 
@@ -99,25 +98,13 @@ class Dev:
         self.url = f"http://127.0.0.1:{self.port}"
 
     async def ready(self, http: httpx.AsyncClient) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit("signoff dev exited: " + (self.home / "dev.log").read_text()[-2000:])
-            try:
-                if (await http.get(f"{self.url}/health")).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)
-        raise SystemExit("signoff dev did not become healthy")
+        async def healthy() -> bool:
+            return (await http.get(f"{self.url}/health")).status_code == 200
+
+        await wait_healthy(self.proc, healthy, "signoff dev", self.home / "dev.log", timeout=120)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        stop_group(self.proc)
 
 
 async def submit(http: httpx.AsyncClient, flow_id: str, text: str) -> dict:
@@ -165,12 +152,6 @@ async def bare_waiting(client: Client, queue: str) -> None:
         await asyncio.sleep(0.001)
     _waiting.pop(wf_id)
     await h.execute_update("resume", "approve")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:

@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._bare import BareGate, BareLayers, mark_waiting, noop, waiting as _waiting  # noqa: E402
+from bench._proc import summary  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from signoff.engine.models import Decision, JobStatus  # noqa: E402
@@ -60,16 +61,6 @@ GATE_FLOW = {
     ],
     "edges": [{"from": "ask.message", "to": "gate.prompt"}, {"from": "gate.branch_approve", "to": "ok.input_value"}],
 }
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def summary(values: list[float]) -> dict:
-    ms = [v * 1000 for v in values]
-    return {"p50_ms": round(pct(ms, 0.5), 2), "p95_ms": round(pct(ms, 0.95), 2), "n": len(ms)}
 
 
 async def poll(fn, timeout: float = 60.0):

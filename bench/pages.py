@@ -42,18 +42,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench.suspended import rss_mb, suspend  # noqa: E402
 from bench.overhead import GATE_FLOW  # noqa: E402
+from bench._proc import cpu_seconds  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from signoff.service import RunService, with_converter  # noqa: E402
 
 CHROMIUM = os.environ.get("SIGNOFF_TEST_CHROMIUM", "/usr/bin/chromium")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
 
 
 def start_api(env: dict[str, str], port: int, log: Path) -> subprocess.Popen:

@@ -49,8 +49,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -58,6 +56,10 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._proc import cpu_seconds, free_port, stop_group, summary, wait_healthy  # noqa: E402
 
 LFX_VERSION = "1.13.0"
 DEFAULT_VENV = "/tmp/signoff-bench-lfx"
@@ -92,29 +94,6 @@ for i in range(copies):
 (out / "echo.json").write_text(json.dumps({**echo_flow, "id": ids["echo"]}))
 print(json.dumps(ids))
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
-def summary(values: list[float]) -> dict:
-    """As bench/overhead.py's summary (kept here so this file needs no signoff import)."""
-    ms = [v * 1000 for v in values]
-    return {"p50_ms": round(pct(ms, 0.5), 2), "p95_ms": round(pct(ms, 0.95), 2), "n": len(ms)}
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def ensure_venv(venv: str | Path) -> Path:
@@ -173,29 +152,14 @@ class Peer:
         self.stop()
 
     async def ready(self) -> None:
-        import httpx
+        async def healthy() -> bool:
+            r = await self.http.get("/health")
+            return r.status_code == 200 and r.json().get("flow_count") == self.flow_count
 
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit("lfx serve exited: " + self.log.read_text()[-2000:])
-            try:
-                r = await self.http.get("/health")
-                if r.status_code == 200 and r.json().get("flow_count") == self.flow_count:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)
-        raise SystemExit("lfx serve did not become healthy")
+        await wait_healthy(self.proc, healthy, "lfx serve", self.log, timeout=180)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        stop_group(self.proc)
         shutil.rmtree(self.home, ignore_errors=True)
 
     async def submit(self, flow_id: str, text: str, mode: str) -> dict:
