@@ -142,9 +142,11 @@ class FlowActivities:
         failure while building the instant layers is not a failure of the decision: the state
         after the decision is returned and the workflow builds that layer with ``run_layer``
         (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
-        applied; the workflow then rolls the claim back."""
-        # who sent it is read from Temporal's history while the store is asked the rest
-        sending = None if inp.timed_out else asyncio.ensure_future(sender(inp.job_id, inp))
+        applied; the workflow then settles the attempt with a probe (``inp.probe``: go on from
+        the decision it recorded, or let its claim go)."""
+        # who sent it is read from Temporal's history while the store is asked the rest (a probe
+        # sends nothing: it goes on from what was recorded)
+        sending = None if inp.timed_out or inp.probe else asyncio.ensure_future(sender(inp.job_id, inp))
         try:
             return await self._resume_run(inp, sending)
         finally:

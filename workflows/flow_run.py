@@ -118,6 +118,11 @@ CATCH_UP_ON_END = "catch-up-on-end"
 CATCH_UP_RETRY = timedelta(seconds=60)
 # Patch id: that first retry at once (histories recorded before it slept first).
 END_AGAIN_AT_ONCE = "end-again-at-once"
+# Patch id: a decision attempt that failed is settled by a look at the store under its token
+# (_settle) instead of a bare rollback: it may have recorded the decision before a later write
+# failed past its retries (the next pause, the completion), and rolling that back left the job
+# suspended with its pending request cleared. The run goes on from such a record.
+SETTLE_FAILED_DECISION = "settle-failed-decision"
 # Catch-up Updates let in per pending request (each runs a look at the store); more are refused
 # without history, so a client cannot grow the run's history with them.
 MAX_CATCH_UPS = 10
@@ -543,11 +548,7 @@ class FlowRun:
             pending = self._pending
             try:
                 res: ResumeRunOutput = await workflow.execute_local_activity_method(
-                    FlowActivities.resume_run,
-                    ResumeRunInput(job_id=self._inp.job_id, token=_claim_token(self._attempts),
-                                   request_id=pending.request_id, decision=Decision(action_id="catch_up"),
-                                   now=workflow.now(), state=self._state, step=self._step, persist=True,
-                                   probe=True),
+                    FlowActivities.resume_run, self._probe(pending.request_id, _claim_token(self._attempts)),
                     start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
             except FailureError as err:  # the store out past the retries: nothing caught up, the run waits on
                 workflow.logger.warning("catching up with the store failed: %s", err)
@@ -623,15 +624,20 @@ class FlowRun:
                 res = await workflow.execute_activity_method(
                     FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
         except FailureError as err:  # a regular activity's failure is an ActivityError; a local one's, its cause
-            try:  # the claim goes back; until it has, the run takes no other decision
-                await self._store_activity(FlowActivities.rollback_resume,
-                                           RollbackResumeInput(job_id=job_id, claim_token=token))
+            settled = None
+            try:  # settled, or the claim goes back; until then, the run takes no other decision
+                if workflow.patched(SETTLE_FAILED_DECISION):
+                    settled = await self._settle(inp.request_id, token)
+                else:
+                    await self._rollback(token)
             finally:
-                decision.failed = True
-            cause = err.cause if isinstance(err, ActivityError) else err
-            code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
-            raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
-                                   non_retryable=True) from None
+                decision.failed = settled is None
+            if settled is None:
+                cause = err.cause if isinstance(err, ActivityError) else err
+                code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
+                raise ApplicationError(f"Applying the decision failed: {cause or err}", type=code,
+                                       non_retryable=True) from None
+            res = settled
         if res.refused is not None:  # refused before anything was claimed: nothing to roll back
             decision.failed = True
             raise refusal_of(res.refused)
@@ -656,6 +662,34 @@ class FlowRun:
                 self._answered[res.update_id] = result
             raise ApplicationError("Another decision was applied first", type="NOT_RESUMABLE", non_retryable=True)
         return result
+
+    async def _settle(self, request_id: str, token: str) -> ResumeRunOutput | None:
+        """A decision attempt under ``token`` failed. It may have failed after it recorded the
+        decision (a write after the record, the store out past the attempt's retries): the run
+        goes on from that record, as from a catch-up (the result, when it did). An attempt that
+        recorded nothing has its claim let go of by the same look (the job waits as it was, its
+        pending request kept): None. When the look itself fails past its (longer) retries, the
+        claim is rolled back as before, so the run can still be decided or ended."""
+        try:
+            res: ResumeRunOutput = await self._store_activity(FlowActivities.resume_run,
+                                                              self._probe(request_id, token))
+        except ActivityError as err:
+            workflow.logger.warning("settling a failed decision with the store failed: %s", err)
+            await self._rollback(token)
+            return None
+        return res if res.claimed and res.out is not None else None
+
+    async def _rollback(self, token: str) -> None:
+        assert self._inp is not None
+        await self._store_activity(FlowActivities.rollback_resume,
+                                   RollbackResumeInput(job_id=self._inp.job_id, claim_token=token))
+
+    def _probe(self, request_id: str, token: str) -> ResumeRunInput:
+        """The decision attempt ``token`` run with no decision of its own (ResumeRunInput.probe)."""
+        assert self._inp is not None
+        return ResumeRunInput(job_id=self._inp.job_id, token=token, request_id=request_id,
+                              decision=Decision(action_id="catch_up"), now=workflow.now(), state=self._state,
+                              step=self._step, persist=True, probe=True)
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
         """Start the webhook deliveries of an event: retried with backoff by Temporal, never
