@@ -343,8 +343,11 @@ class FlowActivities:
                                         job=job)
 
     @activity.defn(name="rollback_resume")
-    async def rollback_resume(self, inp: RollbackResumeInput) -> None:
-        await self.store.rollback_resume_claim(inp.job_id, inp.claim_token)
+    async def rollback_resume(self, inp: RollbackResumeInput) -> bool | None:
+        """The claim let go of (the job waits again, its request pending); False when it was not:
+        another claim holds the job, or a decision recorded under this one cleared the request
+        (Store.rollback_resume_claim)."""
+        return await self.store.rollback_resume_claim(inp.job_id, inp.claim_token)
 
     @activity.defn(name="finish")
     async def finish(self, inp: FinishInput) -> FinishOutput:

@@ -480,9 +480,9 @@ async def test_resume_claim_with_a_token_is_idempotent_for_its_holder(store: Sto
     # still held once the decision is applied (pending cleared), until the run moves on
     await store.clear_pending(job_id)
     assert await store.claim_suspended_for_resume(job_id, request_id, token="upd-1") == "upd-1"
-    assert await store.rollback_resume_claim(job_id, "upd-1")  # the token is the claim token
-    job = await store.get_job(job_id)
-    assert job.status == JobStatus.suspended
+    # and never rolled back then: the job would wait for no request
+    assert not await store.rollback_resume_claim(job_id, "upd-1")
+    assert (await store.get_job(job_id)).status == JobStatus.in_progress
 
     # the run paused again (new request): the old claim is not held any more
     job_id, request_id = await suspended_job(store)
@@ -696,6 +696,9 @@ async def test_record_decision_writes_a_decision_in_one_step_and_once(store: Sto
                                        participants=[carol.id, dave.id, carol.id]) == [2, 3, 4]
     job = await store.get_job(job_id)
     assert job.pending is None and job.status == JobStatus.in_progress  # the claim's status is kept
+    # a recorded decision is never rolled back: the job would wait for no request
+    assert not await store.rollback_resume_claim(job_id, "t1")
+    assert (await store.get_job(job_id)).status == JobStatus.in_progress
     assert (await store.list_messages(card.session_id))[0].card["submitted_action"] == "reject"
     assert await store.took_part(job_id, carol.id) and await store.took_part(job_id, dave.id)
     # another attempt with the same token sends its own: nothing is written (it goes on from this one)

@@ -15,6 +15,7 @@ flight at a time (:class:`_Decision`, one slot).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -310,10 +311,11 @@ class FlowRun:
                 timeout = None  # a claim is being applied: its outcome resumes the run
         return None
 
-    async def _end_waiting(self, inp: FlowRunInput, gate: dict[str, Any] | None = None) -> str | None:
+    async def _end_waiting(self, inp: FlowRunInput, gate: dict[str, Any] | None = None, *,
+                           locked: bool = False) -> str | None:
         """The maximum suspension (or an ``on_timeout: fail`` deadline: ``gate`` says which request's,
         for ``run_timed_out``) is over: end the run as ``timed_out`` unless a decision got in first
-        (None then: the run goes on)."""
+        (None then: the run goes on). ``locked``: the caller holds the decision lock (the deadline)."""
         caught_up = False
         while True:
             await workflow.wait_condition(lambda: not self._applying)
@@ -337,7 +339,7 @@ class FlowRun:
             # No decision of this workflow's: the store is ahead of it (a decision recorded in a
             # workflow task lost with its Update). Go on from it, or, a claim with nothing
             # recorded being let go of, end the wait again; nothing at all: ask again later.
-            if await self._catch_up():
+            if await self._catch_up(locked=locked):
                 return None
             if not caught_up and workflow.patched(END_AGAIN_AT_ONCE):
                 caught_up = True
@@ -405,7 +407,7 @@ class FlowRun:
                 if not out.written:
                     return None
                 return await self._end_waiting(inp, {"request_id": pending.request_id,
-                                                     "timeout_seconds": pending.timeout_seconds})
+                                                     "timeout_seconds": pending.timeout_seconds}, locked=True)
             try:
                 await self._apply(ResumeInput(request_id=pending.request_id, decision=deadline_decision(pending)),
                                   timed_out=True)
@@ -537,12 +539,13 @@ class FlowRun:
         if self._catch_ups.get(key, 0) >= MAX_CATCH_UPS:
             raise refusal(NotResumable(f"This run caught up {MAX_CATCH_UPS} times on this request already"))
 
-    async def _catch_up(self) -> bool:
+    async def _catch_up(self, *, locked: bool = False) -> bool:
         """Run the current decision attempt with no decision of its own (``probe``): the run goes
         on from what it recorded, as from any decision (a claim it took with nothing recorded is
-        let go of). Whether the run went on."""
+        let go of). Whether the run went on. ``locked``: the caller holds the decision lock (a
+        deadline ending the run; the lock is not re-entrant: taking it again waited for good)."""
         assert self._inp is not None
-        async with self._lock:
+        async with contextlib.nullcontext() if locked else self._lock:
             if self._pending is None or not self._undecided:
                 return self._applied
             pending = self._pending
@@ -627,7 +630,7 @@ class FlowRun:
             settled = None
             try:  # settled, or the claim goes back; until then, the run takes no other decision
                 if workflow.patched(SETTLE_FAILED_DECISION):
-                    settled = await self._settle(inp.request_id, token)
+                    settled = await self._settle(inp.request_id, token, err)
                 else:
                     await self._rollback(token)
             finally:
@@ -663,26 +666,36 @@ class FlowRun:
             raise ApplicationError("Another decision was applied first", type="NOT_RESUMABLE", non_retryable=True)
         return result
 
-    async def _settle(self, request_id: str, token: str) -> ResumeRunOutput | None:
-        """A decision attempt under ``token`` failed. It may have failed after it recorded the
-        decision (a write after the record, the store out past the attempt's retries): the run
-        goes on from that record, as from a catch-up (the result, when it did). An attempt that
-        recorded nothing has its claim let go of by the same look (the job waits as it was, its
-        pending request kept): None. When the look itself fails past its (longer) retries, the
-        claim is rolled back as before, so the run can still be decided or ended."""
+    async def _settle(self, request_id: str, token: str, failure: FailureError) -> ResumeRunOutput | None:
+        """A decision attempt under ``token`` failed (``failure``). It may have failed after it
+        recorded the decision (a write after the record, the store out past the attempt's
+        retries): the run goes on from that record, as from a catch-up (the result, when it
+        did). An attempt that recorded nothing has its claim let go of by the same look (the job
+        waits as it was, its pending request kept): None. When the look itself fails past its
+        (longer) retries, the claim is rolled back, which the store refuses once a decision is
+        recorded under it (the job would wait for no request): the run then fails with the
+        attempt's error, the decision it recorded kept."""
         try:
             res: ResumeRunOutput = await self._store_activity(FlowActivities.resume_run,
                                                               self._probe(request_id, token))
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):
+                raise  # a stop (of a deadline's decision, in the run's own task): run() records it
             workflow.logger.warning("settling a failed decision with the store failed: %s", err)
-            await self._rollback(token)
-            return None
+            if await self._rollback(token) is not False:
+                return None
+            assert self._inp is not None
+            fin = await self._finish(FinishInput(job_id=self._inp.job_id, status=JobStatus.failed.value,
+                                                 state=self._state, error=failure_error(failure)))
+            return ResumeRunOutput(claimed=True, update_id=_update_id(), out=RunLayerOutput(
+                step=self._step, state=self._state or StateRef(), cancelled=True, status=fin.status))
         return res if res.claimed and res.out is not None else None
 
-    async def _rollback(self, token: str) -> None:
+    async def _rollback(self, token: str) -> bool | None:
+        """The claim ``token`` let go of: whether it was (None from workers before the store said)."""
         assert self._inp is not None
-        await self._store_activity(FlowActivities.rollback_resume,
-                                   RollbackResumeInput(job_id=self._inp.job_id, claim_token=token))
+        return await self._store_activity(FlowActivities.rollback_resume,
+                                          RollbackResumeInput(job_id=self._inp.job_id, claim_token=token))
 
     def _probe(self, request_id: str, token: str) -> ResumeRunInput:
         """The decision attempt ``token`` run with no decision of its own (ResumeRunInput.probe)."""

@@ -427,7 +427,10 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
-        """``in_progress → suspended`` only for the claim that was taken (pending kept)."""
+        """``in_progress → suspended`` only for the claim that was taken (pending kept), and only
+        while its request is still pending: a decision recorded under the claim
+        (:meth:`record_decision` clears the request) is never rolled back into a job that waits
+        for nothing. Whether it was rolled back."""
 
     @abc.abstractmethod
     async def claim_suspended_for_cancel(self, job_id: str, *, event: tuple[str, dict[str, Any]] | None = None) -> bool:

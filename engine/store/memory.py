@@ -777,7 +777,8 @@ class MemoryStore(Store):
 
     async def rollback_resume_claim(self, job_id: str, claim_token: str) -> bool:
         row = self._tables().jobs.get(job_id)
-        if row is None or row.status != JobStatus.in_progress or not _same(row.claim_token, claim_token):
+        if (row is None or row.status != JobStatus.in_progress or not _same(row.claim_token, claim_token)
+                or row.pending_request_id is None):  # a recorded decision cleared the request: never undone
             return False
         row.status, row.claim_token, row.updated_at = JobStatus.suspended, None, utcnow()
         return True

@@ -198,9 +198,10 @@ class Q:
     # the same claimant again (a retried activity): the claim it took is still the job's last
     # (running on, or ended since: a terminal status keeps the token; a new pause clears it)
     claim_held = "SELECT 1 AS held FROM jobs WHERE job_id = ? AND status NOT IN ('queued', 'suspended') AND claim_token = ?"
+    # only while the request is still pending: a recorded decision cleared it (record_decision)
     rollback_resume = (
         "UPDATE jobs SET status = 'suspended', claim_token = NULL, updated_at = ? "
-        "WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+        "WHERE job_id = ? AND status = 'in_progress' AND claim_token = ? AND pending_request_id IS NOT NULL"
     )
     claim_cancel = (
         "UPDATE jobs SET status = 'cancelled', pending = NULL, pending_request_id = NULL, claim_token = NULL, "

@@ -7,11 +7,17 @@ decide it again."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from signoff.activities.flow import FlowActivities
-from signoff.engine.errors import SignoffError
+from signoff.activities.types import ResumeRunInput, ResumeRunOutput
+from signoff.engine.errors import NotResumable, SignoffError
 from signoff.engine.models import Decision, JobStatus
 from signoff.engine.store.base import StoreError
 from signoff.engine.store.proxy import StoreProxy
@@ -20,17 +26,17 @@ from signoff.worker import build_worker
 from signoff.workflows.flow_run import LAYER_RETRY
 
 from tests.fixtures.world import BACKENDS
-from tests.helpers import event_names, wait_status
+from tests.helpers import event_names, gate_flow, wait_status
 from .test_stop_races import replayer
 
 
 class Refusing(StoreProxy):
     """The store, refusing the calls of ``method`` that ``which(args)`` picks, the first ``times``
-    of them (a retryable error it could not take), then itself again."""
+    of them, with ``error`` (by default a retryable error it could not take), then itself again."""
 
-    def __init__(self, store, method: str, times: int, which=lambda args: True) -> None:
+    def __init__(self, store, method: str, times: int, which=lambda args: True, error=StoreError) -> None:
         super().__init__(store)
-        self.method, self.left, self.which = method, times, which
+        self.method, self.left, self.which, self.error = method, times, which, error
 
     def _wrap(self, name: str):
         inner = getattr(self._store, name)
@@ -38,14 +44,20 @@ class Refusing(StoreProxy):
         async def call(*args, **kwargs):
             if name == self.method and self.left > 0 and self.which(args):
                 self.left -= 1
-                raise StoreError(f"{name} could not be written")
+                raise self.error(f"{name} could not be written")
             return await inner(*args, **kwargs)
 
         return call
 
 
-async def paused(service, user, make_flow):
-    job, _ = await service.submit(user, await make_flow(), input_value="refund 42", session_id=None, tweaks=None,
+def scheduled(history) -> list[str]:
+    """The regular activities the run scheduled (the decision's own attempts are local)."""
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+
+
+async def paused(service, user, make_flow, spec=None):
+    job, _ = await service.submit(user, await make_flow(spec), input_value="refund 42", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")
     job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
     assert job.status == JobStatus.suspended
@@ -73,9 +85,7 @@ async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, s
     assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision", "end"]
     decided = [e for e in await store.read_events(job.job_id) if e.event == "human_input_decision"][0]
     assert decided.data["action_id"] == "approve" and decided.data["request_id"] == request_id
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
-                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
-    assert "resume_run" in scheduled and "rollback_resume" not in scheduled  # the look, no rollback
+    assert scheduled(history) == ["run_layer", "resume_run"]  # the look at the store, no rollback
     await replayer().replay_workflow(history)  # with its patch marker
 
 
@@ -98,7 +108,68 @@ async def test_a_decision_that_failed_before_its_record_is_let_go_and_decided_ag
         done = await wait_status(store, job.job_id, JobStatus.completed, timeout=60)
         history = await client.get_workflow_handle(job.job_id).fetch_history()
     assert refusing.left == 0
+    assert scheduled(history) == ["run_layer", "resume_run"]  # the look let the claim go: no rollback
     assert done.result["output"]["text"] == "Refund refused"  # the second decision was the one applied
     assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision", "end"]
     await replayer().replay_workflow(history)
 
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_recorded_decision_that_cannot_be_carried_on_fails_the_run(client, store, settings, user, make_flow):
+    """The write after the record fails for good (not retryable), for the attempt and for the
+    look at the store after it: the claim is not rolled back (the store refuses to roll back a
+    recorded decision: the job would wait for no request, and nobody could decide it), the run
+    fails with the error, the decision kept."""
+    service = RunService(settings, store, client)
+    refusing = Refusing(store, "set_status", 2, lambda args: args[1] == JobStatus.completed, error=NotResumable)
+    async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
+        job = await paused(service, user, make_flow)
+        resumed = await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+        assert resumed.status == "resuming"  # the decision was taken (and recorded)
+        failed = await wait_status(store, job.job_id, JobStatus.failed, JobStatus.suspended, timeout=60)
+        handle = client.get_workflow_handle(job.job_id)
+        assert (await handle.result())["status"] == "failed"
+        history = await handle.fetch_history()
+    assert refusing.left == 0
+    assert failed.status == JobStatus.failed and failed.pending is None
+    assert "set_status could not be written" in failed.error["error"]
+    assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision", "run_failed"]
+    assert scheduled(history) == ["run_layer", "resume_run", "rollback_resume", "finish"]
+    await replayer().replay_workflow(history)
+
+
+async def test_a_stop_while_a_deadlines_failed_decision_is_settled_stops_the_run(client, store, settings, user,
+                                                                                 make_flow):
+    """The deadline's own decision (``on_timeout: default``) fails, and the run is stopped while
+    the look at the store that settles it runs: the stop's cancellation is not taken for a failed
+    look (the run would wait on at its gate, its job already cancelled by the stop)."""
+    service = RunService(settings, store, client)
+    real = FlowActivities(store, settings)
+    probing, release = asyncio.Event(), asyncio.Event()
+
+    @activity.defn(name="resume_run")
+    async def resume_run(inp: ResumeRunInput) -> ResumeRunOutput:
+        if not inp.probe:
+            raise ApplicationError("applying the decision failed", type="DECISION_FAILED", non_retryable=True)
+        probing.set()
+        await asyncio.wait_for(release.wait(), 30)
+        return await real.resume_run(inp)
+
+    acts = [resume_run if getattr(a, "__name__", "") == "resume_run" else a for a in real.all()]
+    try:
+        async with build_worker(client, store, settings, activities=acts):
+            job = await paused(service, user, make_flow, gate_flow("default at the deadline", timeout=1,
+                                                                   on_timeout="default", default_action="reject"))
+            await asyncio.wait_for(probing.wait(), 30)
+            assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
+            handle = client.get_workflow_handle(job.job_id)
+            with pytest.raises(WorkflowFailureError) as stopped:
+                await asyncio.wait_for(handle.result(), 30)
+            assert isinstance(stopped.value.cause, CancelledError)
+            release.set()
+            history = await handle.fetch_history()
+    finally:
+        release.set()
+    assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
+    await replayer().replay_workflow(history)

@@ -26,7 +26,7 @@ import temporalio.worker
 from temporalio.exceptions import ApplicationError
 
 from signoff.activities.flow import FlowActivities
-from signoff.activities.types import ResumeRunInput, ResumeRunOutput
+from signoff.activities.types import GateTimerInput, GateTimerOutput, ResumeRunInput, ResumeRunOutput
 from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.engine.store.proxy import StoreProxy
 from signoff.service import RunService
@@ -34,8 +34,9 @@ from signoff.worker import build_worker
 from signoff.workflows.flow_run import CATCH_UP_RETRY, MAX_CATCH_UPS
 from signoff.workflows.types import CATCH_UP, ResumeInput
 from tests.fixtures.world import BACKENDS
-from tests.helpers import event_names, wait_status
+from tests.helpers import event_names, gate_flow, wait_status
 from .test_resume_retry import TWO_GATES
+from .test_stop_races import replayer
 from .test_surface import submit
 
 
@@ -345,6 +346,37 @@ async def test_a_claim_left_with_nothing_recorded_does_not_hold_off_the_maximum_
     await wait_status(store, job.job_id, JobStatus.timed_out, timeout=CATCH_UP_RETRY.total_seconds() - 10)
     assert (await handle.result())["status"] == "timed_out"
     assert CATCH_UP_RETRY.total_seconds() not in timers(await handle.fetch_history())
+
+
+async def test_a_claim_that_gets_in_after_a_failing_deadline_expired_the_request_does_not_hang_the_run(
+        client, store, settings, user, make_flow):
+    """A gate's deadline with ``on_timeout: fail``: the request expired (``human_input_expired``),
+    and before the end is written a claim the workflow did not make gets in (a lost attempt under
+    the run's first token, with nothing recorded). The end loses to it and catches up while the
+    deadline holds the run's decision lock: the catch-up runs under that lock (it waited for the
+    lock for good before: the lock is not re-entrant, and the run never ended)."""
+    service = RunService(settings, store, client)
+    real = FlowActivities(store, settings)
+
+    @temporalio.activity.defn(name="gate_timer")
+    async def gate_timer(inp: GateTimerInput) -> GateTimerOutput:
+        out = await real.gate_timer(inp)
+        if inp.kind == "expired":  # the claim gets in between the expiry and the end
+            run_id = (await service.client.get_workflow_handle(inp.job_id).describe()).run_id
+            assert await store.claim_suspended_for_resume(inp.job_id, inp.request_id, token=f"wf-{run_id}-d0")
+        return out
+
+    acts = [gate_timer if getattr(a, "__name__", "") == "gate_timer" else a for a in real.all()]
+    async with build_worker(client, store, settings, activities=acts):
+        job = await paused(service, user, await make_flow(gate_flow("fails at its deadline", timeout=1,
+                                                                    on_timeout="fail")))
+        handle = service.client.get_workflow_handle(job.job_id)
+        ended = await wait_status(store, job.job_id, JobStatus.timed_out, timeout=30)
+        assert (await asyncio.wait_for(handle.result(), 30))["status"] == "timed_out"
+        history = await handle.fetch_history()
+    assert ended.pending is None
+    assert (await event_names(store, job.job_id))[-2:] == ["human_input_expired", "run_timed_out"]
+    await replayer().replay_workflow(history)
 
 
 class FailingLook:
