@@ -344,10 +344,16 @@ class FlowActivities:
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> bool | None:
-        """The claim let go of (the job waits again, its request pending); False when it was not:
-        another claim holds the job, or a decision recorded under this one cleared the request
-        (Store.rollback_resume_claim)."""
-        return await self.store.rollback_resume_claim(inp.job_id, inp.claim_token)
+        """The claim let go of (the job waits again, its request pending): True, also when there
+        was nothing of this claim's to let go of (never taken, the run moved on to its next
+        pause, another claim, the job ended). False only when a decision recorded under the
+        claim holds the job (running under it, its request cleared: Store.rollback_resume_claim
+        refuses to undo it), which the workflow cannot carry on: it fails the run."""
+        if await self.store.rollback_resume_claim(inp.job_id, inp.claim_token):
+            return True
+        claim = await self.store.claim_decision(inp.job_id, "", inp.claim_token, claim=False)
+        return not (claim.won and "decision" in claim.recorded and claim.job is not None
+                    and not claim.job.status.terminal)
 
     @activity.defn(name="finish")
     async def finish(self, inp: FinishInput) -> FinishOutput:

@@ -141,6 +141,12 @@ def _update_id() -> str | None:
     return info.id if info is not None else None
 
 
+def _stopped(err: BaseException) -> bool:
+    """An activity's failure that is its cancellation (a stop of the run: a regular activity's
+    is an ActivityError caused by it, a local one's the cancellation itself)."""
+    return isinstance(err, CancelledError) or isinstance(getattr(err, "cause", None), CancelledError)
+
+
 def _claim_token(attempt: int) -> str:
     """The claim token of the run's ``attempt``-th decision attempt (counted from 0; an attempt
     counts once its activity's result, or failure, is in the history): the same on replay and in
@@ -627,14 +633,18 @@ class FlowRun:
                 res = await workflow.execute_activity_method(
                     FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
         except FailureError as err:  # a regular activity's failure is an ActivityError; a local one's, its cause
-            settled = None
+            settled, settling = None, workflow.patched(SETTLE_FAILED_DECISION)
             try:  # settled, or the claim goes back; until then, the run takes no other decision
-                if workflow.patched(SETTLE_FAILED_DECISION):
+                if settling:
                     settled = await self._settle(inp.request_id, token, err)
                 else:
                     await self._rollback(token)
             finally:
                 decision.failed = settled is None
+            if settling and _stopped(err):
+                # the run's own task (a deadline's decision) was cancelled by a stop: settled, and
+                # still a stop (run() records it), not a failed decision the deadline passes over
+                raise err
             if settled is None:
                 cause = err.cause if isinstance(err, ActivityError) else err
                 code = cause.type if isinstance(cause, ApplicationError) and cause.type else "DECISION_FAILED"
@@ -679,11 +689,11 @@ class FlowRun:
             res: ResumeRunOutput = await self._store_activity(FlowActivities.resume_run,
                                                               self._probe(request_id, token))
         except ActivityError as err:
-            if isinstance(err.cause, CancelledError):
+            if _stopped(err):
                 raise  # a stop (of a deadline's decision, in the run's own task): run() records it
             workflow.logger.warning("settling a failed decision with the store failed: %s", err)
             if await self._rollback(token) is not False:
-                return None
+                return None  # let go of, or nothing of this claim's to let go of
             assert self._inp is not None
             fin = await self._finish(FinishInput(job_id=self._inp.job_id, status=JobStatus.failed.value,
                                                  state=self._state, error=failure_error(failure)))

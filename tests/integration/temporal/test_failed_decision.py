@@ -139,21 +139,47 @@ async def test_a_recorded_decision_that_cannot_be_carried_on_fails_the_run(clien
     await replayer().replay_workflow(history)
 
 
-async def test_a_stop_while_a_deadlines_failed_decision_is_settled_stops_the_run(client, store, settings, user,
-                                                                                 make_flow):
-    """The deadline's own decision (``on_timeout: default``) fails, and the run is stopped while
-    the look at the store that settles it runs: the stop's cancellation is not taken for a failed
-    look (the run would wait on at its gate, its job already cancelled by the stop)."""
+@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
+async def test_a_failed_decision_whose_look_fails_before_any_claim_leaves_the_run_waiting(
+        client, store, settings, user, make_flow):
+    """The store cannot answer the attempt's claim nor the look after it: nothing was claimed,
+    nothing recorded. The rollback finds nothing of the claim's to undo, and that is not taken for
+    a recorded decision: the run is not failed, it waits for its request as it was."""
+    service = RunService(settings, store, client)
+    refusing = Refusing(store, "claim_decision", 2, error=NotResumable)
+    async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
+        job = await paused(service, user, make_flow)
+        with pytest.raises(SignoffError):
+            await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+        assert refusing.left == 0
+        waiting = await store.get_job(job.job_id)
+        assert waiting.status == JobStatus.suspended and waiting.pending.request_id == job.pending.request_id
+        await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+        done = await wait_status(store, job.job_id, JobStatus.completed, timeout=60)
+        history = await client.get_workflow_handle(job.job_id).fetch_history()
+    assert done.result["output"]["text"] == "Refund sent"
+    assert await event_names(store, job.job_id) == ["human_input_required", "human_input_decision", "end"]
+    await replayer().replay_workflow(history)
+
+
+@pytest.mark.parametrize("held", ["attempt", "look"])
+async def test_a_stop_while_a_deadlines_decision_is_applied_or_settled_stops_the_run(client, store, settings, user,
+                                                                                     make_flow, held):
+    """The run is stopped while the deadline's own decision (``on_timeout: default``, applied in
+    the run's own task) is being applied (``attempt``), or, that attempt failed, while the look at
+    the store that settles it runs (``look``): the cancellation is a stop, not a failed decision
+    the deadline passes over (the run waited on at its gate, its job already cancelled)."""
     service = RunService(settings, store, client)
     real = FlowActivities(store, settings)
-    probing, release = asyncio.Event(), asyncio.Event()
+    holding, release = asyncio.Event(), asyncio.Event()
 
     @activity.defn(name="resume_run")
     async def resume_run(inp: ResumeRunInput) -> ResumeRunOutput:
-        if not inp.probe:
+        if held == "look" and not inp.probe:
             raise ApplicationError("applying the decision failed", type="DECISION_FAILED", non_retryable=True)
-        probing.set()
-        await asyncio.wait_for(release.wait(), 30)
+        if (held == "look") == inp.probe and not holding.is_set():
+            holding.set()  # held until the stop cancels it (a local attempt) or the test is over (the look)
+            await asyncio.wait_for(release.wait(), 30)
         return await real.resume_run(inp)
 
     acts = [resume_run if getattr(a, "__name__", "") == "resume_run" else a for a in real.all()]
@@ -161,7 +187,7 @@ async def test_a_stop_while_a_deadlines_failed_decision_is_settled_stops_the_run
         async with build_worker(client, store, settings, activities=acts):
             job = await paused(service, user, make_flow, gate_flow("default at the deadline", timeout=1,
                                                                    on_timeout="default", default_action="reject"))
-            await asyncio.wait_for(probing.wait(), 30)
+            await asyncio.wait_for(holding.wait(), 30)
             assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
             handle = client.get_workflow_handle(job.job_id)
             with pytest.raises(WorkflowFailureError) as stopped:
