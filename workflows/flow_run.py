@@ -124,6 +124,10 @@ END_AGAIN_AT_ONCE = "end-again-at-once"
 # failed past its retries (the next pause, the completion), and rolling that back left the job
 # suspended with its pending request cleared. The run goes on from such a record.
 SETTLE_FAILED_DECISION = "settle-failed-decision"
+# Patch id: an ``on_timeout: fail`` deadline whose request did not wait (the expiry not written)
+# while no decision of this workflow's was under way catches up with the store: a claim it did not
+# make (a lost attempt's) held the job, and held the deadline off until the maximum suspension.
+DEADLINE_CATCH_UP = "deadline-catch-up"
 # Catch-up Updates let in per pending request (each runs a look at the store); more are refused
 # without history, so a client cannot grow the run's history with them.
 MAX_CATCH_UPS = 10
@@ -410,6 +414,12 @@ class FlowRun:
                 return None
             if pending.on_timeout == "fail":
                 out = await self._gate_timer(inp, pending, "expired")
+                if not out.written and workflow.patched(DEADLINE_CATCH_UP):
+                    # not waiting, and this workflow applies nothing (it holds the lock): a claim it
+                    # did not make holds the job. Go on from its decision, or, let go of, expire.
+                    if await self._catch_up(locked=True):
+                        return None
+                    out = await self._gate_timer(inp, pending, "expired")
                 if not out.written:
                     return None
                 return await self._end_waiting(inp, {"request_id": pending.request_id,

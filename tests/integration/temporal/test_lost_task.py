@@ -379,6 +379,24 @@ async def test_a_claim_that_gets_in_after_a_failing_deadline_expired_the_request
     await replayer().replay_workflow(history)
 
 
+async def test_a_claim_left_with_nothing_recorded_does_not_hold_off_a_deadline_that_fails_the_run(
+        client, store, settings, worker, user, make_flow):
+    """A lost attempt claimed the job and recorded nothing; the gate's deadline (``on_timeout:
+    fail``) finds the request not waiting. It catches up (the claim let go of) and expires the
+    request: the run ends at its deadline, not at the maximum suspension (30 days)."""
+    service = RunService(settings, store, client)
+    job = await paused(service, user, await make_flow(gate_flow("fails at its deadline", timeout=2,
+                                                                on_timeout="fail")))
+    handle = service.client.get_workflow_handle(job.job_id)
+    token = f"wf-{(await handle.describe()).run_id}-d0"
+    assert await store.claim_suspended_for_resume(job.job_id, job.pending.request_id, token=token)
+    ended = await wait_status(store, job.job_id, JobStatus.timed_out, timeout=30)
+    assert (await asyncio.wait_for(handle.result(), 30))["status"] == "timed_out"
+    assert ended.pending is None
+    assert (await event_names(store, job.job_id))[-2:] == ["human_input_expired", "run_timed_out"]
+    await replayer().replay_workflow(await handle.fetch_history())
+
+
 class FailingLook:
     """The store cannot be read for a catch-up's look (it fails past its retries); the first
     time, the claim that held off the run's end is let go of meanwhile."""
