@@ -646,7 +646,7 @@ class FlowRun:
             settled, settling = None, workflow.patched(SETTLE_FAILED_DECISION)
             try:  # settled, or the claim goes back; until then, the run takes no other decision
                 if settling:
-                    settled = await self._settle(inp.request_id, token, err)
+                    settled = await self._settle(inp.request_id, token, err, inp.decision.action_id)
                 else:
                     await self._rollback(token)
             finally:
@@ -686,7 +686,8 @@ class FlowRun:
             raise ApplicationError("Another decision was applied first", type="NOT_RESUMABLE", non_retryable=True)
         return result
 
-    async def _settle(self, request_id: str, token: str, failure: FailureError) -> ResumeRunOutput | None:
+    async def _settle(self, request_id: str, token: str, failure: FailureError,
+                      action_id: str) -> ResumeRunOutput | None:
         """A decision attempt under ``token`` failed (``failure``). It may have failed after it
         recorded the decision (a write after the record, the store out past the attempt's
         retries): the run goes on from that record, as from a catch-up (the result, when it
@@ -707,12 +708,13 @@ class FlowRun:
             assert self._inp is not None
             fin = await self._finish(FinishInput(job_id=self._inp.job_id, status=JobStatus.failed.value,
                                                  state=self._state, error=failure_error(failure)))
-            return ResumeRunOutput(claimed=True, update_id=_update_id(), out=RunLayerOutput(
+            return ResumeRunOutput(claimed=True, update_id=_update_id(), action_id=action_id, out=RunLayerOutput(
                 step=self._step, state=self._state or StateRef(), cancelled=True, status=fin.status))
         return res if res.claimed and res.out is not None else None
 
     async def _rollback(self, token: str) -> bool | None:
-        """The claim ``token`` let go of: whether it was (None from workers before the store said)."""
+        """The claim ``token`` let go of. False only when a decision recorded under it holds the
+        job, which no rollback undoes (activities: rollback_resume); None from older workers."""
         assert self._inp is not None
         return await self._store_activity(FlowActivities.rollback_resume,
                                           RollbackResumeInput(job_id=self._inp.job_id, claim_token=token))
