@@ -211,7 +211,7 @@ class FlowRun:
             # The stop came while a bookkeeping activity ran (persist_pause, finish): its
             # cancellation surfaces as an ActivityError. Record it as a stop too, or the job stays
             # in_progress with no workflow left.
-            if not isinstance(err.cause, CancelledError):
+            if not _stopped(err):
                 raise
             await self._cancelled(inp)
             raise
@@ -250,7 +250,7 @@ class FlowRun:
                     )
                 except ActivityError as err:
                     self._layer_running = False
-                    if isinstance(err.cause, CancelledError):
+                    if _stopped(err):
                         raise asyncio.CancelledError() from err
                     fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.failed.value,
                                                          state=self._state, error=failure_error(err)))

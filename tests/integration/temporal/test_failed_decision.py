@@ -27,6 +27,7 @@ from signoff.workflows.flow_run import LAYER_RETRY
 
 from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, gate_flow, wait_status
+from .test_lost_task import paused
 from .test_stop_races import replayer
 
 
@@ -56,14 +57,6 @@ def scheduled(history) -> list[str]:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
 
 
-async def paused(service, user, make_flow, spec=None):
-    job, _ = await service.submit(user, await make_flow(spec), input_value="refund 42", session_id=None, tweaks=None,
-                                  idempotency_key=None, mode="background")
-    job = await service.wait_for_pause_or_end(job.job_id, timeout=30)
-    assert job.status == JobStatus.suspended
-    return job
-
-
 @pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, store, settings, user, make_flow):
     service = RunService(settings, store, client)
@@ -71,7 +64,7 @@ async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, s
     refusing = Refusing(store, "set_status", LAYER_RETRY.maximum_attempts,
                         lambda args: args[1] == JobStatus.completed)
     async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
-        job = await paused(service, user, make_flow)
+        job = await paused(service, user, await make_flow())
         request_id = job.pending.request_id
         await service.resume(user, job.job_id, request_id, Decision(action_id="approve"))
         done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.suspended, timeout=60)
@@ -97,7 +90,7 @@ async def test_a_decision_that_failed_before_its_record_is_let_go_and_decided_ag
     service = RunService(settings, store, client)
     refusing = Refusing(store, "record_decision", LAYER_RETRY.maximum_attempts)
     async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
-        job = await paused(service, user, make_flow)
+        job = await paused(service, user, await make_flow())
         request_id = job.pending.request_id
         with pytest.raises(SignoffError) as failed:
             await service.resume(user, job.job_id, request_id, Decision(action_id="approve"))
@@ -124,7 +117,7 @@ async def test_a_recorded_decision_that_cannot_be_carried_on_fails_the_run(clien
     service = RunService(settings, store, client)
     refusing = Refusing(store, "set_status", 2, lambda args: args[1] == JobStatus.completed, error=NotResumable)
     async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
-        job = await paused(service, user, make_flow)
+        job = await paused(service, user, await make_flow())
         resumed = await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
         assert resumed.status == "resuming"  # the decision was taken (and recorded)
         failed = await wait_status(store, job.job_id, JobStatus.failed, JobStatus.suspended, timeout=60)
@@ -148,7 +141,7 @@ async def test_a_failed_decision_whose_look_fails_before_any_claim_leaves_the_ru
     service = RunService(settings, store, client)
     refusing = Refusing(store, "claim_decision", 2, error=NotResumable)
     async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
-        job = await paused(service, user, make_flow)
+        job = await paused(service, user, await make_flow())
         with pytest.raises(SignoffError):
             await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
         assert refusing.left == 0
@@ -185,8 +178,9 @@ async def test_a_stop_while_a_deadlines_decision_is_applied_or_settled_stops_the
     acts = [resume_run if getattr(a, "__name__", "") == "resume_run" else a for a in real.all()]
     try:
         async with build_worker(client, store, settings, activities=acts):
-            job = await paused(service, user, make_flow, gate_flow("default at the deadline", timeout=1,
-                                                                   on_timeout="default", default_action="reject"))
+            job = await paused(service, user, await make_flow(gate_flow("default at the deadline", timeout=1,
+                                                                        on_timeout="default",
+                                                                        default_action="reject")))
             await asyncio.wait_for(holding.wait(), 30)
             assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled
             handle = client.get_workflow_handle(job.job_id)

@@ -17,8 +17,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from signoff.engine.models import Decision, JobStatus
-from tests.fixtures.world import BACKENDS
 from signoff.workflows.types import PENDING_QUERY
+from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually, wait_status
 
 ACTIVITY = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
