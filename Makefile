@@ -20,7 +20,7 @@ test: $(STAMP)
 	./scripts/ensure-postgres
 	./scripts/ensure-agui-client
 	./scripts/ensure-chromium
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	./scripts/ensure-postgres

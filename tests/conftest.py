@@ -17,3 +17,20 @@ def egress() -> EgressAllow:
 def pytest_addoption(parser):
     parser.addoption("--record-histories", action="store_true", default=False,
                      help="write the replay histories of tests/integration/temporal/test_replay.py to its histories/")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``store_backend``: the store a test above the store tier runs on.
+
+    One store is enough there: every store method runs on SQLite, PostgreSQL and the in-memory
+    store in the conformance suite (tests/integration/store), so repeating a Temporal or HTTP
+    round trip per store tests the store again, not the layer above it. A test (or a module, by
+    ``pytestmark``) marked ``both_stores`` exercises what differs between the stores (the events
+    tail's LISTEN/NOTIFY, the pool, an outage, a restart, claims raced through the whole stack)
+    and runs on PostgreSQL too. Module-scoped, so the per-module harnesses are made once per
+    store."""
+    if "store_backend" in metafunc.fixturenames:
+        from tests.fixtures.db import BACKENDS
+
+        both = metafunc.definition.get_closest_marker("both_stores") is not None
+        metafunc.parametrize("store_backend", BACKENDS if both else BACKENDS[:1], scope="module")

@@ -7,11 +7,8 @@ Screenshots go to ``tests/browser/screenshots/`` (not committed), at 390 and 128
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
-import socket
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +17,9 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 from playwright.async_api import Browser, BrowserContext, ConsoleMessage, Dialog, Page, async_playwright, expect
 
-from tests.integration.api.conftest import BACKENDS, Harness, _InLoopServer, harness
+from tests.integration.api.conftest import Harness, harness, serving
 
 CHROMIUM = os.environ.get("SIGNOFF_TEST_CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parent / "screenshots"
@@ -44,26 +40,11 @@ class Site:
         return httpx.AsyncClient(base_url=self.url, headers={"x-api-key": self.h.users[user][1]}, timeout=60)
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def site(request, tmp_path_factory, temporal_client) -> AsyncIterator[Site]:
-    async with harness(request.param, tmp_path_factory.mktemp("pages"), temporal_client) as h:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        config = uvicorn.Config(h.app, lifespan="off", log_level="warning", access_log=False, ws="none", http="h11")
-        server = _InLoopServer(config)
-        task = asyncio.ensure_future(server.serve(sockets=[sock]))
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert not task.done(), task.exception()
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            await asyncio.sleep(0.02)
-        try:
-            yield Site(h, f"http://127.0.0.1:{sock.getsockname()[1]}", request.param)
-        finally:
-            server.should_exit = True
-            server.force_exit = True  # open live pages (SSE) would hold a graceful stop
-            await task
-            sock.close()
+@pytest_asyncio.fixture(scope="module")
+async def site(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Site]:
+    async with harness(store_backend, tmp_path_factory.mktemp("pages"), temporal_client) as h:
+        async with serving(h.app, force_exit=True) as url:  # open live pages (SSE) would hold a graceful stop
+            yield Site(h, url, store_backend)
 
 
 @pytest_asyncio.fixture(scope="session")

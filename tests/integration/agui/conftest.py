@@ -19,7 +19,7 @@ import pytest_asyncio
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from tests.integration.api.conftest import BACKENDS, Harness, harness
+from tests.integration.api.conftest import Harness, harness
 
 # the api harness's `live` fixture (uvicorn in the test loop, on `api`), for the @ag-ui/client tests
 from tests.integration.api.conftest import live  # noqa: F401
@@ -27,9 +27,9 @@ from tests.integration.api.conftest import live  # noqa: F401
 EVENT = TypeAdapter(Event)
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def h(request, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(request.param, tmp_path_factory.mktemp("agui"), temporal_client) as hx:
+@pytest_asyncio.fixture(scope="module")
+async def h(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
+    async with harness(store_backend, tmp_path_factory.mktemp("agui"), temporal_client) as hx:
         user = await hx.store.create_user(f"erin-{uuid.uuid4().hex[:6]}")
         hx.users["erin"] = (user.id, await hx.store.create_api_key(user.id))
         yield hx

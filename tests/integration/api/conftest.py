@@ -1,6 +1,7 @@
-"""The real app on a real Temporal dev server and a real worker, on SQLite and PostgreSQL.
+"""The real app on a real Temporal dev server and a real worker, on SQLite (and PostgreSQL for a
+test marked ``both_stores``: tests/conftest.py says which tests are).
 
-``api`` is one harness per test module and backend: its own database, its own task queue and
+``api`` is one harness per test module and store: its own database, its own task queue and
 worker, the app with its lifespan run, and an httpx client speaking ASGI to it."""
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 import httpx
 import psycopg
-import pytest
 import pytest_asyncio
 import uvicorn
 
@@ -132,12 +132,10 @@ async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) 
             await store.close()
 
 
-BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
 
-
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def api(request, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(request.param, tmp_path_factory.mktemp("api"), temporal_client) as h:
+@pytest_asyncio.fixture(scope="module")
+async def api(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
+    async with harness(store_backend, tmp_path_factory.mktemp("api"), temporal_client) as h:
         yield h
 
 
@@ -179,16 +177,16 @@ class _InLoopServer(uvicorn.Server):
         yield
 
 
-@pytest_asyncio.fixture(scope="module")
-async def live(api: Harness) -> AsyncIterator[str]:
-    """The harness's app behind a real uvicorn server on 127.0.0.1 (a free port): real HTTP, so
-    a streamed response reaches the client frame by frame (the ASGI test client buffers it)."""
+@contextlib.asynccontextmanager
+async def serving(app: Any, *, force_exit: bool = False) -> AsyncIterator[str]:
+    """``app`` behind a real uvicorn server on 127.0.0.1 (a free port), in this event loop; its
+    base URL. ``force_exit``: open streams (live pages' SSE) do not hold the stop."""
     import asyncio
     import socket
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(api.app, lifespan="off", log_level="warning", access_log=False, ws="none", http="h11")
+    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False, ws="none", http="h11")
     server = _InLoopServer(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     deadline = time.monotonic() + 30
@@ -200,8 +198,17 @@ async def live(api: Harness) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
         server.should_exit = True
+        server.force_exit = force_exit
         await task
         sock.close()
+
+
+@pytest_asyncio.fixture(scope="module")
+async def live(api: Harness) -> AsyncIterator[str]:
+    """The harness's app behind a real uvicorn server: real HTTP, so a streamed response reaches
+    the client frame by frame (the ASGI test client buffers it)."""
+    async with serving(api.app) as url:
+        yield url
 
 
 class BlockingHTTP(LocalHTTPServer):

@@ -377,9 +377,8 @@ async def test_max_flow_nodes_is_the_one_limit_of_the_running_app(api: Harness) 
 # ---- SIGNOFF_FLOWS_DIR: the same parser and limits ----------------------------------------------
 
 
-@pytest_asyncio.fixture(scope="module", params=[pytest.param("sqlite", id="sqlite"),
-                                                 pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)])
-async def folder_api(request, tmp_path_factory, temporal_client):
+@pytest_asyncio.fixture(scope="module")
+async def folder_api(store_backend, tmp_path_factory, temporal_client):
     folder: Path = tmp_path_factory.mktemp("flows")
     (folder / "refund_yaml.yaml").write_text(REFUND_YAML)
     (folder / "bomb.yaml").write_text(BOMB)
@@ -387,7 +386,7 @@ async def folder_api(request, tmp_path_factory, temporal_client):
     (folder / "surrogate.json").write_text(json.dumps({**wide(1), "name": f"x{S}"}))
     (folder / "wide.json").write_text(json.dumps(wide(5)))
     (folder / "small.json").write_text(json.dumps(wide(4)))
-    async with harness(request.param, tmp_path_factory.mktemp("api"), temporal_client, flows_dir=folder,
+    async with harness(store_backend, tmp_path_factory.mktemp("api"), temporal_client, flows_dir=folder,
                        max_flow_nodes=4) as h:
         yield h
 

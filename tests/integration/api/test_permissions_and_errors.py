@@ -167,6 +167,7 @@ async def test_yaml_upload_get_delete(api: Harness) -> None:
 NUL = "\u0000"
 
 
+@pytest.mark.both_stores  # PostgreSQL text cannot hold NUL
 @pytest.mark.parametrize(
     "body",
     [
@@ -187,6 +188,7 @@ async def test_nul_in_a_submitted_string_is_422_not_500(api: Harness, body) -> N
     assert await api.store.list_pending(api.users["alice"][0]) is not None  # the store still answers
 
 
+@pytest.mark.both_stores  # PostgreSQL text cannot hold NUL
 async def test_nul_in_flows_shares_history_and_decisions_is_4xx(api: Harness) -> None:
     job_id = (await submit_suspended(api, session_id="nul"))["job_id"]
     async with api.client("alice") as c:

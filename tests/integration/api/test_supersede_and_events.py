@@ -7,11 +7,15 @@ import contextlib
 import uuid
 
 import httpx
+import pytest
 
 from signoff.engine.models import JobStatus, NewJob
 
 from tests.helpers import eventually
 from tests.integration.api.conftest import BlockingHTTP, Harness, read_frame, sse_frames, submit_suspended
+
+# the events tail is LISTEN/NOTIFY on PostgreSQL and polling on SQLite; supersede races a resume
+pytestmark = pytest.mark.both_stores
 
 
 async def test_new_run_supersedes_the_same_session_only(api: Harness) -> None:

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 
 from tests.helpers import LocalHTTPServer
-from tests.integration.api.conftest import BACKENDS, Harness, harness, sse_frames
+from tests.integration.api.conftest import Harness, harness, sse_frames
 
 # the api harness's `live` fixture (uvicorn in the test loop, on `api`), for the CLI tests
 from tests.integration.api.conftest import live  # noqa: F401
@@ -27,9 +27,9 @@ from tests.integration.api.conftest import live  # noqa: F401
 PEOPLE = ("carol", "dave", "erin")
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def h(request, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(request.param, tmp_path_factory.mktemp("decisions"), temporal_client) as hx:
+@pytest_asyncio.fixture(scope="module")
+async def h(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
+    async with harness(store_backend, tmp_path_factory.mktemp("decisions"), temporal_client) as hx:
         for name in PEOPLE:
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))

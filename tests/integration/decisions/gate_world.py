@@ -23,17 +23,17 @@ from temporalio.testing import TimeSkipper, TimeSkippingConfig
 from signoff.engine.models import TERMINAL_STATUSES, JobStatus
 from signoff.service import with_converter
 from tests.helpers import LocalHTTPServer
-from tests.integration.api.conftest import BACKENDS, Harness, harness
+from tests.integration.api.conftest import Harness, harness
 
 PEOPLE = ("carol", "dave", "mallory")
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def world(request, tmp_path_factory, temporal_client) -> AsyncIterator[tuple[Harness, TimeSkipper]]:
+@pytest_asyncio.fixture(scope="module")
+async def world(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[tuple[Harness, TimeSkipper]]:
     """(the harness, its time skipper): the harness's service starts workflows through the
     skipper's client, so ``skipper.fast_forward(handle, days)`` moves one run's clock."""
     skipper = TimeSkipper(with_converter(temporal_client), config=TimeSkippingConfig(enabled=False))
-    async with harness(request.param, tmp_path_factory.mktemp("gates"), skipper.client) as h:
+    async with harness(store_backend, tmp_path_factory.mktemp("gates"), skipper.client) as h:
         for name in PEOPLE:
             user = await h.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             h.users[name] = (user.id, await h.store.create_api_key(user.id))

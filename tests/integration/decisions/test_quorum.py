@@ -47,7 +47,7 @@ from signoff.engine.models import Decision, JobStatus
 from signoff.service import RunService
 from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.helpers import gate_flow
-from tests.integration.api.conftest import BACKENDS, Harness, harness
+from tests.integration.api.conftest import Harness, harness
 
 ROOT = Path(__file__).resolve().parents[3]
 RACES = 100  # runs of the 2-of-3 race, per backend
@@ -191,9 +191,9 @@ async def quorum_world(backend: str, tmp: Path, temporal_client, address: str, *
         yield q
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def quorum(request, tmp_path_factory, temporal_client, temporal_server) -> AsyncIterator[Quorum]:
-    async with quorum_world(request.param, tmp_path_factory.mktemp("quorum"), temporal_client,
+@pytest_asyncio.fixture(scope="module")
+async def quorum(store_backend, tmp_path_factory, temporal_client, temporal_server) -> AsyncIterator[Quorum]:
+    async with quorum_world(store_backend, tmp_path_factory.mktemp("quorum"), temporal_client,
                             temporal_server.address) as q:
         yield q
 
@@ -219,6 +219,7 @@ def assert_resolved(q: Quorum, events: list[Any], voters: list[str], action: str
 # ---- 1. two of three, the votes racing ----------------------------------------------------------
 
 
+@pytest.mark.both_stores  # raced (or killed) through the whole stack
 async def test_two_of_three_votes_at_once_count_two_and_resolve_once(quorum: Quorum) -> None:
     """100 runs: bob votes over HTTP, carol through the ``temporal`` CLI (naming herself with
     ``user``) and dave, racing them, over HTTP or through the Temporal client, all at once.
@@ -372,6 +373,7 @@ async def test_a_reject_after_one_approval_resolves_at_once_with_the_vote(quorum
 # ---- 4. votes racing a stop and a supersede ------------------------------------------------------------
 
 
+@pytest.mark.both_stores  # raced (or killed) through the whole stack
 async def test_votes_racing_a_stop_or_a_supersede_stay_consistent(quorum: Quorum) -> None:
     """Runs where two approvers' votes race alice's stop (``POST /stop``) or her new run in the
     same session (a supersede): both votes and the end at once, or the completing vote alone
@@ -494,6 +496,7 @@ class WorkerProcess:
         self.log.close()
 
 
+@pytest.mark.both_stores  # raced (or killed) through the whole stack
 async def test_a_worker_killed_between_two_votes_loses_neither(quorum: Quorum, tmp_path: Path) -> None:
     """The runs' worker is a real process: vote 1 (bob, HTTP) is recorded, the worker is killed
     with SIGKILL, a new worker process starts, vote 2 (carol, the CLI) resolves the request with

@@ -14,13 +14,12 @@ from signoff.engine.errors import Unavailable
 from signoff.engine.models import JobStatus
 from signoff.service import RunService, connect_client
 from tests.fixtures.tls_proxy import TLSProxy
-from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually, wait_status
 
 pytestmark = pytest.mark.temporal
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_submit_and_stop_while_temporal_is_away(temporal_server, temporal_client, settings, store, user,
                                                       make_flow, worker):
     flow = await make_flow()
@@ -56,7 +55,7 @@ async def test_submit_and_stop_while_temporal_is_away(temporal_server, temporal_
         await wait_status(store, queued.job_id, JobStatus.suspended)  # started now
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_run_ended_by_a_process_that_died_before_cancelling_its_workflow_is_released_by_the_sweep(
         temporal_client, settings, store, user, make_flow, worker, service):
     """The stop's cancel claim is written, then the API process dies before it cancels the

@@ -15,12 +15,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from signoff.api.models import workflow_response
 from signoff.engine.models import Job, JobStatus
 from signoff.service import RunService
-from tests.fixtures.world import BACKENDS
 from tests.helpers import GATE_FLOW, eventually, wait_status
 
 from .conftest import blocking_flow, chat_flow, failing_flow
 
-pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 
 
 async def no_workflow(client, job_id: str) -> None:

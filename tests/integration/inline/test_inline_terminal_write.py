@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
 
 from signoff.engine.models import JobStatus
 from signoff.service import RunService
-from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually
 
 from .conftest import chat_flow
 
-pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 
 
 class HeldEnd:

@@ -19,7 +19,6 @@ import pytest
 from signoff.engine.models import JobStatus
 from signoff.devserver import free_port
 from signoff.service.inline import PROCESS_STOPPED
-from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually, wait_status
 
 from .conftest import blocking_flow
@@ -40,7 +39,7 @@ class Api:
         self.log.close()
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_killed_api_leaves_a_job_the_sweep_fails(settings, store, user, make_flow, http_counter, tmp_path,
                                                          temporal_client):
     port = free_port()

@@ -1,6 +1,6 @@
 """The security tests run flows as a hostile user of a shared signoff would write them, in the
 shared per-test world (tests/fixtures/world.py): a real Temporal dev server, a worker, SQLite
-(PostgreSQL where a test is parametrised with BACKENDS), real local HTTP servers."""
+(PostgreSQL where a test is marked both_stores), real local HTTP servers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.world import (  # noqa: F401 - fixtures
-    BACKENDS,
     client,
     database_url,
     http_counter,

@@ -19,7 +19,6 @@ from temporalio.client import WorkflowUpdateFailedError
 from signoff.engine.errors import FlowInvalid, Forbidden
 from signoff.engine.models import Decision, JobStatus
 from signoff.workflows.types import RESUME, ResumeInput
-from tests.fixtures.world import BACKENDS
 from tests.helpers import GATE_FLOW, event_names, wait_status
 
 
@@ -83,7 +82,6 @@ async def test_nested_runs_are_bounded_per_run_in_total(worker, service, store, 
     assert done.status == JobStatus.completed, done.error
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_temporal_update_after_the_share_was_revoked_is_refused(worker, service, store, user, make_flow):
     bob = await store.get_or_create_user(f"bob-{uuid.uuid4().hex[:6]}")
     flow = await make_flow()  # alice's
@@ -166,7 +164,6 @@ async def test_what_the_owner_marks_tweakable_never_moves_a_credential(worker, s
     assert untweakable(spec, {"plain": {"url": "http://x.test/"}, "call": {"method": "PUT", "body": "b"}}) == []
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_deleting_a_flow_cancels_the_runs_that_wait_for_it(worker, service, store, user, make_flow):
     bob = await store.get_or_create_user(f"bob-{uuid.uuid4().hex[:6]}")
     flow = await make_flow(GATE_FLOW)

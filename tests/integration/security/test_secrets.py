@@ -12,7 +12,6 @@ import pytest
 
 from signoff.engine.models import Decision, JobStatus
 from signoff.engine.secrets import SecretBox, Vault
-from tests.fixtures.world import BACKENDS
 from tests.helpers import wait_status
 
 VALUE = "sk-live-" + uuid.uuid4().hex  # the secret: it must appear nowhere but in the request
@@ -38,7 +37,6 @@ async def run(service, user, flow):
     return await wait_status(service.store, job.job_id, JobStatus.completed, JobStatus.failed, JobStatus.suspended)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_secret_reaches_the_request_and_nothing_else(worker, service, store, settings, user, make_flow,
                                                             allowed, client):
     await Vault(store, settings).put(user.id, "payments", VALUE)

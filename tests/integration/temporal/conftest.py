@@ -1,7 +1,6 @@
 """The Temporal tests run in the shared per-test world (tests/fixtures/world.py)."""
 
 from tests.fixtures.world import (  # noqa: F401 - fixtures
-    BACKENDS,
     client,
     database_url,
     http_counter,

@@ -25,7 +25,6 @@ from signoff.service import RunService
 from signoff.worker import build_worker
 from signoff.workflows.flow_run import LAYER_RETRY
 
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, gate_flow, wait_status
 from .test_lost_task import paused
 from .test_stop_races import replayer
@@ -57,7 +56,6 @@ def scheduled(history) -> list[str]:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, store, settings, user, make_flow):
     service = RunService(settings, store, client)
     # every attempt of the decision's activity fails at the completion, after the record
@@ -82,7 +80,6 @@ async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, s
     await replayer().replay_workflow(history)  # with its patch marker
 
 
-@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
 async def test_a_decision_that_failed_before_its_record_is_let_go_and_decided_again(client, store, settings, user,
                                                                                   make_flow):
     """An attempt that fails before it records anything has its claim let go of by the same
@@ -108,7 +105,6 @@ async def test_a_decision_that_failed_before_its_record_is_let_go_and_decided_ag
 
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_recorded_decision_that_cannot_be_carried_on_fails_the_run(client, store, settings, user, make_flow):
     """The write after the record fails for good (not retryable), for the attempt and for the
     look at the store after it: the claim is not rolled back (the store refuses to roll back a
@@ -132,7 +128,6 @@ async def test_a_recorded_decision_that_cannot_be_carried_on_fails_the_run(clien
     await replayer().replay_workflow(history)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
 async def test_a_failed_decision_whose_look_fails_before_any_claim_leaves_the_run_waiting(
         client, store, settings, user, make_flow):
     """The store cannot answer the attempt's claim nor the look after it: nothing was claimed,

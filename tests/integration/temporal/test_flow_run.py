@@ -7,11 +7,9 @@ import pytest
 from signoff.engine.errors import InvalidDecision, NotResumable
 from signoff.engine.models import Decision, JobStatus
 
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 @pytest.mark.parametrize("action, text", [("approve", "Refund sent"), ("reject", "Refund refused")])
 async def test_suspend_then_resume_completes(worker, service, store, user, make_flow, action, text):
     flow = await make_flow()

@@ -33,7 +33,6 @@ from signoff.service import RunService
 from signoff.worker import build_worker
 from signoff.workflows.flow_run import CATCH_UP_RETRY, MAX_CATCH_UPS
 from signoff.workflows.types import CATCH_UP, ResumeInput
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, gate_flow, wait_status
 from .test_resume_retry import TWO_GATES
 from .test_stop_races import replayer
@@ -112,7 +111,6 @@ FLOWS = {
 }
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 @pytest.mark.parametrize("shape", list(FLOWS))
 async def test_a_decision_whose_task_was_lost_is_applied_once_and_answered(
         lossy_worker, loser, service, store, user, make_flow, http_counter, shape):
@@ -138,7 +136,6 @@ async def test_a_decision_whose_task_was_lost_is_applied_once_and_answered(
         assert done.result["output"]["text"] == "both approved"
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_updates_racing_a_lost_task_the_one_applied_is_the_one_answered(
         lossy_worker, loser, service, store, user, make_flow):
     """Several Updates at once; the task that applied the first is lost; whichever Update the
@@ -167,7 +164,6 @@ async def test_updates_racing_a_lost_task_the_one_applied_is_the_one_answered(
     assert done.result["output"]["text"] == expected
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_the_update_taken_first_after_a_lost_task_yields_to_the_decision_recorded(
         worker, service, store, user, make_flow):
     """The exact state a lost task leaves when Temporal then hands the workflow another Update

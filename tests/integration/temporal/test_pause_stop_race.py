@@ -12,7 +12,6 @@ import pytest
 from signoff.activities.flow import FlowActivities
 from signoff.engine.models import JobStatus
 from signoff.worker import build_worker
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
 from tests.integration.temporal.test_stop_races import replayer
 
@@ -42,7 +41,7 @@ class HoldBeforeSuspend:
             self.done.set()
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_stop_while_the_pause_is_persisted_leaves_no_event_after_run_cancelled(
         client, service, store, settings, user, make_flow):
     held = HoldBeforeSuspend(store)

@@ -15,7 +15,6 @@ from signoff.engine.errors import NotResumable, Unavailable
 from signoff.engine.models import Decision, JobStatus, NewJob, utcnow
 from signoff.service import RunService
 from signoff.worker import build_worker
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
 
 
@@ -78,7 +77,7 @@ async def test_a_resume_while_no_worker_runs_is_503_then_applied_once(client, st
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_the_sweep_deletes_checkpoints_past_their_time_to_live(worker, service, store, user, make_flow,
                                                                     settings):
     """A paused run's checkpoint carries ``expires_at`` = pause + SIGNOFF_CHECKPOINT_TTL_SECONDS;

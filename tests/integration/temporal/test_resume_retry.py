@@ -5,14 +5,12 @@ twice."""
 
 from __future__ import annotations
 
-import pytest
 from temporalio.testing import ActivityEnvironment
 
 from signoff.activities.flow import FlowActivities
 from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.activities.types import ResumeRunInput, RunLayerInput, StateRef
 
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names
 from .test_surface import submit
 
@@ -29,7 +27,6 @@ def resume_input(job, token: str, action: str = "approve") -> ResumeRunInput:
                           decision=Decision(action_id=action), decided_by=job.user_id, now=utcnow(), step=2)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_retried_resume_run_applies_once_and_reports_the_end(worker, service, store, user, make_flow, settings):
     job = await suspended(service, user, make_flow)
     acts, env = FlowActivities(store, settings), ActivityEnvironment()
@@ -48,7 +45,6 @@ async def test_retried_resume_run_applies_once_and_reports_the_end(worker, servi
         await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_claim_committed_by_a_dead_attempt_is_taken_over_by_its_retry(worker, service, store, user, make_flow,
                                                                            settings):
     job = await suspended(service, user, make_flow)
@@ -78,7 +74,6 @@ TWO_GATES = {
 }
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_retry_of_a_decision_that_reached_the_next_pause_reports_that_pause(worker, service, store, user,
                                                                                   make_flow, settings):
     """The first attempt claimed, applied the decision and took the run to its next gate, whose

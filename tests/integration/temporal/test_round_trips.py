@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 
 from signoff.engine.models import Decision, JobStatus
 from signoff.workflows.types import PENDING_QUERY
-from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually, wait_status
 
 ACTIVITY = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -67,7 +65,6 @@ async def paused(client, store, job_id: str):
     return job
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_the_refund_flow_pauses_in_one_activity_and_ends_in_one_more(worker, client, service, store, user,
                                                                           make_flow):
     job, _ = await service.submit(user, await make_flow(), input_value="refund 42", session_id=None, tweaks=None,
@@ -84,7 +81,6 @@ async def test_the_refund_flow_pauses_in_one_activity_and_ends_in_one_more(worke
     assert_trips(before, after)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
 async def test_instant_layers_around_the_gate_cost_no_activity_of_their_own(worker, client, service, store, user,
                                                                             make_flow):
     flow = {

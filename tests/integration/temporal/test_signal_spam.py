@@ -5,11 +5,9 @@ bound. SQLite and PostgreSQL, real Temporal, with a replay of the history."""
 
 from __future__ import annotations
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 
 from signoff.engine.models import Decision, JobStatus
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, eventually, wait_status
 from tests.integration.temporal.test_stop_races import replayer
 from signoff.workflows.flow_run import MAX_RECORDED_REJECTIONS
@@ -18,7 +16,6 @@ from signoff.workflows.types import REJECTED_QUERY, RESUME, ResumeInput
 # ---- 5. rejected Signals are bounded ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_rejected_signals_are_recorded_a_bounded_number_of_times(worker, service, store, user, make_flow):
     job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
                                   idempotency_key=None, mode="background")

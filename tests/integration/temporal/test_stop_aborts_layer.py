@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from signoff.engine.models import JobStatus
-from tests.fixtures.world import BACKENDS
 from tests.helpers import LocalHTTPServer, eventually
 from tests.integration.temporal.test_replay import held_http_flow
 from tests.integration.temporal.test_stop_races import replayer
@@ -77,7 +76,6 @@ def probe(egress):
     srv.close()
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_a_stop_aborts_the_http_request_of_the_layer_in_flight(worker, service, store, user, make_flow, probe):
     flow = await make_flow(held_http_flow(f"{probe.url}/hold/stop"))
     job, _ = await service.submit(user, flow, input_value="x", session_id=None, tweaks=None, idempotency_key=None,

@@ -27,7 +27,6 @@ from signoff.workflows.flow_run import SA_STATUS, FlowRun
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from tests.helpers import event_names, eventually, wait_status
 
-from tests.fixtures.world import BACKENDS
 
 
 def replayer() -> Replayer:
@@ -43,7 +42,7 @@ async def queued_without_workflow(store, user, flow) -> str:
     return job.job_id
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_stop_of_a_queued_run_without_workflow_cancels_it_for_good(worker, service, store, user, make_flow):
     job_id = await queued_without_workflow(store, user, await make_flow())
     stopped = await service.stop(user, job_id)
@@ -55,7 +54,7 @@ async def test_stop_of_a_queued_run_without_workflow_cancels_it_for_good(worker,
     assert (await store.get_job(job_id)).status == JobStatus.cancelled
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_stop_of_a_running_job_whose_workflow_was_terminated_ends_it(worker, service, store, user, make_flow,
                                                                            http_counter):
     flow = await make_flow({
@@ -99,7 +98,7 @@ def gate_beside_held_call(url: str) -> dict:
     }
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_layer_that_ends_after_its_run_was_stopped_leaves_no_checkpoint(client, service, store, settings,
                                                                                  user, make_flow, http_counter):
     flow = await make_flow(gate_beside_held_call(f"{http_counter.url}/block/cp"))
@@ -132,7 +131,7 @@ class HeldResume:
         return out
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_decision_answered_after_the_run_was_stopped_leaves_the_status_cancelled(
         client, service, store, settings, user, make_flow, http_counter):
     flow = await make_flow({
@@ -206,7 +205,7 @@ class TimeoutRace:
         raise ApplicationError("applying the decision failed", type="DECISION_FAILED", non_retryable=True)
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores
 async def test_a_failed_decision_racing_the_maximum_suspension_still_ends_the_run(
         client, store, settings, user, make_flow):
     settings = settings.model_copy(update={"max_suspend_seconds": 1})

@@ -9,7 +9,6 @@ import json
 import subprocess
 import uuid
 
-import pytest
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from temporalio.service import RPCError
@@ -18,7 +17,6 @@ from signoff.engine.models import Decision, JobStatus
 from signoff.devserver import temporal_binary
 from signoff.workflows.types import ResumeInput
 
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, eventually, wait_status
 
 
@@ -66,7 +64,6 @@ async def test_temporal_cli_update_query_list(worker, service, store, user, make
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_twenty_concurrent_updates_apply_one(worker, service, store, user, make_flow):
     flow = await make_flow()
     job = await submit(service, user, flow)
@@ -87,7 +84,6 @@ async def test_twenty_concurrent_updates_apply_one(worker, service, store, user,
     assert (await event_names(store, job.job_id)).count("human_input_decision") == 1
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_signal_racing_update_applies_at_most_one(worker, service, store, user, make_flow):
     flow = await make_flow()
     job = await submit(service, user, flow)

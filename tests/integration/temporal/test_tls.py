@@ -17,7 +17,6 @@ from signoff.engine.settings import Settings
 from signoff.service import RunService, connect_client
 from signoff.worker import build_worker
 from tests.fixtures.tls_proxy import TLSProxy, make_pki
-from tests.fixtures.world import BACKENDS
 from tests.helpers import REPO, wait_status
 
 SERVER_NAME = "temporal.test"
@@ -28,7 +27,6 @@ def tls_settings(settings: Settings, proxy: TLSProxy, **kw) -> Settings:
                                        **kw})
 
 
-@pytest.mark.parametrize("database_url", BACKENDS[:1], indirect=True)
 async def test_a_run_pauses_and_is_decided_over_mutual_tls(tmp_path, temporal_server, temporal_client, settings,
                                                            store, user, make_flow):
     pki = make_pki(tmp_path / "pki", SERVER_NAME)

@@ -3,10 +3,8 @@ run's root span with the status it ended with (SQLite and PostgreSQL, real Tempo
 
 from __future__ import annotations
 
-import pytest
 
 from signoff.engine.models import JobStatus
-from tests.fixtures.world import BACKENDS
 from tests.helpers import eventually
 from tests.integration.temporal.test_replay import held_http_flow
 from tests.integration.temporal.test_stop_races import queued_without_workflow
@@ -14,7 +12,6 @@ from tests.integration.temporal.test_stop_races import queued_without_workflow
 # ---- 3. the trace of a job stopped without a workflow -----------------------------------------
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_the_stop_of_a_job_whose_workflow_was_terminated_closes_its_trace(
         worker, service, store, user, make_flow, http_counter):
     flow = await make_flow(held_http_flow(f"{http_counter.url}/block/trace"))
@@ -35,7 +32,6 @@ async def test_the_stop_of_a_job_whose_workflow_was_terminated_closes_its_trace(
     http_counter.release.set()
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_the_stop_of_a_queued_job_without_workflow_writes_its_closed_trace(worker, service, store, user,
                                                                                  make_flow):
     job_id = await queued_without_workflow(store, user, await make_flow())
