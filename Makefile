@@ -1,28 +1,41 @@
 # The two commands of the README: `make dev` runs signoff, `make test` runs the tests.
-# Both create .venv and install the project from this repo's own files on first use.
-PY ?= python3.11
+# Both create .venv on first use: `make dev` installs signoff alone, `make test` adds the test
+# tools. What pip says goes to .venv/install.log, shown only when it fails.
+# Any Python 3.11 or newer: the first of these on PATH (or PY=/path/to/python).
+PY ?= $(shell for p in python3.11 python3.12 python3.13 python3.14 python3; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
 VENV := .venv
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.installed
+TESTING := $(VENV)/.installed-test
+PIP = $(VENV)/bin/pip install -q --disable-pip-version-check
 
-$(STAMP): pyproject.toml
-	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
-	touch $(STAMP)
+$(VENV)/bin/python:
+	@test -n "$(PY)" || { echo "signoff needs Python 3.11 or newer (python3.11, python3.12, ... or PY=/path/to/python)"; exit 1; }
+	@$(PY) -m venv $(VENV)
+
+$(RUNTIME): pyproject.toml $(VENV)/bin/python
+	@echo "Installing signoff into $(VENV) (first run: a minute) ..."
+	@$(PIP) -e . > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@touch $(RUNTIME)
+
+$(TESTING): $(RUNTIME)
+	@$(PIP) -e '.[test]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@touch $(TESTING)
 
 .PHONY: install dev test bench
-install: $(STAMP)
+install: $(TESTING)
 
-dev: $(STAMP)
-	$(VENV)/bin/signoff dev
+dev: $(RUNTIME)
+	@$(VENV)/bin/signoff dev
 
-test: $(STAMP)
+test: $(TESTING)
 	./scripts/ensure-postgres
 	./scripts/ensure-agui-client
 	./scripts/ensure-chromium
 	$(VENV)/bin/python -m pytest --durations=25 $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(TESTING)
 	./scripts/ensure-postgres
 	$(VENV)/bin/python bench/store.py
 	$(VENV)/bin/python bench/overhead.py

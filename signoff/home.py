@@ -4,9 +4,11 @@ key, the secrets key) are readable by the user running signoff only."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 PRIVATE_UMASK = 0o077
 
@@ -28,3 +30,41 @@ def prepare_home(home: Path) -> Path:
         if stat.S_IMODE(info.st_mode) & ~wanted:
             path.chmod(stat.S_IMODE(info.st_mode) & wanted)
     return home
+
+
+# ``signoff dev`` writes where it serves into its home while it runs, so that the client commands
+# (and ``signoff users``) run from the same folder find it without exports.
+DEV_RECORD = "dev.json"
+
+
+def record_dev(home: Path, *, api_url: str, database_url: str, user: str) -> None:
+    """Say that a ``signoff dev`` of this process serves ``api_url`` on ``database_url``."""
+    path = home / DEV_RECORD
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "api_url": api_url, "database_url": database_url, "user": user}))
+    tmp.replace(path)
+
+
+def forget_dev(home: Path) -> None:
+    """Take this process's record away (a record of another process is left alone)."""
+    found = running_dev(home)
+    if found is not None and found.get("pid") == os.getpid():
+        (home / DEV_RECORD).unlink(missing_ok=True)
+
+
+def running_dev(home: Path) -> dict[str, Any] | None:
+    """The record of the ``signoff dev`` running on ``home``, or None (none there, or its process
+    is gone: a killed ``signoff dev`` leaves its record behind)."""
+    try:
+        found = json.loads((home / DEV_RECORD).read_text())
+        pid = int(found["pid"])
+        str(found["api_url"]), str(found["database_url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        pass
+    return found

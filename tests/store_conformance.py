@@ -151,6 +151,14 @@ async def test_users_and_hashed_api_keys(store: Store) -> None:
     assert await store.user_for_api_key(chosen) is None
 
 
+async def test_list_users_by_name_up_to_the_limit(store: Store) -> None:
+    prefix = uid("lister-")
+    made = [await store.create_user(f"{prefix}-{c}") for c in "cab"]
+    listed = [u for u in await store.list_users(limit=1_000_000) if u.name.startswith(prefix)]
+    assert listed == sorted(made, key=lambda u: u.name)
+    assert len(await store.list_users(limit=2)) == 2
+
+
 async def test_revoke_api_keys_forgets_every_key_of_the_user_only(store: Store) -> None:
     user, other = await new_user(store), await new_user(store)
     keys = [await store.create_api_key(user.id) for _ in range(3)]

@@ -127,6 +127,10 @@ class Store(CheckpointStore, HistoryStore):
     async def get_user_by_name(self, name: str) -> User | None: ...
 
     @abc.abstractmethod
+    async def list_users(self, *, limit: int = 1000) -> list[User]:
+        """Users by name (``signoff users list``), at most ``limit``."""
+
+    @abc.abstractmethod
     async def create_api_key(self, user_id: str, key: str | None = None) -> str:
         """Store a key (hashed) for the user; returns the plain key, which is never stored."""
 

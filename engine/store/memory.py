@@ -299,6 +299,9 @@ class MemoryStore(Store):
         user_id = t.user_by_name.get(name)
         return t.users[user_id].model_copy() if user_id is not None else None
 
+    async def list_users(self, *, limit: int = 1000) -> list[User]:
+        return [u.model_copy() for u in sorted(self._tables().users.values(), key=lambda u: u.name)[:limit]]
+
     async def create_api_key(self, user_id: str, key: str | None = None) -> str:
         """Registering the same key for its own user again is harmless; for another, a conflict."""
         key = key or "sk-" + secrets.token_urlsafe(32)

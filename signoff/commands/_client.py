@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any, Iterator
@@ -11,6 +12,7 @@ from typing import Any, Iterator
 import httpx
 
 from signoff.engine.settings import Settings
+from signoff.home import running_dev
 
 
 class CommandError(Exception):
@@ -18,24 +20,40 @@ class CommandError(Exception):
 
 
 def add_client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--api-url", help="API base URL (SIGNOFF_API_URL; default http://127.0.0.1:8000)")
-    parser.add_argument("--api-key", help="API key (SIGNOFF_API_KEY)")
+    parser.add_argument("--api-url", help="API base URL (SIGNOFF_API_URL; default: the `signoff dev` running on "
+                                          "SIGNOFF_HOME, else http://127.0.0.1:8000)")
+    parser.add_argument("--api-key", help="API key (SIGNOFF_API_KEY; default: that `signoff dev`'s key)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON response")
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
+    """The settings, with --api-url and --api-key over the environment; what neither says comes
+    from the ``signoff dev`` running on SIGNOFF_HOME (./.signoff), when one is: its API's URL and
+    the dev user's key, so that commands run in its folder need no exports."""
     overrides = {}
     if getattr(args, "api_url", None):
         overrides["api_url"] = args.api_url
     if getattr(args, "api_key", None):
         overrides["api_key"] = args.api_key
+    settings = Settings(**overrides)
+    if settings.api_url and settings.api_key:
+        return settings
+    dev = running_dev(settings.home)
+    if dev is None:
+        return settings
+    if not settings.api_url:
+        overrides["api_url"] = dev["api_url"]
+    if not settings.api_key:
+        with contextlib.suppress(OSError):
+            overrides["api_key"] = (settings.home / "dev_api_key").read_text().strip() or None
     return Settings(**overrides)
 
 
 def client(args: argparse.Namespace, timeout: float | None = 30.0) -> httpx.Client:
     settings = settings_from(args)
     if not settings.api_key:
-        raise CommandError("No API key: pass --api-key or set SIGNOFF_API_KEY (see `signoff users create`)")
+        raise CommandError("No API key: pass --api-key or set SIGNOFF_API_KEY (see `signoff users create`), or run "
+                           "this in the folder where `signoff dev` runs")
     return httpx.Client(base_url=settings.effective_api_url, headers={"x-api-key": settings.api_key}, timeout=timeout)
 
 
@@ -104,3 +122,39 @@ def describe_event(ev: dict[str, Any]) -> str:
     if name == "end":
         return f"[{ev.get('seq')}] end: {data.get('status', 'completed')}"
     return f"[{ev.get('seq')}] {name}" + (f" {json.dumps(data, default=str)[:200]}" if data else "")
+
+
+def plain(markdown: str | None) -> str:
+    """A prompt (Markdown) as a person reads it in a terminal: the text without the markup,
+    paragraphs and list items on lines of their own, table rows as cells joined by " | "."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(markdown or "")
+    lines: list[str] = []
+    line: list[str] = []
+    bullet = ""
+    for tok in tokens:
+        if tok.type == "list_item_open":
+            bullet = "- "
+        elif tok.type in ("th_open", "td_open") and line:
+            line.append(" | ")
+        elif tok.type == "inline":
+            for child in tok.children or []:
+                if child.type in ("text", "code_inline"):
+                    line.append(child.content)
+                elif child.type in ("softbreak", "hardbreak"):
+                    line.append(" ")
+        elif tok.type in ("code_block", "fence"):
+            lines.extend(tok.content.rstrip("\n").splitlines())
+        if tok.type in ("paragraph_close", "heading_close", "tr_close") and line:
+            lines.append(bullet + "".join(line).strip())
+            line, bullet = [], ""
+    if line:
+        lines.append(bullet + "".join(line).strip())
+    return "\n".join(lines)
+
+
+def one_line(markdown: str | None, limit: int = 120) -> str:
+    """``plain(markdown)`` on one line, cut to ``limit`` characters (for a list)."""
+    flat = " / ".join(part for part in plain(markdown).splitlines() if part)
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"

@@ -24,9 +24,9 @@ class DevError(RuntimeError):
     """`signoff dev` cannot start; the message says what to change."""
 
 
-async def ensure_dev_user(store, settings: Settings) -> str:
-    """The dev user's API key: SIGNOFF_DEV_API_KEY, else the one kept in SIGNOFF_HOME, else a
-    new one (written there)."""
+async def ensure_dev_user(store, settings: Settings) -> tuple[str, str]:
+    """The dev user's API key and name: SIGNOFF_DEV_API_KEY, else the one kept in SIGNOFF_HOME,
+    else a new one (written there), of the user "dev" unless the key is already another's."""
     key = settings.dev_api_key
     key_file = settings.home / "dev_api_key"
     if not key and key_file.exists():
@@ -36,10 +36,11 @@ async def ensure_dev_user(store, settings: Settings) -> str:
         settings.home.mkdir(parents=True, exist_ok=True)
         key_file.write_text(key + "\n")
         key_file.chmod(0o600)
-    if await store.user_for_api_key(key) is None:
+    user = await store.user_for_api_key(key)
+    if user is None:
         user = await store.get_user_by_name("dev") or await store.create_user("dev")
         await store.create_api_key(user.id, key)
-    return key
+    return key, user.name
 
 
 def _say(text: str = "") -> None:
@@ -56,7 +57,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
     from signoff.devserver import DevServerError, live_owner, port_free, start_or_reuse
     from signoff.service import RunService, with_converter
     from signoff.api.app import create_app
-    from signoff.home import prepare_home
+    from signoff.home import forget_dev, prepare_home, record_dev
     from signoff.worker import build_worker
 
     stop = stop or asyncio.Event()
@@ -135,7 +136,7 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             await opened.setup()
             stack.push_async_callback(opened.close)
             store = MeteredStore(opened)  # signoff_store_seconds, at the API's /metrics
-            key = await ensure_dev_user(store, settings)
+            key, user_name = await ensure_dev_user(store, settings)
 
             worker = build_worker(client, store, settings)
             await stack.enter_async_context(worker)
@@ -171,9 +172,13 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             else:
                 _say(f"  Temporal:         {settings.effective_temporal_address}")
             _say(f"  Database:         {settings.resolved_database_url}")
+            _say(f"  User:             {user_name}   (the API key below is theirs; `signoff users list` lists all)")
             _say()
             _say(f"API key: {key}")
             _say("Press Ctrl-C to stop.")
+            # the client commands run in this folder find the API (and this key) from here
+            record_dev(settings.home, api_url=api_url, database_url=settings.resolved_database_url, user=user_name)
+            stack.callback(forget_dev, settings.home)
             ready = True
 
             waiters = [asyncio.create_task(stop.wait()), api_task]

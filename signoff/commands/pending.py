@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from signoff.commands._client import add_client_options, emit, request, run_handler
+from signoff.commands._client import add_client_options, emit, one_line, request, run_handler
 
 
 def _handle(args: argparse.Namespace) -> int:
     params = {"flow_id": args.flow} if args.flow else None
     items = request(args, "GET", "/api/v2/workflows/pending", params=params)
     lines = [
-        f"{i['job_id']}\t{i['flow_id']}\t{i['request_id']}\t{i['prompt']!r}\t{'/'.join(i['allowed_decisions'])}"
+        f"{i['job_id']}\t{i['flow_id']}\t{i['request_id']}\t{one_line(i['prompt'])}\t{'/'.join(i['allowed_decisions'])}"
         for i in items
     ]
     emit(args, items, "\n".join(lines) or "(nothing pending)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events
+from signoff.commands._client import add_client_options, describe_event, emit, plain, request, run_handler, sse_events
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -16,7 +16,8 @@ def _handle(args: argparse.Namespace) -> int:
     text = f"{body['job_id']}\t{body['status']}"
     if body.get("human_request"):
         hr = body["human_request"]
-        text += f"\nwaiting for: {hr['prompt']!r} ({', '.join(hr['allowed_decisions'])}); request {hr['request_id']}"
+        prompt = "\n  ".join(plain(hr["prompt"]).splitlines())
+        text += f"\nwaiting for a decision ({', '.join(hr['allowed_decisions'])}) on request {hr['request_id']}:\n  {prompt}"
     if body.get("output"):
         text += f"\noutput: {(body['output'] or {}).get('text')}"
     for err in body.get("errors") or []:

@@ -1,13 +1,39 @@
-"""`signoff users create NAME | revoke-key NAME | delete NAME` (talks to the database directly):
-create a user and print its API key (shown once), revoke a user's keys, delete a user."""
+"""`signoff users create NAME | list | revoke-key NAME | delete NAME` (talks to the database
+directly): create a user and print its API key (shown once), list the users, revoke a user's
+keys, delete a user.
+
+They open the database the server opens: SIGNOFF_DATABASE_URL, else the SQLite file in
+SIGNOFF_HOME (./.signoff). Run in another folder, that default would be a new, empty database
+that no running signoff reads, and a key made there would be refused: so without
+SIGNOFF_DATABASE_URL they refuse a home with no database (``create --new-database`` makes one),
+and a database other than the one the ``signoff dev`` running on that home uses."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 
+from signoff.engine.models import User
 from signoff.engine.settings import Settings
+from signoff.home import running_dev
+
+
+class WrongDatabase(Exception):
+    """The database these commands would open is not the server's; the message says what to do."""
+
+
+def _check_database(settings: Settings, *, may_create: bool = False) -> None:
+    dev = running_dev(settings.home)
+    url = settings.resolved_database_url
+    if dev is not None and dev["database_url"] != url:
+        raise WrongDatabase(f"the `signoff dev` running on {settings.home.resolve()} uses {dev['database_url']}, "
+                            f"not {url}: unset SIGNOFF_DATABASE_URL, or set it to that database")
+    if settings.database_url is None and not (settings.home / "signoff.db").exists() and not may_create:
+        raise WrongDatabase(f"no signoff database in {settings.home.resolve()}: run this in the folder where "
+                            "`signoff dev` runs, or set SIGNOFF_HOME or SIGNOFF_DATABASE_URL to the server's "
+                            "(`users create --new-database` makes a new, empty one here)")
 
 
 def _open(settings: Settings):
@@ -20,8 +46,10 @@ def _open(settings: Settings):
     return open_store(settings.resolved_database_url)
 
 
-async def _create(name: str) -> tuple[str, str, bool]:
-    store = _open(Settings())
+async def _create(name: str, new_database: bool) -> tuple[str, str, bool]:
+    settings = Settings()
+    _check_database(settings, may_create=new_database)
+    store = _open(settings)
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -39,7 +67,11 @@ def _handle_create(args: argparse.Namespace) -> int:
     if not name or len(name) > 200:
         print("error: a user name is 1 to 200 characters", file=sys.stderr)
         return 1
-    user_id, key, existed = asyncio.run(_create(name))
+    try:
+        user_id, key, existed = asyncio.run(_create(name, args.new_database))
+    except WrongDatabase as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     note = " (existing user: a new key was added)" if existed else ""
     print(f"User {name} ({user_id}){note}", file=sys.stderr)
     print("API key (shown once; keep it):", file=sys.stderr)
@@ -50,7 +82,9 @@ def _handle_create(args: argparse.Namespace) -> int:
 async def _revoke(name: str, key: str | None) -> int:
     from signoff.api.pages.session import end_all
 
-    store = _open(Settings())
+    settings = Settings()
+    _check_database(settings)
+    store = _open(settings)
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -72,7 +106,7 @@ async def _revoke(name: str, key: str | None) -> int:
 def _handle_revoke(args: argparse.Namespace) -> int:
     try:
         n = asyncio.run(_revoke(args.name, args.key))
-    except LookupError as e:
+    except (LookupError, WrongDatabase) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"revoked {n} key(s) of {args.name}: requests with them now get 401", file=sys.stderr)
@@ -85,6 +119,7 @@ async def _delete(name: str) -> bool:
     from signoff.service import RunService, connect_client
 
     settings = Settings()
+    _check_database(settings)
     store = _open(settings)
     try:
         await store.setup()
@@ -101,6 +136,9 @@ async def _delete(name: str) -> bool:
 def _handle_delete(args: argparse.Namespace) -> int:
     try:
         found = asyncio.run(_delete(args.name))
+    except WrongDatabase as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except RuntimeError as e:  # Temporal is not reachable: nothing was deleted
         print(f"error: cannot reach Temporal to cancel the user's runs ({e}); start signoff and try again",
               file=sys.stderr)
@@ -112,12 +150,44 @@ def _handle_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _list() -> list[User]:
+    settings = Settings()
+    _check_database(settings)
+    store = _open(settings)
+    try:
+        await store.setup()
+        return await store.list_users()
+    finally:
+        await store.close()
+
+
+def _handle_list(args: argparse.Namespace) -> int:
+    try:
+        users = asyncio.run(_list())
+    except WrongDatabase as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps([u.model_dump(mode="json") for u in users], indent=2))
+    else:
+        for u in users:
+            print(f"{u.name}\t{u.id}\t{u.created_at:%Y-%m-%d %H:%M} UTC")
+        if not users:
+            print("(no users)", file=sys.stderr)
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("users", help="manage users and API keys (talks to the database directly)")
     sub = parser.add_subparsers(dest="users_command", metavar="SUBCOMMAND", required=True)
     create = sub.add_parser("create", help="create a user (or add a key to an existing one) and print its API key")
     create.add_argument("name", help="user name")
+    create.add_argument("--new-database", action="store_true",
+                        help="make the database when SIGNOFF_HOME has none yet (a first user before the first start)")
     create.set_defaults(handler=_handle_create)
+    listed = sub.add_parser("list", help="list the users: name, id, when created")
+    listed.add_argument("--json", action="store_true", help="print JSON")
+    listed.set_defaults(handler=_handle_list)
     revoke = sub.add_parser("revoke-key", help="revoke a user's API keys (all, or --key KEY): they get 401 from now on")
     revoke.add_argument("name", help="user name")
     revoke.add_argument("--key", help="only this key")

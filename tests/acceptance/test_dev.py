@@ -246,6 +246,32 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
         http = stack.enter_context(httpx.Client(base_url=api, headers={"x-api-key": key}, timeout=90))
         assert status(job3)["status"] == "suspended"
         assert http.get(f"/api/v2/workflows/{job3}/pending").json()["request_id"] == f"gate:{job3}"
+
+        # The client commands find this `signoff dev` (a moved port, its key) with no exports; the
+        # banner names the dev user, whom `users list` lists; a prompt reads as text.
+        assert re.search(r"^\s*User:\s+dev\b", dev.output, re.M), dev.output
+        assert json.loads((home / "dev.json").read_text())["api_url"] == api
+        cli = subprocess.run([*SIGNOFF, "status", job3], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli.stderr
+        assert f"on request gate:{job3}:\n  Approve this refund?" in cli.stdout, cli.stdout
+        pending = subprocess.run([*SIGNOFF, "pending"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert pending.returncode == 0 and f"{job3}\t{flow}\tgate:{job3}\tApprove this refund?\t" in pending.stdout, \
+            pending.stdout + pending.stderr
+        users = subprocess.run([*SIGNOFF, "users", "list"], env=env, cwd=ROOT, capture_output=True, text=True,
+                               timeout=60)
+        assert users.returncode == 0 and "dev" in [line.split("\t")[0] for line in users.stdout.splitlines()], users.stdout
+        # `users create` in a folder with no database says so, instead of making a key nobody reads
+        elsewhere = {**env, "SIGNOFF_HOME": str(tmp_path / "elsewhere")}
+        made = subprocess.run([*SIGNOFF, "users", "create", "bob"], env=elsewhere, cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        assert made.returncode == 1 and "no signoff database" in made.stderr and not made.stdout, made.stderr
+        assert not (tmp_path / "elsewhere" / "signoff.db").exists()
+        # ... and one pointed at another database than the running dev's
+        other_db = {**env, "SIGNOFF_DATABASE_URL": f"sqlite:///{tmp_path / 'other.db'}"}
+        made = subprocess.run([*SIGNOFF, "users", "create", "bob"], env=other_db, cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        assert made.returncode == 1 and "uses sqlite:///" in made.stderr and not made.stdout, made.stderr
+
         r = http.post(f"/api/v2/workflows/{job3}/resume",
                       json={"request_id": f"gate:{job3}", "decision": {"action_id": "approve"}})
         assert r.status_code == 200, r.text
@@ -260,6 +286,7 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
         assert not port_open("127.0.0.1", temporal_port)
         assert not port_open("127.0.0.1", api_port)
         assert not (home / "temporal.pid").exists()
+        assert not (home / "dev.json").exists()
     finally:
         dev.stop()
         stack.close()

@@ -22,3 +22,5 @@ def test_the_wheel_has_one_top_level_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} - {n.split("/")[0] for n in names if ".dist-info" in n} == {"signoff"}
     assert "signoff/engine/run.py" in names and "signoff/api/app.py" in names and "signoff/workflows/flow_run.py" in names
+    # the pages' files travel as package data (include-package-data is off: pyproject.toml)
+    assert "signoff/api/pages/static/signoff.css" in names and "signoff/api/pages/templates/_card.html" in names

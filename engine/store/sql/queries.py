@@ -15,6 +15,7 @@ class Q:
     insert_user = "INSERT INTO users (id, name, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING *"
     user_by_id = "SELECT * FROM users WHERE id = ?"
     user_by_name = "SELECT * FROM users WHERE name = ?"
+    list_users = "SELECT * FROM users ORDER BY name LIMIT ?"
     insert_api_key = (
         "INSERT INTO api_keys (key_hash, user_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING RETURNING key_hash"
     )

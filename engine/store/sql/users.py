@@ -49,6 +49,11 @@ class SQLUsers(SQLCore):
             row = await tx.fetchone(Q.user_by_name, (name,))
         return self._user(row) if row else None
 
+    async def list_users(self, *, limit: int = 1000) -> list[User]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.list_users, (limit,))
+        return [self._user(r) for r in rows]
+
     async def create_api_key(self, user_id: str, key: str | None = None) -> str:
         key = key or "sk-" + secrets.token_urlsafe(32)
         key_hash = hash_api_key(key)
