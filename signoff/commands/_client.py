@@ -116,7 +116,7 @@ def describe_event(ev: dict[str, Any]) -> str:
     name, data = ev.get("event"), ev.get("data") or {}
     if name == "human_input_required":
         opts = ", ".join(o.get("action_id", "") for o in data.get("options", []))
-        return f"[{ev.get('seq')}] waiting for a decision on {data.get('request_id')}: {data.get('prompt', '')!r} ({opts})"
+        return f"[{ev.get('seq')}] waiting for a decision ({opts}) on {data.get('request_id')}: {one_line(data.get('prompt'))}"
     if name == "human_input_decision":
         return f"[{ev.get('seq')}] decision {data.get('action_id')} by {data.get('decided_by')}"
     if name == "end":

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from signoff.commands._client import plain
 from signoff.engine.errors import FlowInvalid, SignoffError
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _ask(pending, read: Callable[[str], str]) -> tuple[str, dict | None]:
-    print(f"\n-- {pending.prompt or 'Decision needed'}", file=sys.stderr)
+    print(f"\n-- {plain(pending.prompt) or 'Decision needed'}", file=sys.stderr)
     for o in pending.options:
         print(f"   [{o.action_id}] {o.label}", file=sys.stderr)
     allowed = list(pending.allowed_decisions)
