@@ -189,13 +189,23 @@ class Settings(BaseSettings):
         return bool(self.temporal_tls or self.temporal_tls_ca or self.temporal_tls_cert or self.temporal_tls_server_name
                     or self.temporal_api_key)
 
+    @field_validator("egress_allow")
+    @classmethod
+    def _check_egress_allow(cls, v: str) -> str:
+        """Read at start-up, not when a flow first dials out: a malformed entry stops every process
+        at once, naming the entry."""
+        from signoff.engine.egress import EgressPolicy
+
+        EgressPolicy.parse(v)  # ValueError naming the entry
+        return v
+
     @field_validator("database_url")
     @classmethod
     def _check_database_url(cls, v: str | None) -> str | None:
         if v is None or v == "":
             return None
         if not (v.startswith("sqlite:") or v.startswith("postgresql://") or v.startswith("postgres://")):
-            raise ValueError("SIGNOFF_DATABASE_URL must start with sqlite:/// or postgresql://")
+            raise ValueError("must start with sqlite:/// or postgresql://")
         return v
 
     @cached_property

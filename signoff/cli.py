@@ -26,13 +26,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
         return 2
-    return int(handler(args) or 0)
+    try:
+        return int(handler(args) or 0)
+    except ValidationError as e:  # a setting (SIGNOFF_*) that cannot be: say which and why, no traceback
+        for err in e.errors():
+            name = "SIGNOFF_" + "_".join(str(p) for p in err["loc"]).upper()
+            msg = err["msg"].removeprefix("Value error, ").removeprefix(f"{name}: ")
+            print(f"signoff: {name}: {msg}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
