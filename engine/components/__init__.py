@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 
 from signoff.engine.components.base import (
     BuildContext,
@@ -19,6 +20,12 @@ from signoff.engine.components.base import (
 
 COMPONENTS: dict[str, type[Component]] = {}
 _loaded = False
+# Re-entrant: a component module that asks the registry while it is imported gets what is loaded
+# so far; another thread waits until every module is (the API checks flows on worker threads,
+# and the first uploads after a start came at once: some saw an empty registry, "unknown
+# component type").
+_loading = threading.RLock()
+_loading_here = threading.local()
 
 
 def register(cls: type[Component]) -> type[Component]:
@@ -35,11 +42,20 @@ def unregister(type_name: str) -> None:
 
 def load_all() -> dict[str, type[Component]]:
     global _loaded
-    if not _loaded:
-        _loaded = True
-        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-            if info.name != "base" and not info.name.startswith("_"):
-                importlib.import_module(f"{__name__}.{info.name}")
+    if _loaded:
+        return COMPONENTS
+    with _loading:
+        if getattr(_loading_here, "now", False):  # asked again while this thread imports them
+            return COMPONENTS
+        _loading_here.now = True
+        try:
+            if not _loaded:
+                for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+                    if info.name != "base" and not info.name.startswith("_"):
+                        importlib.import_module(f"{__name__}.{info.name}")
+                _loaded = True
+        finally:
+            _loading_here.now = False
     return COMPONENTS
 
 

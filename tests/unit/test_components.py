@@ -228,3 +228,31 @@ async def test_a_template_that_repeats_a_variable_is_refused_before_it_is_made(r
     runner.settings.max_output_bytes = 128 * 1024
     ok = await runner.start(spec, run_id="repeat-ok", input_value="")
     assert ok.status == "completed" and len(ok.result["output"]["text"]) == 102400
+
+
+RACE = """
+import threading
+from signoff.engine import components
+names = ["HumanInput", "ChatInput", "Prompt", "HTTPRequest", "ConditionalRouter", "Agent", "RunFlow", "ChatOutput"]
+barrier = threading.Barrier(len(names))
+missing = []
+def one(name):
+    barrier.wait()
+    if components.get_component(name) is None:
+        missing.append(name)
+threads = [threading.Thread(target=one, args=(n,)) for n in names]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(sorted(missing))
+"""
+
+
+def test_threads_asking_a_fresh_registry_at_once_all_find_every_component() -> None:
+    """The API checks flows on worker threads: the first uploads after a start, at once, saw a
+    registry another thread was still filling ("unknown component type 'HumanInput'")."""
+    import subprocess
+    import sys
+
+    for _ in range(3):  # a fresh interpreter each time: the registry is filled on first use
+        out = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=60, check=True)
+        assert out.stdout.strip() == "[]", out.stdout + out.stderr
