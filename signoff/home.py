@@ -55,8 +55,11 @@ def forget_dev(home: Path) -> None:
 def running_dev(home: Path) -> dict[str, Any] | None:
     """The record of the ``signoff dev`` running on ``home``, or None (none there, or its process
     is gone: a killed ``signoff dev`` leaves its record behind)."""
+    path = home / DEV_RECORD
     try:
-        found = json.loads((home / DEV_RECORD).read_text())
+        if path.stat().st_uid != os.getuid():  # only a record this user's signoff dev wrote
+            return None
+        found = json.loads(path.read_text())
         pid = int(found["pid"])
         str(found["api_url"]), str(found["database_url"])
     except (OSError, ValueError, KeyError, TypeError):

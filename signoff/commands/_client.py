@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from typing import Any, Iterator
@@ -27,26 +26,27 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    """The settings, with --api-url and --api-key over the environment; what neither says comes
-    from the ``signoff dev`` running on SIGNOFF_HOME (./.signoff), when one is: its API's URL and
-    the dev user's key, so that commands run in its folder need no exports."""
+    """The settings, with --api-url and --api-key over the environment. When neither names the API
+    nor a key, the ``signoff dev`` running on SIGNOFF_HOME (./.signoff), if one is, gives both: its
+    API's URL on this machine and the dev user's key, so that commands run in its folder need no
+    exports. Never one without the other: a key you gave goes only where you (or the default)
+    say, not to a URL a folder's files name."""
     overrides = {}
     if getattr(args, "api_url", None):
         overrides["api_url"] = args.api_url
     if getattr(args, "api_key", None):
         overrides["api_key"] = args.api_key
     settings = Settings(**overrides)
-    if settings.api_url and settings.api_key:
+    if settings.api_url or settings.api_key:
         return settings
     dev = running_dev(settings.home)
-    if dev is None:
+    if dev is None or httpx.URL(dev["api_url"]).host not in ("127.0.0.1", "localhost", "::1"):
         return settings
-    if not settings.api_url:
-        overrides["api_url"] = dev["api_url"]
-    if not settings.api_key:
-        with contextlib.suppress(OSError):
-            overrides["api_key"] = (settings.home / "dev_api_key").read_text().strip() or None
-    return Settings(**overrides)
+    try:
+        key = (settings.home / "dev_api_key").read_text().strip()
+    except OSError:
+        return settings
+    return Settings(api_url=dev["api_url"], api_key=key or None)
 
 
 def client(args: argparse.Namespace, timeout: float | None = 30.0) -> httpx.Client:

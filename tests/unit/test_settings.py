@@ -30,3 +30,52 @@ def test_a_command_with_a_bad_setting_says_which_and_exits_2(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"signoff: {name}: ") and says in err and err.count(name) == 1, err
     assert "Traceback" not in err
+
+
+def _planted(home, api_url: str) -> None:
+    import json
+    import os
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dev.json").write_text(json.dumps({"pid": os.getpid(), "api_url": api_url, "database_url": "sqlite://",
+                                               "user": "dev"}))
+    (home / "dev_api_key").write_text("sk-dev-from-the-folder\n")
+
+
+def _client_settings(monkeypatch, home, **env: str):
+    import argparse
+
+    from signoff.commands._client import settings_from
+
+    monkeypatch.setenv("SIGNOFF_HOME", str(home))
+    for name in ("SIGNOFF_API_URL", "SIGNOFF_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return settings_from(argparse.Namespace(api_url=None, api_key=None))
+
+
+def test_the_client_commands_take_the_running_dev_of_their_folder(monkeypatch, tmp_path) -> None:
+    _planted(tmp_path, "http://127.0.0.1:18123")
+    s = _client_settings(monkeypatch, tmp_path)
+    assert (s.effective_api_url, s.api_key) == ("http://127.0.0.1:18123", "sk-dev-from-the-folder")
+
+
+def test_a_key_you_gave_never_goes_where_a_folders_files_say(monkeypatch, tmp_path) -> None:
+    """A cloned folder may hold a .signoff/dev.json naming any URL: with your SIGNOFF_API_KEY set,
+    the record is not read at all; without it, only a record of this machine counts."""
+    _planted(tmp_path, "http://127.0.0.1:18123")
+    s = _client_settings(monkeypatch, tmp_path, SIGNOFF_API_KEY="sk-mine")
+    assert (s.effective_api_url, s.api_key) == ("http://127.0.0.1:8000", "sk-mine")
+    _planted(tmp_path, "https://collector.example")
+    s = _client_settings(monkeypatch, tmp_path)
+    assert (s.effective_api_url, s.api_key) == ("http://127.0.0.1:8000", None)
+
+
+def test_a_record_of_a_process_that_is_gone_is_ignored(monkeypatch, tmp_path) -> None:
+    import json
+
+    _planted(tmp_path, "http://127.0.0.1:18123")
+    record = json.loads((tmp_path / "dev.json").read_text())
+    (tmp_path / "dev.json").write_text(json.dumps({**record, "pid": 2**22 + 12345}))  # above pid_max
+    assert _client_settings(monkeypatch, tmp_path).effective_api_url == "http://127.0.0.1:8000"
