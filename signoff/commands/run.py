@@ -57,7 +57,7 @@ def _tool_values(pending, action: str, read: Callable[[str], str]) -> dict | Non
 
 
 async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] = input, out=sys.stdout) -> int:
-    from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+    from signoff.engine.store.memory import MemoryStore
     from signoff.engine.runner import InProcessRunner
 
     from signoff.engine.settings import Settings
@@ -67,7 +67,8 @@ async def run_file(path: Path, input_value: str, *, read: Callable[[str], str] =
     settings = Settings()
     # the same one-trace story as a run on Temporal (docs/tracing.md): to OTLP when configured
     tel = telemetry.install(settings, service_name="signoff-run")
-    runner = InProcessRunner(InMemoryCheckpointStore(), InMemoryHistory(), settings=settings, tracing=RunTracing())
+    store = MemoryStore()  # the run's checkpoints and its chat history, for this process only
+    runner = InProcessRunner(store, store, settings=settings, tracing=RunTracing())
     try:
         return await _run(runner, path, input_value, read, out)
     finally:

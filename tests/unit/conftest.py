@@ -14,7 +14,7 @@ import pytest
 
 from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
-from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from tests.fixtures.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import FlowRecord, utcnow
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.settings import Settings

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from signoff.engine.errors import FlowInvalid, InvalidDecision, NotResumable
-from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from tests.fixtures.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import Decision
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.settings import Settings

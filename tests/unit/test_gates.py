@@ -8,7 +8,7 @@ import pytest
 
 from signoff.engine.errors import CheckpointError, InvalidDecision, NotResumable
 from signoff.engine.graph import Graph
-from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from tests.fixtures.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import Decision
 from signoff.engine.run import RunState
 from signoff.engine.runner import InProcessRunner

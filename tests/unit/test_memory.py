@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from tests.fixtures.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.models import Message, utcnow
 from signoff.engine.store.base import Store, StoreError
 from signoff.engine.store.memory import MemoryStore

@@ -18,7 +18,7 @@ from signoff.engine.components.base import BuildContext, Component, OutputDef
 from signoff.engine.errors import ComponentError
 from signoff.engine.graph import Graph
 from signoff.engine.models import Decision, Option, PendingRequest, utcnow
-from signoff.engine.memory import InMemoryCheckpointStore, InMemoryHistory
+from tests.fixtures.memory import InMemoryCheckpointStore, InMemoryHistory
 from signoff.engine.decisions import apply_decision
 from signoff.engine.run import apply_layer, build_vertices, context_for, new_run_state, plan_next
 from signoff.engine.runner import InProcessRunner

@@ -1,0 +1,98 @@
+"""A job's event log, in memory: gap-free seq per job, the decision recorded with its events,
+and the in-process tail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+from signoff.engine.models import Event, EventNote, JobStatus, utcnow
+from signoff.engine.store.base import StoreError
+from signoff.engine.store.encoding import dumps, unique_strings
+from signoff.engine.store.memory.core import _Event, _first, MemoryCore, _same, _Tables
+
+
+class MemoryEvents(MemoryCore):
+    """Part of MemoryStore: events."""
+
+    def _append(self, t: _Tables, job_id: str, event: str, body: str, dedupe_key: str | None) -> int:
+        """The next seq of the job (1, 2, ...), or, for a ``dedupe_key`` already used, the seq
+        of the event written with it (nothing is written). Raises before writing anything, so a
+        status change calls it before changing the row."""
+        if not isinstance(event, str):
+            raise StoreError(f"An event needs a name (a string), not {event!r}.")
+        events = t.events.setdefault(job_id, [])
+        if dedupe_key is not None:
+            for e in events:
+                if e.dedupe_key == dedupe_key:
+                    return e.seq
+        events.append(_Event(len(events) + 1, event, body, utcnow(), dedupe_key))
+        for tail in self._tails:  # nothing in this store rolls back once appended
+            tail.put_nowait(EventNote(job_id, len(events), event))
+        return len(events)
+
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+        body = dumps(data)
+        return self._append(self._tables(), job_id, event, body, dedupe_key)
+
+    async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
+                              token: str, request_id: str, action_id: str, participants: Iterable[str]
+                              ) -> list[int] | None:
+        """See Store.record_decision: checked and encoded first, then written in one step."""
+        ids = unique_strings(participants, "user_ids")
+        bodies = [(name, dumps(data), key) for name, data, key in events]
+        if not all(isinstance(name, str) for name, _, _ in bodies):
+            raise StoreError("An event needs a name (a string).")
+        t = self._tables()
+        used = {e.dedupe_key: e.seq for e in t.events.get(job_id, ()) if e.dedupe_key is not None}
+        if all(key in used for _, _, key in bodies):
+            return None  # recorded by another attempt first
+        job = t.jobs.get(job_id)
+        if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
+            return None
+        seqs = [self._append(t, job_id, name, body, key) for name, body, key in bodies]
+        for row in t.messages.values():
+            if row.kind == "card" and _same(row.card_request_id, request_id):
+                row.submitted_action = action_id
+        job.pending, job.pending_request_id, job.updated_at = None, None, utcnow()
+        t.participants.update((u, job_id) for u in ids)
+        return seqs
+
+    async def append_event_if_waiting(
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+    ) -> int | None:
+        """See Store.append_event_if_waiting: the check and the append in one step."""
+        body = dumps(data)
+        t = self._tables()
+        row = t.jobs.get(job_id)
+        if row is not None and row.status == JobStatus.suspended and _same(row.pending_request_id, request_id):
+            return self._append(t, job_id, event, body, dedupe_key)
+        if dedupe_key is not None:
+            for e in t.events.get(job_id, ()):
+                if e.dedupe_key == dedupe_key:
+                    return e.seq
+        return None
+
+    async def tail_events(self) -> AsyncIterator[list[EventNote] | None]:
+        self._tables()
+        queue: asyncio.Queue[EventNote | None] = asyncio.Queue()
+        self._tails.append(queue)
+        try:
+            yield []
+            while True:
+                notes = [await queue.get()]
+                while not queue.empty():
+                    notes.append(queue.get_nowait())
+                self._tables()  # closed meanwhile: StoreError, as a closed SQL store
+                yield [n for n in notes if n is not None]
+        finally:
+            self._tails.remove(queue)
+
+    async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
+        later = (e for e in self._tables().events.get(job_id, ()) if e.seq > after_seq)
+        return [
+            Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
+            for e in _first(later, limit)
+        ]
