@@ -126,6 +126,9 @@ class Component:
     instant: ClassVar[bool] = False
     # What a terminal component's output is in the API's ``outputs`` (``message`` or ``text``).
     output_kind: ClassVar[str] = "text"
+    # What a person is shown of this component's output, if anything: "message" (a chat message,
+    # kept in the session's history) or "text" (AG-UI tells both as a text message).
+    shows: ClassVar[str | None] = None
     # The params a user the flow is shared with may set by tweaks (the owner may set any); a
     # node's own ``tweakable`` list in the flow replaces this default.
     tweakable: ClassVar[tuple[str, ...]] = ()

@@ -95,6 +95,7 @@ class _Output(Component):
 class ChatOutput(_Output):
     type_name = "ChatOutput"
     output_kind = "message"
+    shows = "message"
     display_name = "Chat Output"
     description = "Shows a message to the user and stores it in the session history."
     outputs = [OutputDef("message")]
@@ -107,6 +108,7 @@ class ChatOutput(_Output):
 @register
 class TextOutput(_Output):
     type_name = "TextOutput"
+    shows = "text"
     display_name = "Text Output"
     description = "Shows a text."
     outputs = [OutputDef("text")]

@@ -1,4 +1,4 @@
-"""The AG-UI translation's pure parts (api/agui.py): the resume payload as a decision, a pending
+"""The AG-UI translation's pure parts (api/agui/translate.py): the resume payload as a decision, a pending
 request as an AG-UI interrupt (validated by ``ag-ui-protocol``'s models), the run's input."""
 
 from __future__ import annotations

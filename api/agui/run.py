@@ -1,46 +1,16 @@
-"""AG-UI 1.0 (DESIGN §12, docs/agui.md): a signoff flow as an AG-UI agent.
-
-One ``POST /api/v1/agui/{flow_id}`` is one AG-UI run: a ``RunAgentInput`` in, an SSE stream of
-AG-UI events out, every one built with the ``ag-ui-protocol`` package's models (built, so
-validated) and written by its ``EventEncoder``. ``threadId`` is signoff's session.
-
-- Without ``resume``, the last user message is the input of a new run of the flow (a submit
-  like the HTTP API's: it supersedes the thread's suspended runs of the flow).
-- With ``resume`` (one entry: signoff's runs wait for one decision at a time), the entry's
-  ``interruptId`` is the ``request_id`` of the thread's waiting run, and its ``payload``
-  (``{action_id, values?}``, or the action id alone) is the decision, sent through
-  :meth:`RunService.resume` (the one decision path: the same checks, the same errors, the job
-  untouched when refused). ``status: "cancelled"`` stops the waiting run. An approver deciding
-  someone else's run gets the end of their decision, not the rest of the owner's run.
-
-What the run does comes from what signoff already records, read from the store (so any API
-replica can serve it): the job's event log, followed by :func:`~signoff.api.sse.follow_job`
-(the one poller of a job's events), and the run's trace, whose spans are written by each layer
-before the job's status moves on. Each component built is a ``STEP_STARTED`` / ``STEP_FINISHED``
-pair (the span's times as timestamps), with, inside it, a Chat or Text Output's text as
-``TEXT_MESSAGE_*`` and an Agent's tool calls as ``TOOL_CALL_*`` with their results. Every log
-event also goes out as a ``CUSTOM`` event ``signoff.<event>``. The AG-UI run ends with the job:
-``RUN_FINISHED`` (success with the HTTP API's response as ``result``; the interrupt outcome at a
-gate, one interrupt whose id is the request id; the cancelled outcome for a stop or a supersede)
-or ``RUN_ERROR`` (a failure, or any signoff error, with signoff's code).
-"""
+"""One AG-UI run of a flow (DESIGN §12, docs/agui.md): a submit, or a decision on the thread's
+waiting run, then the run followed from the store (its log by :func:`~signoff.api.sse.follow_job`,
+its trace's spans) until it pauses or ends, each told as api/agui/translate.py says."""
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import time
-import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Any
 
 from ag_ui.core import (
     PROTOCOL_VERSION,
     BaseEvent,
-    CustomEvent,
-    Interrupt,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -50,144 +20,40 @@ from ag_ui.core import (
     RunStartedEvent,
     StepFinishedEvent,
     StepStartedEvent,
-    TextMessageContentEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallArgsEvent,
-    ToolCallEndEvent,
-    ToolCallResultEvent,
-    ToolCallStartEvent,
 )
-from pydantic import Field, ValidationError
 
-from signoff.engine.components.agent import REJECTED_DEFAULT
-from signoff.engine.components.base import as_text
-from signoff.engine.components.io import message_id
+from signoff.engine.components.human_input import HumanInput
 from signoff.engine.errors import NotResumable, SignoffError
-from signoff.engine.models import Decision, Event, Job, JobStatus, PendingRequest, SpanRecord, User
+from signoff.engine.models import Event, Job, JobStatus, PendingRequest, SpanRecord, User
 from signoff.engine.store.base import Store
-from signoff.engine.tracing import A_COMPONENT, A_VERTEX, hex_span, root_span_id
+from signoff.engine.tracing import A_COMPONENT, hex_span, root_span_id
 from signoff.service import RunService
 from signoff.service.access import runnable_flow
 
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
 from signoff.api.errors import _jsonable as jsonable  # an error detail as JSON, as the HTTP answers carry it
-from signoff.api.limits import ID_MAX_CHARS
-from signoff.api.models import human_request, workflow_response
+from signoff.api.models import workflow_response
 from signoff.api.sse import follow_job
+from signoff.api.agui.translate import (
+    INTERNAL_ERROR,
+    RUN_FAILED,
+    RUN_TIMED_OUT,
+    _UUID,
+    Steps,
+    _ms,
+    _uid,
+    announce,
+    decision_of,
+    shows,
+    gate_vertex,
+    interrupt_of,
+    last_user_text,
+)
 
 log = logging.getLogger("signoff.api.agui")
 
 KEEPALIVE_SECONDS = 15.0
 POLL_SECONDS = 0.1
-# RUN_ERROR codes of a run that ended by itself (a signoff error carries its own code)
-RUN_FAILED = "RUN_FAILED"
-RUN_TIMED_OUT = "RUN_TIMED_OUT"
-INTERNAL_ERROR = "INTERNAL_ERROR"
-# an Agent's tool approval: what each action's `values` carry (DESIGN §4, docs/agent.md)
-TOOL_VALUES: dict[str, dict[str, Any]] = {
-    "edit": {"type": "object", "properties": {"args": {"type": "object", "description": "the arguments to run the "
-                                                                                         "tool with instead"}},
-             "required": ["args"]},
-    "reject": {"type": "object", "properties": {"message": {"type": "string", "description": "what the model is told"}}},
-    "respond": {"type": "object", "properties": {"message": {"type": "string", "description": "the tool's answer, "
-                                                                                              "in its place"}}},
-}
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-class AguiRunInput(RunAgentInput):
-    """AG-UI's ``RunAgentInput`` (the package's model), with signoff's bounds on the two ids:
-    ``threadId`` is a session id."""
-
-    thread_id: str = Field(min_length=1, max_length=ID_MAX_CHARS, description="the session")
-    run_id: str = Field(min_length=1, max_length=ID_MAX_CHARS)
-
-
-TEXT_FIELDS = ("messages", "state", "tools", "context", "forwardedProps", "resume")  # strings bounded like input_value
-
-
-def _ms(at: datetime | None = None) -> int:
-    return int((at.timestamp() if at is not None else time.time()) * 1000)
-
-
-def _uid(*parts: str) -> str:
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, "signoff:agui/" + "/".join(parts)))
-
-
-def last_user_text(inp: RunAgentInput) -> str:
-    """The run's input: the text of the last user message ("" when there is none)."""
-    for message in reversed(inp.messages):
-        if getattr(message, "role", None) != "user":
-            continue
-        content = message.content
-        if isinstance(content, str):
-            return content
-        return "\n".join(part.text for part in content if getattr(part, "type", None) == "text")
-    return ""
-
-
-def decision_of(payload: Any) -> Decision:
-    """A resume entry's payload as a decision: ``{"action_id", "values"?}``, or the action id."""
-    if isinstance(payload, str):
-        payload = {"action_id": payload}
-    if not isinstance(payload, dict):
-        raise InvalidRequest("resume[0].payload must be the decision: {\"action_id\": ..., \"values\": {...}} "
-                             "(or the action id alone)")
-    try:
-        return Decision.model_validate(payload)
-    except ValidationError as err:
-        problems = [{"loc": ".".join(["resume", "0", "payload", *(str(p) for p in e["loc"])]), "message": e["msg"],
-                     "type": e["type"]} for e in err.errors()]
-        raise InvalidRequest("resume[0].payload is not a decision: "
-                             + "; ".join(f"{p['loc']}: {p['message']}" for p in problems), problems=problems) from None
-
-
-def response_schema(p: PendingRequest) -> dict[str, Any]:
-    """A JSON Schema of the resume payload this request takes: an allowed action, and the
-    ``values`` its ``fields`` schema (or, for a tool approval, the action) asks for."""
-    branches = []
-    for action in p.allowed_decisions:
-        values = (p.fields or {}).get(action)
-        if values is None and p.kind == "tool_approval":
-            values = TOOL_VALUES.get(action)
-        branch: dict[str, Any] = {"type": "object", "properties": {"action_id": {"const": action}},
-                                  "required": ["action_id"]}
-        if values is not None:
-            branch["properties"]["values"] = values
-            if values.get("required"):
-                branch["required"].append("values")
-        branches.append(branch)
-    return {
-        "type": "object",
-        "description": "the decision: one of the allowed actions, with the values it takes",
-        "properties": {"action_id": {"type": "string", "enum": list(p.allowed_decisions)},
-                       "values": {"type": "object"}},
-        "required": ["action_id"],
-        "oneOf": branches,
-    }
-
-
-def interrupt_of(job: Job, p: PendingRequest, **extra: Any) -> Interrupt:
-    """A pending request as an AG-UI interrupt: id = request id, the prompt as its message, the
-    tool call it is about, the schema of its answer; ``metadata`` is the HTTP API's pending
-    request (options, allowed decisions, fields, tool, timeout...) and the job id."""
-    public = human_request(p)
-    assert public is not None
-    return Interrupt(
-        id=p.request_id,
-        reason="tool_approval" if p.kind == "tool_approval" else "human_input",
-        message=p.prompt or None,
-        tool_call_id=str(p.tool["call_id"]) if p.tool and p.tool.get("call_id") else None,
-        response_schema=response_schema(p),
-        metadata={"job_id": job.job_id, **public.model_dump(mode="json"), **extra},
-    )
-
-
-def gate_vertex(request_id: str, run_id: str) -> str:
-    """The vertex that asked: request ids are ``{vertex}:{run_id}[:{n}]``."""
-    head, sep, _ = request_id.partition(f":{run_id}")
-    return head if sep else request_id
 
 
 class AguiRun:
@@ -203,7 +69,7 @@ class AguiRun:
         self.public_owner = public_owner
         self.inp = inp
         self.job_id: str | None = None
-        self.announced: set[str] = set()  # tool call ids whose TOOL_CALL_START went out (this run or the last)
+        self.steps = Steps()  # the tool calls told so far, and how a span is told
         self.cancel_reason: dict[str, Any] = {}
 
     # ---- the run -------------------------------------------------------------------------
@@ -294,7 +160,7 @@ class AguiRun:
                                        outcome=RunFinishedSuccessOutcome(), timestamp=_ms(), metadata=self._meta())
                 return
         if resumed is not None and resumed.tool and resumed.tool.get("call_id"):
-            self.announced.add(str(resumed.tool["call_id"]))  # the last AG-UI run started that tool call
+            self.steps.announced.add(str(resumed.tool["call_id"]))  # the last AG-UI run started that tool call
         async for event in self._follow(job, after_seq=after_seq, seen=seen, resumed=resumed):
             yield event
 
@@ -345,23 +211,9 @@ class AguiRun:
             yield event
 
     def _log_event(self, job: Job, ev: Event, resumed: PendingRequest | None) -> list[BaseEvent]:
-        out: list[BaseEvent] = [CustomEvent(name=f"signoff.{ev.event}", value=ev.data, timestamp=_ms(ev.created_at),
-                                            metadata={"seq": ev.seq})]
         if ev.event == "run_cancelled":
             self.cancel_reason = dict(ev.data)
-        if (ev.event == "human_input_decision" and resumed is not None and resumed.kind == "tool_approval"
-                and resumed.tool and ev.data.get("request_id") == resumed.request_id
-                and ev.data.get("action_id") in ("reject", "respond")):
-            # the tool did not run: the model gets the person's message as its result
-            message = (ev.data.get("values") or {}).get("message")
-            if ev.data["action_id"] == "reject" and not (isinstance(message, str) and message.strip()):
-                message = REJECTED_DEFAULT
-            call_id = str(resumed.tool.get("call_id"))
-            outcome = {"reject": "rejected", "respond": "responded"}[ev.data["action_id"]]
-            out.append(ToolCallResultEvent(message_id=_uid(job.run_id, "tool", call_id), tool_call_id=call_id,
-                                           content=as_text(message), role="tool", timestamp=_ms(ev.created_at),
-                                           metadata={"outcome": outcome}))
-        return out
+        return self.steps.log_event(job, ev, resumed)
 
     async def _new_spans(self, job: Job, seen: set[str]) -> list[tuple[int, list[BaseEvent]]]:
         """The steps of the trace's spans not told yet: each top-level component (and each gate
@@ -381,73 +233,13 @@ class AguiRun:
         for span in sorted(fresh, key=lambda s: (s.start_time, s.end_time or s.start_time, s.span_id)):
             seen.add(span.span_id)
             component = str(span.attributes.get(A_COMPONENT) or "")
-            if component == "ChatOutput" and texts is None:
+            if shows(component) == "message" and texts is None:
                 texts = {m.id: m.text for m in await self.store.list_messages(job.effective_session,
                                                                                flow_id=job.flow_id)
                          if m.job_id == job.job_id}
             tools = sorted(children.get(span.span_id, []), key=lambda s: s.start_time)
             seen.update(t.span_id for t in tools)
-            out.append((_ms(span.start_time), self._step(job, span, component, tools, texts or {})))
-        return out
-
-    def _step(self, job: Job, span: SpanRecord, component: str, tools: list[SpanRecord],
-              texts: dict[str, str]) -> list[BaseEvent]:
-        vertex = str(span.attributes.get(A_VERTEX) or span.name)
-        attrs = span.attributes
-        start_meta: dict[str, Any] = {"component_type": component or None, "display_name": span.name}
-        end_meta: dict[str, Any] = {"status": span.status}
-        if span.type == "gate":
-            start_meta["component_type"] = component or "HumanInput"
-            end_meta.update({k: attrs.get(f"signoff.{k}") for k in ("request_id", "action_id", "requested_action",
-                                                                    "decided_by")})
-        if attrs.get("signoff.paused"):
-            end_meta.update(paused=True, request_id=attrs.get("signoff.request_id"))
-        if span.status == "error":
-            end_meta["error"] = attrs.get("signoff.error")
-        out: list[BaseEvent] = [StepStartedEvent(step_name=vertex, timestamp=_ms(span.start_time), metadata=start_meta)]
-        for tool in tools:
-            out += self._tool_call(job, tool)
-        if component in ("ChatOutput", "TextOutput") and span.type == "component":
-            out += self._text(job, vertex, component, span, texts)
-        out.append(StepFinishedEvent(step_name=vertex, timestamp=_ms(span.end_time), metadata=end_meta))
-        return out
-
-    def _tool_call(self, job: Job, tool: SpanRecord) -> list[BaseEvent]:
-        attrs = tool.attributes
-        call_id = str(attrs.get("signoff.tool.call_id") or tool.span_id)
-        name = str(attrs.get("signoff.tool.name") or tool.name)
-        at = _ms(tool.end_time or tool.start_time)
-        out: list[BaseEvent] = []
-        if call_id not in self.announced:
-            self.announced.add(call_id)
-            out += _announce(call_id, name, tool.inputs, _ms(tool.start_time))
-        result = next(iter(tool.outputs.values()), None) if tool.outputs else None
-        if tool.status == "error" and result is None:
-            result = f"Error: {attrs.get('signoff.error') or 'the tool failed'}"
-        out.append(ToolCallResultEvent(message_id=_uid(job.run_id, "tool", call_id), tool_call_id=call_id,
-                                       content=as_text(result), role="tool", timestamp=at,
-                                       metadata={"outcome": attrs.get("signoff.tool.outcome"), "args": tool.inputs,
-                                                 "status": tool.status}))
-        return out
-
-    def _text(self, job: Job, vertex: str, component: str, span: SpanRecord, texts: dict[str, str]) -> list[BaseEvent]:
-        if component == "ChatOutput":
-            mid = message_id(job.run_id, vertex, "machine")
-            text = texts.get(mid)
-            if text is None:
-                text = as_text(span.outputs.get("message"))
-            name = (span.outputs.get("message") or {}).get("sender_name") if isinstance(
-                span.outputs.get("message"), dict) else None
-        else:
-            mid = _uid(job.run_id, vertex, "text")
-            text = as_text(span.outputs.get("text"))
-            name = None
-        at = _ms(span.end_time)
-        out: list[BaseEvent] = [TextMessageStartEvent(message_id=mid, role="assistant", name=name or None, timestamp=at,
-                                                      metadata={"vertex_id": vertex})]
-        if text:
-            out.append(TextMessageContentEvent(message_id=mid, delta=text, timestamp=at))
-        out.append(TextMessageEndEvent(message_id=mid, timestamp=at))
+            out.append((_ms(span.start_time), self.steps.step(job, span, component, tools, texts or {})))
         return out
 
     # ---- the end of the AG-UI run ----------------------------------------------------------
@@ -462,14 +254,14 @@ class AguiRun:
             pending = job.pending
             if pending.kind == "tool_approval" and pending.tool and pending.tool.get("call_id"):
                 call_id = str(pending.tool["call_id"])
-                if call_id not in self.announced:
-                    self.announced.add(call_id)
-                    out += _announce(call_id, str(pending.tool.get("name") or "tool"), pending.tool.get("args"),
+                if call_id not in self.steps.announced:
+                    self.steps.announced.add(call_id)
+                    out += announce(call_id, str(pending.tool.get("name") or "tool"), pending.tool.get("args"),
                                      _ms(pending.paused_at))
             elif pending.kind == "node_input":  # the gate's own step: it asked (its span comes with the answer)
                 vertex = gate_vertex(pending.request_id, job.run_id)
                 at = _ms(pending.paused_at)
-                out += [StepStartedEvent(step_name=vertex, timestamp=at, metadata={"component_type": "HumanInput"}),
+                out += [StepStartedEvent(step_name=vertex, timestamp=at, metadata={"component_type": HumanInput.type_name}),
                         StepFinishedEvent(step_name=vertex, timestamp=at,
                                           metadata={"paused": True, "request_id": pending.request_id})]
             return [*out, self._interrupted(job, pending)]
@@ -501,13 +293,6 @@ class AguiRun:
         return RunFinishedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id,
                                 outcome=RunFinishedCancelledOutcome(), timestamp=_ms(),
                                 metadata=self._meta(**self.cancel_reason))
-
-
-def _announce(call_id: str, name: str, args: Any, at: int) -> list[BaseEvent]:
-    return [ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name, timestamp=at),
-            ToolCallArgsEvent(tool_call_id=call_id, delta=json.dumps(args if args is not None else {},
-                                                                     ensure_ascii=False), timestamp=at),
-            ToolCallEndEvent(tool_call_id=call_id, timestamp=at)]
 
 
 async def _last_seq(store: Store, job_id: str) -> int:
