@@ -38,7 +38,7 @@ from signoff.activities.types import (
 )
 from signoff.engine import metrics, tracing, webhooks
 from signoff.engine.access import Access
-from signoff.engine.context import egress_policy
+from signoff.engine.context import RunBudget, egress_policy
 from signoff.engine.decisions import (
     apply_decision,
     check_decider,
@@ -59,7 +59,7 @@ from signoff.engine.run import apply_layer, build_vertices, context_for, final_r
 from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
 from signoff.engine.spec import apply_tweaks, load_flow
-from signoff.engine.state import RunState, new_run_state
+from signoff.engine.state import RunState, Spent, new_run_state
 from signoff.engine.store.base import Store, StoreError
 
 _GRAPH_CACHE_SIZE = 256
@@ -109,8 +109,10 @@ class FlowActivities:
                 if job.status.terminal:
                     return RunLayerOutput(step=inp.step, state=inp.state, cancelled=True, status=job.status.value)
             if ids:
-                async with _heartbeating():
-                    state = await self._build_layer(graph, state, ids, lambda: inp.now)
+                # the run's budgets go on from what an earlier attempt of this layer spent
+                budget = RunBudget.of(_carried(state.spent, activity.info().heartbeat_details), self.settings)
+                async with _heartbeating(budget):
+                    state = await self._build_layer(graph, state, ids, lambda: inp.now, budget=budget)
                 if inp.inline:
                     # stamped now, as resume_run's (the workflow's time when that is later): a gate
                     # built here paused after the layer before it, and its span starts after that
@@ -554,10 +556,12 @@ class FlowActivities:
                                start=job.created_at)
         return state
 
-    async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime]) -> RunState:
+    async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime],
+                           budget: RunBudget | None = None) -> RunState:
         ctx = context_for(state, history=self.store, flow_loader=self.access.flow_loader(state.user_id),
                           secrets=self.vault.value, clock=clock,
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
+                          **({"budget": budget} if budget is not None else {}),
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
         return apply_layer(graph, state, layer)
@@ -675,9 +679,31 @@ def _vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, 
             "at": vote.at.isoformat(), "votes": n, "required": required}
 
 
+def _carried(spent: Spent, details: Any) -> Spent:
+    """What the run has spent: its state's figures, or what an earlier attempt of this layer
+    heartbeated (``details``: that attempt's last heartbeat) when more, so a retry of a layer does
+    not start from a fresh budget."""
+    if not details or not isinstance(details[0], dict):
+        return spent
+    try:
+        earlier = Spent.model_validate(details[0])
+    except ValueError:
+        return spent
+    return Spent(output_bytes=max(spent.output_bytes, earlier.output_bytes), calls=max(spent.calls, earlier.calls),
+                 tokens=max(spent.tokens, earlier.tokens))
+
+
 class _heartbeating:
     """Heartbeat while a layer builds (when the activity has a heartbeat timeout), so a layer lost
-    with its worker is retried elsewhere within seconds, and a stop reaches it."""
+    with its worker is retried elsewhere within seconds, and a stop reaches it. Each heartbeat
+    carries what the run has spent of its budgets (``budget``), the last one too as the layer
+    ends, so that a retry goes on from it (:func:`_carried`)."""
+
+    def __init__(self, budget: RunBudget | None = None) -> None:
+        self._budget = budget
+
+    def _details(self) -> tuple[Any, ...]:
+        return (self._budget.spent().model_dump(),) if self._budget is not None else ()
 
     async def __aenter__(self) -> None:
         self._task = asyncio.create_task(self._beat()) if activity.info().heartbeat_timeout else None
@@ -685,11 +711,11 @@ class _heartbeating:
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
+            activity.heartbeat(*self._details())
 
-    @staticmethod
-    async def _beat() -> None:
+    async def _beat(self) -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*self._details())
             await asyncio.sleep(HEARTBEAT_EVERY)
 
 
