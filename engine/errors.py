@@ -118,7 +118,9 @@ class RunBudgetExceeded(SignoffError):
     def __init__(self, message: str | None = None, *, budget: str | None = None, limit: int | None = None,
                  used: int | None = None, vertex_id: str | None = None, **details: Any) -> None:
         self.vertex_id = vertex_id
-        super().__init__(message, budget=budget, limit=limit, used=used, vertex_id=vertex_id, **details)
+        if vertex_id is not None:
+            details["vertex_id"] = vertex_id
+        super().__init__(message, budget=budget, limit=limit, used=used, **details)
 
 
 class CheckpointError(SignoffError):

@@ -182,13 +182,14 @@ async def build_vertices(graph: Graph, state: RunState, vertex_ids: list[str], c
 
 
 def _check_budget(ctx: RunContext, errors: list[BaseException]) -> None:
+    """Raise the run's budget error if one of the layer's builds went over a budget. A build it
+    passed through named itself on it (build_vertex); when a component swallowed it, the vertex
+    is that of the layer's first error, if any."""
     exceeded = ctx.budget.exceeded
     if exceeded is None:
         return
-    if exceeded.vertex_id is None:  # the vertex whose build met it (a call's, a model's tokens)
-        met = next((e for e in errors if e is exceeded or getattr(e, "__cause__", None) is exceeded), None)
-        exceeded.vertex_id = getattr(met, "vertex_id", None) or next(
-            (getattr(e, "vertex_id", None) for e in errors if getattr(e, "vertex_id", None)), None)
+    if exceeded.vertex_id is None:
+        exceeded.vertex_id = next((v for v in (getattr(e, "vertex_id", None) for e in errors) if v), None)
         exceeded.details["vertex_id"] = exceeded.vertex_id
     raise exceeded
 
