@@ -119,7 +119,8 @@ class FlowActivities:
                     # layer's
                     state, step, built = await self._instant_layers(graph, state, step, built,
                                                                     lambda: max(inp.now, utcnow()))
-            return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist)
+            return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist,
+                                            charge=True)
         except SignoffError as err:
             raise to_failure(err) from None
 
@@ -605,15 +606,17 @@ class FlowActivities:
 
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
                             built: list[str], blob_step: int | None = None, *, persist: bool = False,
-                            job: Job | None = None) -> RunLayerOutput:
+                            job: Job | None = None, charge: bool = False) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
         pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
         pause persisted (the job ``suspended``: the workflow then waits without a ``persist_pause``
-        activity); at the end the completion recorded."""
+        activity); at the end the completion recorded. With ``charge`` (a layer's activity), a
+        state stored as a blob counts against the run's output bytes (StateCodec.dump)."""
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
-        ref, data = await self.codec.dump(state, step if blob_step is None else blob_step)
+        ref, data = await self.codec.dump(state, step if blob_step is None else blob_step,
+                                          budget=RunBudget.of(state.spent, self.settings) if charge else None)
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
             await self.store.save_checkpoint(

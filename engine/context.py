@@ -151,6 +151,17 @@ class RunBudget:
                 limit=self.max_output_bytes, used=self.output_bytes + size, vertex_id=vertex_id)
         self.output_bytes += size
 
+    def spend_bytes(self, size: int, *, what: str = "the run's state, stored for its next layer") -> None:
+        """Count ``size`` bytes the run stores besides its outputs (``what``)."""
+        self.check()
+        if self.max_output_bytes is not None and self.output_bytes + size > self.max_output_bytes:
+            raise self._over(
+                "output_bytes",
+                f"The run went over its budget of output bytes: {self.output_bytes} stored, and {what} is {size} "
+                f"more, over {self.max_output_bytes} (SIGNOFF_RUN_MAX_OUTPUT_BYTES)",
+                limit=self.max_output_bytes, used=self.output_bytes + size, vertex_id=None)
+        self.output_bytes += size
+
     def call(self, request: httpx.Request | None = None) -> None:
         """One outbound request (the egress transport calls it before each one it sends)."""
         self.check()

@@ -105,6 +105,64 @@ async def test_a_run_over_its_output_bytes_fails(api: Harness, budgets, mode: st
     assert job["status"] == "completed" and len(job["output"]["text"]) == 20_000, job
 
 
+class Sized(CountingHTTP):
+    """``/size/N`` answers N bytes of text (a counting server otherwise)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        inner, outer = self.server.RequestHandlerClass, self
+
+        class Handler(inner):  # type: ignore[misc, valid-type]
+            def _serve(self) -> None:
+                if not self.path.startswith("/size/"):
+                    return super()._serve()
+                length = int(self.headers.get("content-length") or 0)
+                if length:
+                    self.rfile.read(length)
+                outer.counts[self.path] += 1
+                body = b"x" * int(self.path.rsplit("/", 1)[1])
+                self.send_response(200)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _serve
+
+        self.server.RequestHandlerClass = Handler
+
+
+def call_chain(url: str, n: int) -> dict[str, Any]:
+    """n HTTP Request nodes one after the other (a layer each), then a TextOutput."""
+    nodes: list[dict[str, Any]] = []
+    edges: list[dict[str, Any]] = []
+    for i in range(n):
+        nodes.append({"id": f"h{i}", "type": "HTTPRequest", "params": {"url": url, "method": "POST"}})
+        if i:
+            edges.append({"from": f"h{i - 1}.response", "to": f"h{i}.body"})
+    nodes.append({"id": "out", "type": "TextOutput"})
+    edges.append({"from": f"h{n - 1}.response", "to": "out.input_value"})
+    return {"name": f"call chain {n}", "nodes": nodes, "edges": edges}
+
+
+async def test_the_state_a_run_stores_for_each_layer_counts_too(api: Harness, budgets) -> None:
+    """30 layers of 6 KB answers: 180 KB of outputs, but past 64 KB the run's state travels as a
+    blob stored per layer (about 2.5 MB in all): that is stored by the run, against its 1 MiB."""
+    budgets(run_max_output_bytes=1024 * 1024)
+    srv = Sized()
+    api.egress.add(srv)
+    try:
+        job, frames = await _run(api, await _flow(api, call_chain(f"{srv.url}/size/6000", 30)))
+        error = await _assert_over(api, job, frames, "output_bytes", "SIGNOFF_RUN_MAX_OUTPUT_BYTES")
+        assert "the run's state" in error["error"], error
+        assert 11 < srv.counts["/size/6000"] < 30, srv.counts  # past the first state blobs, before the end
+        # small answers: the state stays small, nothing is stored per layer, the run completes
+        job, _ = await _run(api, await _flow(api, call_chain(f"{srv.url}/size/1000", 30)))
+        assert job["status"] == "completed", job
+    finally:
+        srv.close()
+
+
 # ---- outbound calls ----------------------------------------------------------------------
 
 
