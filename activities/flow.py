@@ -50,7 +50,7 @@ from signoff.engine.decisions import (
     with_decision,
     with_defaults,
 )
-from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, SignoffError
+from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, RunBudgetExceeded, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
@@ -118,7 +118,8 @@ class FlowActivities:
                     # built here paused after the layer before it, and its span starts after that
                     # layer's
                     state, step, built = await self._instant_layers(graph, state, step, built,
-                                                                    lambda: max(inp.now, utcnow()))
+                                                                    lambda: max(inp.now, utcnow()),
+                                                                    over_budget_fails=True)
             return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist,
                                             charge=True)
         except SignoffError as err:
@@ -568,11 +569,14 @@ class FlowActivities:
         return apply_layer(graph, state, layer)
 
     async def _instant_layers(self, graph: Graph, state: RunState, step: int, built: list[str],
-                              clock: Callable[[], datetime]) -> tuple[RunState, int, list[str]]:
+                              clock: Callable[[], datetime], *, over_budget_fails: bool = False
+                              ) -> tuple[RunState, int, list[str]]:
         """The layers that follow, built here while they are instant (``Component.instant``: no
         I/O beyond the store, so a retry that builds them again repeats nothing outside), up to
         a pause or the end of the run. A failure leaves the state before that layer: the workflow
-        builds it with ``run_layer``, its retry policy and its ``run_failed``."""
+        builds it with ``run_layer``, its retry policy and its ``run_failed``; with
+        ``over_budget_fails`` (``run_layer``'s own), a layer over the run's budgets fails the
+        activity at once, as ``run_layer`` building it would."""
         for _ in range(MAX_INLINE_LAYERS):
             if state.pending is not None:
                 break
@@ -581,6 +585,10 @@ class FlowActivities:
                 break
             try:
                 state = await self._build_layer(graph, state, ids, clock)
+            except RunBudgetExceeded:
+                if over_budget_fails:
+                    raise
+                break
             except Exception:  # noqa: BLE001 - run_layer builds it again, with its retry policy
                 break
             step += 1
