@@ -26,7 +26,7 @@ def to_failure(err: SignoffError) -> ApplicationError:
     vertex_id = getattr(err, "vertex_id", None) or err.details.get("vertex_id")
     if vertex_id is None and isinstance(err, FlowInvalid):
         vertex_id = next((p.get("node") for p in err.problems if isinstance(p, dict) and p.get("node")), None)
-    details = {"error": err.message, "type": err.__class__.__name__, "vertex_id": vertex_id}
+    details = {"error": err.message, "type": err.__class__.__name__, "code": err.code, "vertex_id": vertex_id}
     retryable = err.retryable
     return ApplicationError(err.message, details, type=err.code + (RETRYABLE_SUFFIX if retryable else ""),
                             non_retryable=not retryable)
@@ -83,11 +83,11 @@ def from_failure(err: BaseException, expected: tuple[type[SignoffError], ...], *
 
 def failure_error(err: BaseException) -> dict[str, Any]:
     """The job's ``error`` (and ``run_failed`` data) for an activity that failed for good:
-    ``{error, type, vertex_id}`` from the failure's details when signoff raised it."""
+    ``{error, type, code, vertex_id}`` from the failure's details when signoff raised it."""
     cause = getattr(err, "cause", None) or err
     error: dict[str, Any] = {"error": str(cause), "type": "ActivityError"}
     if isinstance(cause, ApplicationError):
         error["type"] = cause.type or "ApplicationError"
         if cause.details and isinstance(cause.details[0], dict):
-            error.update({k: v for k, v in cause.details[0].items() if k in ("vertex_id", "type", "error")})
+            error.update({k: v for k, v in cause.details[0].items() if k in ("vertex_id", "type", "code", "error")})
     return error

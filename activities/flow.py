@@ -38,7 +38,7 @@ from signoff.activities.types import (
 )
 from signoff.engine import metrics, tracing, webhooks
 from signoff.engine.access import Access
-from signoff.engine.context import egress_policy
+from signoff.engine.context import RunBudget, egress_policy
 from signoff.engine.decisions import (
     apply_decision,
     check_decider,
@@ -50,7 +50,7 @@ from signoff.engine.decisions import (
     with_decision,
     with_defaults,
 )
-from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, SignoffError
+from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, RunBudgetExceeded, SignoffError
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
@@ -59,7 +59,7 @@ from signoff.engine.run import apply_layer, build_vertices, context_for, final_r
 from signoff.engine.secrets import Vault
 from signoff.engine.settings import Settings
 from signoff.engine.spec import apply_tweaks, load_flow
-from signoff.engine.state import RunState, new_run_state
+from signoff.engine.state import RunState, Spent, new_run_state
 from signoff.engine.store.base import Store, StoreError
 
 _GRAPH_CACHE_SIZE = 256
@@ -109,15 +109,19 @@ class FlowActivities:
                 if job.status.terminal:
                     return RunLayerOutput(step=inp.step, state=inp.state, cancelled=True, status=job.status.value)
             if ids:
-                async with _heartbeating():
-                    state = await self._build_layer(graph, state, ids, lambda: inp.now)
+                # the run's budgets go on from what an earlier attempt of this layer spent
+                budget = RunBudget.of(_carried(state.spent, activity.info().heartbeat_details), self.settings)
+                async with _heartbeating(budget):
+                    state = await self._build_layer(graph, state, ids, lambda: inp.now, budget=budget)
                 if inp.inline:
                     # stamped now, as resume_run's (the workflow's time when that is later): a gate
                     # built here paused after the layer before it, and its span starts after that
                     # layer's
                     state, step, built = await self._instant_layers(graph, state, step, built,
-                                                                    lambda: max(inp.now, utcnow()))
-            return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist)
+                                                                    lambda: max(inp.now, utcnow()),
+                                                                    over_budget_fails=True)
+            return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist,
+                                            charge=True)
         except SignoffError as err:
             raise to_failure(err) from None
 
@@ -554,20 +558,25 @@ class FlowActivities:
                                start=job.created_at)
         return state
 
-    async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime]) -> RunState:
+    async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime],
+                           budget: RunBudget | None = None) -> RunState:
         ctx = context_for(state, history=self.store, flow_loader=self.access.flow_loader(state.user_id),
                           secrets=self.vault.value, clock=clock,
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
+                          **({"budget": budget} if budget is not None else {}),
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
         return apply_layer(graph, state, layer)
 
     async def _instant_layers(self, graph: Graph, state: RunState, step: int, built: list[str],
-                              clock: Callable[[], datetime]) -> tuple[RunState, int, list[str]]:
+                              clock: Callable[[], datetime], *, over_budget_fails: bool = False
+                              ) -> tuple[RunState, int, list[str]]:
         """The layers that follow, built here while they are instant (``Component.instant``: no
         I/O beyond the store, so a retry that builds them again repeats nothing outside), up to
         a pause or the end of the run. A failure leaves the state before that layer: the workflow
-        builds it with ``run_layer``, its retry policy and its ``run_failed``."""
+        builds it with ``run_layer``, its retry policy and its ``run_failed``; with
+        ``over_budget_fails`` (``run_layer``'s own), a layer over the run's budgets fails the
+        activity at once, as ``run_layer`` building it would."""
         for _ in range(MAX_INLINE_LAYERS):
             if state.pending is not None:
                 break
@@ -576,6 +585,10 @@ class FlowActivities:
                 break
             try:
                 state = await self._build_layer(graph, state, ids, clock)
+            except RunBudgetExceeded:
+                if over_budget_fails:
+                    raise
+                break
             except Exception:  # noqa: BLE001 - run_layer builds it again, with its retry policy
                 break
             step += 1
@@ -601,15 +614,17 @@ class FlowActivities:
 
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
                             built: list[str], blob_step: int | None = None, *, persist: bool = False,
-                            job: Job | None = None) -> RunLayerOutput:
+                            job: Job | None = None, charge: bool = False) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
         pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
         pause persisted (the job ``suspended``: the workflow then waits without a ``persist_pause``
-        activity); at the end the completion recorded."""
+        activity); at the end the completion recorded. With ``charge`` (a layer's activity), a
+        state stored as a blob counts against the run's output bytes (StateCodec.dump)."""
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
-        ref, data = await self.codec.dump(state, step if blob_step is None else blob_step)
+        ref, data = await self.codec.dump(state, step if blob_step is None else blob_step,
+                                          budget=RunBudget.of(state.spent, self.settings) if charge else None)
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
             await self.store.save_checkpoint(
@@ -675,9 +690,31 @@ def _vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, 
             "at": vote.at.isoformat(), "votes": n, "required": required}
 
 
+def _carried(spent: Spent, details: Any) -> Spent:
+    """What the run has spent: its state's figures, or what an earlier attempt of this layer
+    heartbeated (``details``: that attempt's last heartbeat) when more, so a retry of a layer does
+    not start from a fresh budget."""
+    if not details or not isinstance(details[0], dict):
+        return spent
+    try:
+        earlier = Spent.model_validate(details[0])
+    except ValueError:
+        return spent
+    return Spent(output_bytes=max(spent.output_bytes, earlier.output_bytes), calls=max(spent.calls, earlier.calls),
+                 tokens=max(spent.tokens, earlier.tokens))
+
+
 class _heartbeating:
     """Heartbeat while a layer builds (when the activity has a heartbeat timeout), so a layer lost
-    with its worker is retried elsewhere within seconds, and a stop reaches it."""
+    with its worker is retried elsewhere within seconds, and a stop reaches it. Each heartbeat
+    carries what the run has spent of its budgets (``budget``), the last one too as the layer
+    ends, so that a retry goes on from it (:func:`_carried`)."""
+
+    def __init__(self, budget: RunBudget | None = None) -> None:
+        self._budget = budget
+
+    def _details(self) -> tuple[Any, ...]:
+        return (self._budget.spent().model_dump(),) if self._budget is not None else ()
 
     async def __aenter__(self) -> None:
         self._task = asyncio.create_task(self._beat()) if activity.info().heartbeat_timeout else None
@@ -685,11 +722,11 @@ class _heartbeating:
     async def __aexit__(self, *exc: object) -> None:
         if self._task is not None:
             self._task.cancel()
+            activity.heartbeat(*self._details())
 
-    @staticmethod
-    async def _beat() -> None:
+    async def _beat(self) -> None:
         while True:
-            activity.heartbeat()
+            activity.heartbeat(*self._details())
             await asyncio.sleep(HEARTBEAT_EVERY)
 
 

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from signoff.activities.types import StateRef
+from signoff.engine.context import RunBudget
 from signoff.engine.lifecycle import run_blob_prefix
 from signoff.engine.run import check_checkpointable
 from signoff.engine.state import RunState
@@ -56,12 +57,21 @@ class StateCodec:
                     outs[name] = json.loads(raw)
         return RunState.model_validate(data)
 
-    async def dump(self, state: RunState, step: int) -> tuple[StateRef, dict[str, Any]]:
-        """A reference for the workflow (inline or a blob key) and the externalized data."""
+    async def dump(self, state: RunState, step: int, *, budget: RunBudget | None = None
+                   ) -> tuple[StateRef, dict[str, Any]]:
+        """A reference for the workflow (inline or a blob key) and the externalized data. With
+        ``budget`` (the run's), a whole-state blob (one per layer that dials out) counts against the
+        run's output bytes: it is what the run stores; over the budget it is not written
+        (RunBudgetExceeded), and ``state.spent`` says what the run has spent with it."""
         data = await self.externalize(state)
         raw = json.dumps(data, separators=(",", ":")).encode()
         if len(raw) <= self.state_limit:
             return StateRef(inline=data), data
+        if budget is not None:
+            budget.spend_bytes(len(raw))
+            state.spent = budget.spent()
+            data["spent"] = state.spent.model_dump(mode="json")
+            raw = json.dumps(data, separators=(",", ":")).encode()
         key = f"{run_blob_prefix(state.job_id or state.run_id)}state/{step}"
         await self.store.put_blob(key, raw)
         return StateRef(blob_key=key), data

@@ -14,11 +14,11 @@ from typing import Any, AsyncContextManager, Awaitable, Callable, ContextManager
 import httpx
 
 from signoff.engine.egress import EgressPolicy, egress_client
-from signoff.engine.errors import ComponentError
+from signoff.engine.errors import ComponentError, RunBudgetExceeded
 from signoff.engine.models import FlowRecord, utcnow
 from signoff.engine.secrets import SECRET_REF, is_secret_ref, secret_names
 from signoff.engine.settings import DEFAULT_MAX_OUTPUT_BYTES, Settings
-from signoff.engine.state import VertexResult
+from signoff.engine.state import Spent, VertexResult
 from signoff.engine.store.base import HistoryStore
 
 # Loads a flow for a nested run by id (or by name: ``loader(name, by_name=True)``), or None when it
@@ -70,6 +70,129 @@ class NestedBudget:
         self.used += 1
 
 
+def json_size(value: Any, limit: int | None = None) -> int:
+    """About the JSON size of ``value`` in bytes (text counted as UTF-8 at most, numbers as 8),
+    without building the JSON; with ``limit``, stops as soon as the size is over it (the answer is
+    then some number over ``limit``)."""
+    size = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) if item.isascii() else len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, dict):
+            size += 2 * len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += len(item)
+            stack.extend(item)
+        else:
+            size += 8
+        if limit is not None and size > limit:
+            return size
+    return size
+
+
+@dataclass
+class RunBudget:
+    """What a run has spent of its budgets (output bytes, outbound calls, model tokens) against
+    the settings' limits (docs/security.md, "Budgets per run"). One object is shared by a layer's
+    builds, their nested runs and every HTTP client the run opens; the run's state carries the
+    totals from layer to layer and across pauses (``RunState.spent``), and a layer's activity
+    heartbeats them so that a retry of the layer goes on from what the failed attempt spent.
+
+    Going over raises :class:`RunBudgetExceeded`, and the error stays (``exceeded``): a component
+    that catches it (an HTTP client's caller, an Agent's tool loop) cannot hide it, the layer
+    fails with it when its builds are over."""
+
+    output_bytes: int = 0
+    calls: int = 0
+    tokens: int = 0
+    max_output_bytes: int | None = None  # None: no limit
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    exceeded: RunBudgetExceeded | None = None
+
+    @classmethod
+    def of(cls, spent: Spent, settings: Settings | None) -> "RunBudget":
+        return cls(output_bytes=spent.output_bytes, calls=spent.calls, tokens=spent.tokens,
+                   max_output_bytes=settings.run_max_output_bytes if settings is not None else None,
+                   max_calls=settings.run_max_calls if settings is not None else None,
+                   max_tokens=(settings.run_max_tokens or None) if settings is not None else None)
+
+    def spent(self) -> Spent:
+        return Spent(output_bytes=self.output_bytes, calls=self.calls, tokens=self.tokens)
+
+    def _over(self, budget: str, message: str, *, limit: int, used: int, vertex_id: str | None) -> RunBudgetExceeded:
+        if self.exceeded is None:
+            self.exceeded = RunBudgetExceeded(message, budget=budget, limit=limit, used=used, vertex_id=vertex_id)
+        return self.exceeded
+
+    def check(self) -> None:
+        """Raise the budget's error if the run went over one."""
+        if self.exceeded is not None:
+            raise self.exceeded
+
+    def spend_output(self, value: Any, *, vertex_id: str | None = None) -> None:
+        """Count ``value`` (an output, a node's private state, a message) against the run's
+        output bytes, before it is stored; over the budget it is refused (not counted)."""
+        self.check()
+        if self.max_output_bytes is None:
+            return
+        left = self.max_output_bytes - self.output_bytes
+        size = json_size(value, max(left, 0))
+        if size > left:
+            raise self._over(
+                "output_bytes",
+                f"The run went over its budget of output bytes: {self.output_bytes} stored, and "
+                f"{'a node' if vertex_id is None else repr(vertex_id)} produced more than the {max(left, 0)} left "
+                f"of {self.max_output_bytes} (SIGNOFF_RUN_MAX_OUTPUT_BYTES)",
+                limit=self.max_output_bytes, used=self.output_bytes + size, vertex_id=vertex_id)
+        self.output_bytes += size
+
+    def spend_bytes(self, size: int, *, what: str = "the run's state, stored for its next layer") -> None:
+        """Count ``size`` bytes the run stores besides its outputs (``what``)."""
+        self.check()
+        if self.max_output_bytes is not None and self.output_bytes + size > self.max_output_bytes:
+            raise self._over(
+                "output_bytes",
+                f"The run went over its budget of output bytes: {self.output_bytes} stored, and {what} is {size} "
+                f"more, over {self.max_output_bytes} (SIGNOFF_RUN_MAX_OUTPUT_BYTES)",
+                limit=self.max_output_bytes, used=self.output_bytes + size, vertex_id=None)
+        self.output_bytes += size
+
+    def call(self, request: httpx.Request | None = None) -> None:
+        """One outbound request (the egress transport calls it before each one it sends)."""
+        self.check()
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            where = f" ({request.method} {request.url.scheme}://{request.url.host})" if request is not None else ""
+            raise self._over(
+                "calls",
+                f"The run went over its budget of outbound calls: {self.calls} made, the most one run may make "
+                f"(SIGNOFF_RUN_MAX_CALLS={self.max_calls}); the next one{where} was not sent",
+                limit=self.max_calls, used=self.calls + 1, vertex_id=None)
+        self.calls += 1
+
+    def spend_tokens(self, usage: dict[str, Any] | None) -> None:
+        """The tokens a model's answer reports (``usage.total_tokens``, else prompt + completion)."""
+        if not isinstance(usage, dict):
+            return
+        total = usage.get("total_tokens")
+        if not isinstance(total, int) or isinstance(total, bool):
+            parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+            total = sum(p for p in parts if isinstance(p, int) and not isinstance(p, bool))
+        if total <= 0:
+            return
+        self.tokens += total
+        if self.max_tokens is not None and self.tokens > self.max_tokens:
+            raise self._over(
+                "tokens",
+                f"The run went over its budget of model tokens: {self.tokens} used, more than the "
+                f"{self.max_tokens} one run may use (SIGNOFF_RUN_MAX_TOKENS)",
+                limit=self.max_tokens, used=self.tokens, vertex_id=None)
+
+
 @functools.lru_cache(maxsize=64)
 def egress_policy(allow: str) -> EgressPolicy:
     """The policy of a ``SIGNOFF_EGRESS_ALLOW`` value (parsed once per value)."""
@@ -94,6 +217,8 @@ class RunContext:
     wrap_build: BuildWrapper | None = None
     depth: int = 0  # nesting level (RunFlow)
     nested: NestedBudget = field(default_factory=NestedBudget)
+    # The run's budgets (output bytes, outbound calls, model tokens), shared with nested runs.
+    budget: RunBudget = field(default_factory=RunBudget)
     # The process settings, passed in by the caller (never read here): the egress policy and
     # caps, and an Agent's model defaults (openai_model/openai_base_url/openai_api_key).
     settings: Settings | None = None
@@ -127,12 +252,13 @@ class RunContext:
         """The one way a component dials out: ``async with ctx.run.http_client() as client``.
         Every connection is checked against the egress policy (plus ``allow``: what the operator
         configured for this call, e.g. its own model URL) on the resolved address; a response body
-        is read up to ``SIGNOFF_HTTP_MAX_RESPONSE_BYTES``."""
+        is read up to ``SIGNOFF_HTTP_MAX_RESPONSE_BYTES``; every request (each redirect, each
+        retry) counts against the run's budget of calls (``SIGNOFF_RUN_MAX_CALLS``)."""
         policy = self.egress.allowing(*allow) if allow else self.egress
         settings = self.settings or Settings()
         return egress_client(policy, timeout=min(timeout or settings.http_max_timeout_seconds,
                                                  settings.http_max_timeout_seconds),
-                             max_response_bytes=settings.http_max_response_bytes)
+                             max_response_bytes=settings.http_max_response_bytes, on_request=self.budget.call)
 
     @property
     def max_output_bytes(self) -> int:

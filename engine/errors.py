@@ -108,6 +108,21 @@ class ComponentError(SignoffError):
         super().__init__(message, vertex_id=vertex_id, **details)
 
 
+class RunBudgetExceeded(SignoffError):
+    """The run went over one of its budgets (SIGNOFF_RUN_MAX_OUTPUT_BYTES, SIGNOFF_RUN_MAX_CALLS,
+    SIGNOFF_RUN_MAX_TOKENS): the run fails. Not a ComponentError: an Agent does not hand it to its
+    model as a tool's failure, and retrying the layer cannot help."""
+
+    code = "RUN_BUDGET_EXCEEDED"
+
+    def __init__(self, message: str | None = None, *, budget: str | None = None, limit: int | None = None,
+                 used: int | None = None, vertex_id: str | None = None, **details: Any) -> None:
+        self.vertex_id = vertex_id
+        if vertex_id is not None:
+            details["vertex_id"] = vertex_id
+        super().__init__(message, budget=budget, limit=limit, used=used, **details)
+
+
 class CheckpointError(SignoffError):
     """The checkpoint could not be written."""
 

@@ -53,6 +53,7 @@ class RunEnd:
         if self.status == JobStatus.failed:
             error = self.error or {}
             return "run_failed", {"error": error.get("error"), "type": error.get("type"),
+                                  **({"code": error["code"]} if error.get("code") else {}),
                                   "vertex_id": error.get("vertex_id")}
         if self.status == JobStatus.cancelled:
             data: dict[str, Any] = {"reason": self.reason}

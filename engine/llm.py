@@ -146,6 +146,7 @@ class ChatClient:
         http_client_factory: Callable[[], httpx.AsyncClient],
         extra_body: dict[str, Any] | None = None,
         who: str = "Agent",
+        on_usage: Callable[[dict[str, Any] | None], None] | None = None,
     ) -> None:
         self.model = model
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
@@ -156,6 +157,7 @@ class ChatClient:
         self.http_client_factory = http_client_factory  # the run's client: egress policy, size cap
         self.extra_body = extra_body or {}
         self.who = who
+        self.on_usage = on_usage  # told each answer's ``usage`` (a run's budget of tokens); it may raise
 
     @property
     def _hide(self) -> list[str]:
@@ -210,6 +212,8 @@ class ChatClient:
                         result = self._parse(resp)
                         if isinstance(result, ChatResult):
                             result.attempts = attempt + 1
+                            if self.on_usage is not None:
+                                self.on_usage(result.usage)
                             return result
                         last = result  # a malformed answer: ask again
                 if attempt + 1 < attempts:

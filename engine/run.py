@@ -18,7 +18,7 @@ import uuid
 from typing import Any
 
 from signoff.engine.components.base import BuildContext, PauseRequested, as_text
-from signoff.engine.context import NestedBudget, RunContext
+from signoff.engine.context import NestedBudget, RunBudget, RunContext, json_size
 from signoff.engine.decisions import apply_decision
 from signoff.engine.errors import CheckpointError, ComponentError, FlowInvalid, NestedGateError, SignoffError
 from signoff.engine.graph import Graph
@@ -41,6 +41,7 @@ def context_for(state: RunState, **services: Any) -> RunContext:
     settings = services.get("settings")
     services.setdefault("nested", NestedBudget(used=state.nested_runs,
                                                limit=settings.max_nested_runs if settings is not None else None))
+    services.setdefault("budget", RunBudget.of(state.spent, settings))
     return RunContext(
         run_id=state.run_id,
         job_id=state.job_id,
@@ -63,24 +64,7 @@ def _decisions_for(state: RunState, vertex_id: str) -> list[AppliedDecision]:
 def _over(value: Any, limit: int) -> bool:
     """Whether ``value`` is over ``limit`` bytes, about its JSON size (text counted as UTF-8 at
     most, numbers as 8), without building the JSON; stops as soon as it is over."""
-    size = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            size += len(item) if item.isascii() else len(item.encode("utf-8", "surrogatepass"))
-        elif isinstance(item, dict):
-            size += 2 * len(item)
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            size += len(item)
-            stack.extend(item)
-        else:
-            size += 8
-        if size > limit:
-            return True
-    return False
+    return json_size(value, limit) > limit
 
 
 async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunContext) -> VertexResult:
@@ -109,6 +93,9 @@ async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunCo
         except PauseRequested as p:  # raised or returned: the same pause
             outputs = p
         if isinstance(outputs, PauseRequested):
+            # what the run stores of a pause: the outputs and state it keeps, the request
+            ctx.budget.spend_output([outputs.outputs, outputs.state, outputs.request.model_dump(mode="json")],
+                                    vertex_id=vertex_id)
             return VertexResult(
                 vertex_id=vertex_id,
                 component_type=vertex.type,
@@ -121,6 +108,7 @@ async def build_vertex(graph: Graph, state: RunState, vertex_id: str, ctx: RunCo
             raise ComponentError(
                 f"{vertex.type} '{vertex_id}': its output is over {ctx.max_output_bytes} bytes "
                 "(SIGNOFF_MAX_OUTPUT_BYTES)", vertex_id=vertex_id)
+        ctx.budget.spend_output([outputs, bctx.state], vertex_id=vertex_id)  # the run's total (SIGNOFF_RUN_MAX_OUTPUT_BYTES)
         return VertexResult(
             vertex_id=vertex_id,
             component_type=vertex.type,
@@ -168,7 +156,7 @@ async def build_vertices(graph: Graph, state: RunState, vertex_ids: list[str], c
     outcomes = await asyncio.gather(
         *(build_vertex(graph, state, vid, ctx) for vid in vertex_ids), return_exceptions=True
     )
-    layer = LayerResult(vertex_ids=list(vertex_ids), nested_runs=ctx.nested.used)
+    layer = LayerResult(vertex_ids=list(vertex_ids))
     errors: list[BaseException] = []
     for vid, outcome in zip(vertex_ids, outcomes):
         if isinstance(outcome, BaseException):
@@ -180,11 +168,30 @@ async def build_vertices(graph: Graph, state: RunState, vertex_ids: list[str], c
     for err in errors:
         if not isinstance(err, Exception):
             raise err  # cancellation and friends
+    # over a budget, the run fails with that, whatever a component made of the error (an Agent
+    # may have caught it around a tool, an HTTP node reported another)
+    _check_budget(ctx, errors)
     if errors:
         raise errors[0]
     if layer.pause is not None and ctx.history is not None:
-        await ctx.history.add_message(gate_card(graph, ctx, layer.pause_vertex, layer.pause))
+        card = gate_card(graph, ctx, layer.pause_vertex, layer.pause)
+        ctx.budget.spend_output(card.card, vertex_id=layer.pause_vertex)
+        await ctx.history.add_message(card)
+    layer.nested_runs, layer.spent = ctx.nested.used, ctx.budget.spent()
     return layer
+
+
+def _check_budget(ctx: RunContext, errors: list[BaseException]) -> None:
+    """Raise the run's budget error if one of the layer's builds went over a budget. A build it
+    passed through named itself on it (build_vertex); when a component swallowed it, the vertex
+    is that of the layer's first error, if any."""
+    exceeded = ctx.budget.exceeded
+    if exceeded is None:
+        return
+    if exceeded.vertex_id is None:
+        exceeded.vertex_id = next((v for v in (getattr(e, "vertex_id", None) for e in errors) if v), None)
+        exceeded.details["vertex_id"] = exceeded.vertex_id
+    raise exceeded
 
 
 def gate_card(graph: Graph, ctx: RunContext, vertex_id: str, request: PendingRequest) -> Message:
@@ -240,6 +247,8 @@ def apply_layer(graph: Graph, state: RunState, result: LayerResult) -> RunState:
     new.layers += 1
     if result.nested_runs is not None:
         new.nested_runs = result.nested_runs
+    if result.spent is not None:
+        new.spent = result.spent.model_copy()
     propagate_dead(graph, new)
     return new
 

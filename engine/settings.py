@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+DEFAULT_RUN_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+DEFAULT_RUN_MAX_CALLS = 1000
+DEFAULT_RUN_MAX_TOKENS = 2_000_000
 
 
 class Settings(BaseSettings):
@@ -144,6 +147,24 @@ class Settings(BaseSettings):
     )
     max_nested_runs: int = Field(
         100, ge=0, description="Nested runs (Run Flow, at any depth) one run may start in all; beyond it the node fails.",
+    )
+    # Budgets per run (docs/security.md, "Budgets per run"): the totals travel in the run's state
+    # from layer to layer and across pauses; beyond one, the run fails with RUN_BUDGET_EXCEEDED.
+    run_max_output_bytes: int = Field(
+        DEFAULT_RUN_MAX_OUTPUT_BYTES, ge=64 * 1024,
+        description="The output bytes one run may produce in all (every node's outputs and private state, about "
+        "their JSON size, and the chat messages it stores; nested runs count against their parent's). Keep it at "
+        "least SIGNOFF_MAX_OUTPUT_BYTES.",
+    )
+    run_max_calls: int = Field(
+        DEFAULT_RUN_MAX_CALLS, ge=1,
+        description="The outbound HTTP requests one run may make in all (HTTP Request nodes, model calls and their "
+        "retries, an Agent's tools, redirects, nested runs').",
+    )
+    run_max_tokens: int = Field(
+        DEFAULT_RUN_MAX_TOKENS, ge=0,
+        description="The model tokens one run may use in all, as the model's answers report them (usage."
+        "total_tokens); 0: no limit. Answers without usage are not counted.",
     )
     secret_key: str | None = Field(
         None,

@@ -18,6 +18,16 @@ from signoff.engine.spec import FlowSpec, spec_hash
 STATE_VERSION = 1
 
 
+class Spent(BaseModel):
+    """What a run has spent of its budgets so far (docs/security.md, "Budgets per run"): output
+    bytes, outbound calls, model tokens. Carried in the run's state (the checkpoint) from layer to
+    layer and across pauses, so neither a new layer nor a resume starts a fresh budget."""
+
+    output_bytes: int = 0
+    calls: int = 0
+    tokens: int = 0
+
+
 class RunState(BaseModel):
     version: int = STATE_VERSION
     run_id: str
@@ -43,6 +53,7 @@ class RunState(BaseModel):
     build_counts: dict[str, int] = Field(default_factory=dict)  # builds that completed or paused
     layers: int = 0
     nested_runs: int = 0  # nested runs started so far (Run Flow, any depth), against SIGNOFF_MAX_NESTED_RUNS
+    spent: Spent = Field(default_factory=Spent)  # of the run's budgets (SIGNOFF_RUN_MAX_*), nested runs included
 
     @property
     def paused(self) -> bool:
@@ -64,6 +75,7 @@ class LayerResult(BaseModel):
     results: dict[str, VertexResult] = Field(default_factory=dict)
     pause_vertex: str | None = None  # the vertex whose pause the run takes (at most one)
     nested_runs: int | None = None  # the run's nested runs after this layer (None: unchanged)
+    spent: Spent | None = None  # what the run has spent after this layer (None: unchanged)
 
     @property
     def pause(self) -> PendingRequest | None:

@@ -63,6 +63,7 @@ def _error(err: BaseException) -> dict[str, Any]:
     return {
         "error": err.message if isinstance(err, SignoffError) else f"{err.__class__.__name__}: {err}",
         "type": err.__class__.__name__,
+        **({"code": err.code} if isinstance(err, SignoffError) else {}),
         "vertex_id": getattr(err, "vertex_id", None),
     }
 
@@ -215,6 +216,7 @@ class InlineBackend(RunBackend):
         elif outcome.status == "failed":
             err = outcome.error or {}
             await self._failed(job, flow, {"error": err.get("error"), "type": err.get("type"),
+                                           **({"code": err["code"]} if err.get("code") else {}),
                                            "vertex_id": err.get("vertex_id")}, traced=True)
         else:  # paused: flow_has_gate said it could not; never leave it hanging
             await self._failed(job, flow, {"error": "the run paused, but it was run without Temporal",

@@ -98,4 +98,5 @@ async def chat_client(ctx: BuildContext, params: dict[str, Any], *, who: str,
         http_client_factory=lambda: ctx.run.http_client(allow=allow),
         extra_body=extra,
         who=who,
+        on_usage=ctx.run.budget.spend_tokens,  # the run's budget of tokens (SIGNOFF_RUN_MAX_TOKENS)
     )

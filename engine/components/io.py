@@ -30,6 +30,7 @@ async def store_message(ctx: BuildContext, sender: str, sender_name: str, text: 
         created_at=run.now(),
     )
     if run.history is not None:
+        run.budget.spend_output(text, vertex_id=ctx.vertex_id)  # what the run stores, before it is stored
         await run.history.add_message(msg)
     return {"message": message_value(msg)}
 

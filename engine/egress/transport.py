@@ -87,6 +87,7 @@ class EgressTransport(httpx.AsyncHTTPTransport):
         max_response_bytes: int | None = None,
         resolver: Resolver | None = None,
         network_backend: httpcore.AsyncNetworkBackend | None = None,
+        on_request: Callable[[httpx.Request], None] | None = None,
     ) -> None:
         # super().__init__ is deliberately not called: it would build a pool (maybe through a
         # proxy) that we replace. The parent's request handling uses ``self._pool``; should
@@ -95,6 +96,7 @@ class EgressTransport(httpx.AsyncHTTPTransport):
             raise ValueError("max_response_bytes must be >= 0")
         self.policy = policy if policy is not None else EgressPolicy()
         self.max_response_bytes = max_response_bytes
+        self.on_request = on_request
         self.backend = EgressNetworkBackend(self.policy, resolver=resolver, network_backend=network_backend)
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         self._pool = httpcore.AsyncConnectionPool(
@@ -111,6 +113,8 @@ class EgressTransport(httpx.AsyncHTTPTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.on_request is not None:  # e.g. a run's budget of calls: it may refuse the request
+            self.on_request(request)
         response = await super().handle_async_request(request)
         if self.max_response_bytes is None:
             return response
@@ -175,6 +179,7 @@ def egress_client(
     limits: httpx.Limits | None = None,
     retries: int = 0,
     network_backend: httpcore.AsyncNetworkBackend | None = None,
+    on_request: Callable[[httpx.Request], None] | None = None,
     **kwargs: Any,
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` that only connects where ``policy`` allows (default: the
@@ -184,6 +189,8 @@ def egress_client(
     ``httpx.AsyncClient`` (``headers``, ``auth``, ``base_url``, ``event_hooks``, ...);
     ``proxy``, ``mounts``, ``transport`` and ``trust_env=True`` are refused (they would
     bypass the policy). ``resolver``/``network_backend``: see :class:`EgressNetworkBackend`.
+    ``on_request``: called with every request before it is sent (each redirect too); what it
+    raises fails the request (a run's budget of calls).
     """
     bypass = sorted(k for k in ("proxy", "proxies", "mounts", "transport", "app") if kwargs.get(k) is not None)
     if bypass:
@@ -208,6 +215,7 @@ def egress_client(
         max_response_bytes=max_response_bytes,
         resolver=resolver,
         network_backend=network_backend,
+        on_request=on_request,
     )
     return httpx.AsyncClient(
         transport=transport, trust_env=False, timeout=timeout, follow_redirects=follow_redirects, **kwargs

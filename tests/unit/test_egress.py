@@ -716,3 +716,25 @@ async def test_read_capped_on_a_response_already_read(server: Server):
         await read_capped(r, 4999)
     with pytest.raises(ValueError):
         await read_capped(r, -1)
+
+
+async def test_every_request_counts_against_a_runs_budget_of_calls_before_it_is_sent(server: Server):
+    """``on_request`` (a run's RunBudget.call) sees each request, each redirect hop too, and what
+    it raises stops the request before it dials: the third request never reaches the server."""
+    from signoff.engine.context import RunBudget
+    from signoff.engine.errors import RunBudgetExceeded
+
+    budget = RunBudget(max_calls=2)
+    before = len(server.hits)
+    async with egress_client(policy(f"127.0.0.1:{server.port}"), follow_redirects=True,
+                             on_request=budget.call) as client:
+        ok = await client.get(f"{server.url}/redirect", params={"to": f"{server.url}/"})  # two requests
+        assert ok.status_code == 200 and budget.calls == 2
+        with pytest.raises(RunBudgetExceeded) as e:
+            await client.get(f"{server.url}/")
+    assert len(server.hits) - before == 2
+    assert e.value.details["budget"] == "calls" and "SIGNOFF_RUN_MAX_CALLS=2" in e.value.message
+    # the budget keeps its error: a caller that swallowed it cannot make the next call go out
+    assert budget.exceeded is e.value
+    with pytest.raises(RunBudgetExceeded):
+        budget.call()

@@ -483,8 +483,9 @@ async def test_run_failed_data_on_both_runners(api: Harness) -> None:
             frames = await events(c, job_id)
             assert frames[-1]["event"] == "run_failed", frames
             data = frames[-1]["data"]
-            assert {"error", "type"} <= set(data) <= {"error", "type", "vertex_id"}, data
+            assert {"error", "type"} <= set(data) <= {"error", "type", "code", "vertex_id"}, data
             assert data["vertex_id"] == "fetch" and "not an http(s) URL" in data["error"], data
+            assert data["code"] == "COMPONENT_ERROR" == body["errors"][0]["code"], data
 
 
 async def test_stop_of_a_running_job_reports_cancelled_on_both_runners(api: Harness) -> None:
