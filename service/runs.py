@@ -128,7 +128,8 @@ class RunService:
                 raise Forbidden(f"You may not tweak {', '.join(refused)}: the flow's owner has not marked "
                                 "them tweakable (a node's \"tweakable\" list), or they would choose a credential, "
                                 "where one goes, or name a secret", flow_id=flow.id)
-        parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes)
+        parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes,
+                           min_remind_every=self.settings.min_remind_every_seconds)
 
     async def supersede(self, job: Job, *, older_only: bool = False) -> list[str]:
         """Cancel this user's suspended runs of this flow in the same effective session (never
