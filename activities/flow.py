@@ -428,7 +428,7 @@ class FlowActivities:
         if pending is not None:
             refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
             people |= await self.access.people(refs)
-        hooks = await self.store.webhooks_for(sorted(people), event)
+        hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
         if not hooks:
             return []
         seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
@@ -528,11 +528,18 @@ class FlowActivities:
         people = {job.user_id}
         if request is not None and request.approver_refs:
             people |= await self.access.people(request.approver_refs)
+        people = await self._not_muting(job, people)
         out: list[Delivery] = []
         for event, seq in written:
             out += [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq)
                     for h in await self.store.webhooks_for(sorted(people), event)]
         return out
+
+    async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
+        """``people`` but those who muted the run's owner (their webhooks get none of the owner's
+        requests; docs/security.md, "Fan-out and approvers"). The owner always gets their own."""
+        others = sorted(people - {job.user_id})
+        return people - await self.store.muted_by(job.user_id, others) if others else people
 
     async def _flow_owner(self, job: Job) -> str | None:
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
