@@ -50,7 +50,7 @@ from signoff.engine.decisions import (
     with_decision,
     with_defaults,
 )
-from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, SignoffError
+from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, SignoffError, WaitingOnOthersLimit
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
@@ -616,6 +616,8 @@ class FlowActivities:
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
+        if state.pending is not None and state.pending.approver_refs:
+            await self._may_wait_on_others(job_id, state.user_id, state.pending.approver_refs)
         ref, data = await self.codec.dump(state, step if blob_step is None else blob_step)
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
@@ -643,6 +645,21 @@ class FlowActivities:
             return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
                                   deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
+
+    async def _may_wait_on_others(self, job_id: str, user_id: str, refs: list[str]) -> None:
+        """A request of ``user_id``'s run that names someone else (another user, a group) may wait
+        only while fewer than SIGNOFF_MAX_WAITING_FOR_OTHERS of their other requests do: asking
+        is bounded per requester (docs/security.md, "Fan-out and approvers"). Over it the run
+        fails with WAITING_ON_OTHERS_LIMIT before anyone is asked (no event, no webhook)."""
+        if not any(ref.startswith("group:") or (ref.startswith("user:") and ref != f"user:{user_id}")
+                   for ref in refs):
+            return
+        limit = self.settings.max_waiting_for_others
+        waiting = [j for j in await self.store.waiting_on_others(user_id, limit=limit + 1) if j != job_id]
+        if len(waiting) >= limit:
+            raise WaitingOnOthersLimit(
+                f"{len(waiting)} of this user's requests already wait on other people, as many as this deployment "
+                f"allows (SIGNOFF_MAX_WAITING_FOR_OTHERS={limit}): this run asks nobody more and fails")
 
     async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None,
                         job: Job | None = None) -> str:
