@@ -279,3 +279,42 @@ async def test_requests_waiting_on_others_are_capped_per_requester(world, receiv
     for job_id in (waiting[1], again, mine):
         await _stop(h, job_id)
 
+
+
+async def test_the_waiting_cap_holds_at_a_gate_reached_after_a_decision(world, receivers, monkeypatch):
+    """The budget is checked at every pause, also the one a decision leads to: alice decides her
+    own first gate, the second would ask bob while her budget is spent, so the run fails there
+    with WAITING_ON_OTHERS_LIMIT; her decision was taken (the resume says so) and bob is not
+    asked."""
+    h, _ = world
+    monkeypatch.setattr(h.settings, "max_waiting_for_others", 1)
+    bob = await name_of(h, "bob")
+    bob_rx = receivers()
+    await register_webhook(h, "bob", bob_rx.url, SECRET)
+    spent = await _waiting(h, await save_flow(h, gate_flow("asks bob first", approvers=[bob])))
+    two = await save_flow(h, {
+        "name": "alice, then bob",
+        "nodes": [
+            {"id": "ask", "type": "ChatInput"},
+            {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"]}},
+            {"id": "then", "type": "HumanInput", "params": {"decisions": ["Ship"], "approvers": [bob]}},
+            {"id": "done", "type": "ChatOutput", "params": {"text": "shipped"}},
+        ],
+        "edges": [
+            {"from": "ask.message", "to": "gate.prompt"},
+            {"from": "gate.branch_approve", "to": "then.prompt"},
+            {"from": "then.branch_ship", "to": "done.input_value"},
+        ],
+    })
+    job_id = await _waiting(h, two)
+    r = await resume(h, "alice", job_id, "approve")
+    assert r.status_code == 200, r.text
+    job = await h.wait_status(job_id, *TERMINAL_STATUSES)
+    assert job.status == JobStatus.failed, job.status
+    assert job.error["type"] == "WaitingOnOthersLimit", job.error
+    names = [name for name, _ in await events(h, job_id)]
+    assert names.count("human_input_required") == 1 and "human_input_decision" in names, names
+    assert job_id not in await pending_ids(h, "bob")
+    await eventually(lambda: [b["job_id"] for b in bob_rx.delivered()] == [spent], timeout=20,
+                     what="bob's delivery of the one that waits")
+    await _stop(h, spent)
