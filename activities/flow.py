@@ -50,7 +50,14 @@ from signoff.engine.decisions import (
     with_decision,
     with_defaults,
 )
-from signoff.engine.errors import FlowNotFound, NotAnApprover, NotResumable, RunBudgetExceeded, SignoffError
+from signoff.engine.errors import (
+    FlowNotFound,
+    NotAnApprover,
+    NotResumable,
+    RunBudgetExceeded,
+    SignoffError,
+    WaitingOnOthersLimit,
+)
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
@@ -432,7 +439,7 @@ class FlowActivities:
         if pending is not None:
             refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
             people |= await self.access.people(refs)
-        hooks = await self.store.webhooks_for(sorted(people), event)
+        hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
         if not hooks:
             return []
         seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
@@ -532,11 +539,18 @@ class FlowActivities:
         people = {job.user_id}
         if request is not None and request.approver_refs:
             people |= await self.access.people(request.approver_refs)
+        people = await self._not_muting(job, people)
         out: list[Delivery] = []
         for event, seq in written:
             out += [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq)
                     for h in await self.store.webhooks_for(sorted(people), event)]
         return out
+
+    async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
+        """``people`` but those who muted the run's owner (their webhooks get none of the owner's
+        requests; docs/security.md, "Fan-out and approvers"). The owner always gets their own."""
+        others = sorted(people - {job.user_id})
+        return people - await self.store.muted_by(job.user_id, others) if others else people
 
     async def _flow_owner(self, job: Job) -> str | None:
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
@@ -623,6 +637,8 @@ class FlowActivities:
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
+        if state.pending is not None and state.pending.approver_refs:
+            await self._may_wait_on_others(job_id, state.user_id, state.pending.approver_refs)
         ref, data = await self.codec.dump(state, step if blob_step is None else blob_step,
                                           budget=RunBudget.of(state.spent, self.settings) if charge else None)
         if state.pending is not None:
@@ -651,6 +667,21 @@ class FlowActivities:
             return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
                                   deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
+
+    async def _may_wait_on_others(self, job_id: str, user_id: str, refs: list[str]) -> None:
+        """A request of ``user_id``'s run that names someone else (another user, a group) may wait
+        only while fewer than SIGNOFF_MAX_WAITING_FOR_OTHERS of their other requests do: asking
+        is bounded per requester (docs/security.md, "Fan-out and approvers"). Over it the run
+        fails with WAITING_ON_OTHERS_LIMIT before anyone is asked (no event, no webhook)."""
+        if not any(ref.startswith("group:") or (ref.startswith("user:") and ref != f"user:{user_id}")
+                   for ref in refs):
+            return
+        limit = self.settings.max_waiting_for_others
+        waiting = [j for j in await self.store.waiting_on_others(user_id, limit=limit + 1) if j != job_id]
+        if len(waiting) >= limit:
+            raise WaitingOnOthersLimit(
+                f"{len(waiting)} of this user's requests already wait on other people, as many as this deployment "
+                f"allows (SIGNOFF_MAX_WAITING_FOR_OTHERS={limit}): this run asks nobody more and fails")
 
     async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None,
                         job: Job | None = None) -> str:

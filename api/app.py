@@ -22,7 +22,7 @@ from signoff.api.auth import AuthMiddleware
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import pages
-from signoff.api.routes import agui, flows, groups, health, metrics, monitor, secrets, webhooks, workflows
+from signoff.api.routes import agui, flows, groups, health, metrics, monitor, mutes, secrets, webhooks, workflows
 
 log = logging.getLogger("signoff.api")
 
@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(secrets.router)
     app.include_router(groups.router)
     app.include_router(webhooks.router)
+    app.include_router(mutes.router)
     app.include_router(agui.router)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)
     _own_error_schema(app)

@@ -56,7 +56,7 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
     if not isinstance(name, str) or not name.strip() or len(name) > ID_MAX_CHARS:
         raise FlowInvalid([{"where": "name", "message": f"name must be a non-empty string of at most {ID_MAX_CHARS} characters"}])
     try:
-        parse_and_validate(spec, max_nodes=settings.max_flow_nodes)
+        parse_and_validate(spec, max_nodes=settings.max_flow_nodes, min_remind_every=settings.min_remind_every_seconds)
     except FlowInvalid:
         raise
     except RecursionError:

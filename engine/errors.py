@@ -152,6 +152,12 @@ class NotAnApprover(SignoffError):
     code = "NOT_AN_APPROVER"
 
 
+class WaitingOnOthersLimit(SignoffError):
+    """Too many of this user's requests wait on other people (SIGNOFF_MAX_WAITING_FOR_OTHERS)."""
+
+    code = "WAITING_ON_OTHERS_LIMIT"
+
+
 class AlreadyVoted(SignoffError):
     """You have already voted on this request."""
 

@@ -117,6 +117,27 @@ class Settings(BaseSettings):
         "submit answers at once with the job running, as after its timeout).",
     )
 
+    # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
+    max_webhooks_per_user: int = Field(
+        20, ge=1,
+        description="Webhooks one user may have; registering one more is 409 WEBHOOK_LIMIT (delete one first).",
+    )
+    min_remind_every_seconds: float = Field(
+        60.0, ge=0,
+        description="The shortest remind_every a Human Input may have; a flow with a shorter one is 422 FLOW_INVALID "
+        "when saved or submitted.",
+    )
+    max_reminders: int = Field(
+        24, ge=0,
+        description="Reminders one request sends at most (human_input_reminder events and their webhook deliveries); "
+        "after them the request waits on without reminding. 0: no reminders at all.",
+    )
+    max_waiting_for_others: int = Field(
+        100, ge=1,
+        description="Requests of one user's runs that may wait on other people (approvers other than the user) at "
+        "once; a run that would ask others once more fails with BUDGET_EXCEEDED.",
+    )
+
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
     # lease renewed every heartbeat; a sweep ends a job whose lease ran out (its process died).
     inline_sync: bool = Field(True, description="Run sync runs of gate-less flows in the API process, not on Temporal.")

@@ -9,6 +9,7 @@ import functools
 from typing import Any
 
 from signoff.engine.components import get_component
+from signoff.engine.components.human_input import HumanInput, remind_floor_problems
 from signoff.engine.errors import FlowInvalid
 from signoff.engine.spec import FlowSpec, NodeSpec, load_flow
 
@@ -21,6 +22,14 @@ def _process_max_nodes() -> int:
     return Settings().max_flow_nodes
 
 
+@functools.cache
+def _process_min_remind_every() -> float:
+    """SIGNOFF_MIN_REMIND_EVERY_SECONDS of this process (read once), for callers that pass none."""
+    from signoff.engine.settings import Settings
+
+    return Settings().min_remind_every_seconds
+
+
 def too_many_nodes(count: int, max_nodes: int | None = None) -> str | None:
     """The one node-count rule (SIGNOFF_MAX_FLOW_NODES): the problem when a flow of ``count``
     nodes is over ``max_nodes`` (default: this process's setting), else None. The API checks it
@@ -31,11 +40,13 @@ def too_many_nodes(count: int, max_nodes: int | None = None) -> str | None:
     return None
 
 
-def validate_flow(spec: FlowSpec, *, max_nodes: int | None = None) -> None:
+def validate_flow(spec: FlowSpec, *, max_nodes: int | None = None, min_remind_every: float | None = None) -> None:
     """Raise FlowInvalid listing every problem: unknown type, duplicate id, unknown input or
     output, dangling edge, two edges into a single input, missing required input or param,
     param of the wrong type, a cycle, more nodes than ``max_nodes`` (default
-    SIGNOFF_MAX_FLOW_NODES)."""
+    SIGNOFF_MAX_FLOW_NODES), a Human Input reminding more often than ``min_remind_every``
+    seconds (default SIGNOFF_MIN_REMIND_EVERY_SECONDS)."""
+    floor = _process_min_remind_every() if min_remind_every is None else min_remind_every
     problems: list[dict[str, Any]] = []
     if not spec.nodes:
         problems.append({"message": "the flow has no nodes"})
@@ -61,6 +72,8 @@ def validate_flow(spec: FlowSpec, *, max_nodes: int | None = None) -> None:
         try:
             for msg in cls.check_params(n.params):
                 problems.append({"node": nid, "message": msg})
+            if cls is HumanInput:
+                problems += [{"node": nid, "message": msg} for msg in remind_floor_problems(n.params, floor)]
         except Exception as e:  # a component's own rules must not crash validation
             problems.append({"node": nid, "message": f"bad params: {e.__class__.__name__}: {e}"})
         try:
@@ -169,9 +182,10 @@ def _find_cycle(adjacency: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_nodes: int | None = None) -> FlowSpec:
+def parse_and_validate(source: str | bytes | dict[str, Any] | FlowSpec, *, max_nodes: int | None = None,
+                       min_remind_every: float | None = None) -> FlowSpec:
     spec = load_flow(source)
-    validate_flow(spec, max_nodes=max_nodes)
+    validate_flow(spec, max_nodes=max_nodes, min_remind_every=min_remind_every)
     return spec
 
 

@@ -128,7 +128,8 @@ class RunService:
                 raise Forbidden(f"You may not tweak {', '.join(refused)}: the flow's owner has not marked "
                                 "them tweakable (a node's \"tweakable\" list), or they would choose a credential, "
                                 "where one goes, or name a secret", flow_id=flow.id)
-        parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes)
+        parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes,
+                           min_remind_every=self.settings.min_remind_every_seconds)
 
     async def supersede(self, job: Job, *, older_only: bool = False) -> list[str]:
         """Cancel this user's suspended runs of this flow in the same effective session (never
@@ -166,7 +167,8 @@ class RunService:
     async def pending_for(self, user: User, flow_id: str | None = None) -> list[Job]:
         """What waits for ``user`` to decide, newest first: their own runs' requests (those with
         no approvers named, or naming them), and the requests assigned to them (by name, by
-        group, by an escalation) in anyone's runs."""
+        group, by an escalation) in anyone's runs, but none of a requester the user muted (the
+        request still waits for its other approvers)."""
         found: dict[str, Job] = {}
         for job in await self.store.list_pending(user.id, flow_id=flow_id):
             pending = job.pending
@@ -174,8 +176,9 @@ class RunService:
                 continue
             if not (pending.approvers or pending.approver_refs) or await assigned(self.store, user, job):
                 found[job.job_id] = job
+        muted = set(await self.store.list_mutes(user.id))
         for job in await self.store.list_assigned_pending(user.id, flow_id=flow_id):
-            if job.pending is not None:
+            if job.pending is not None and job.user_id not in muted:
                 found.setdefault(job.job_id, job)
         return sorted(found.values(), key=lambda j: (j.pending.paused_at if j.pending else j.updated_at),
                       reverse=True)

@@ -187,6 +187,7 @@ class TemporalBackend(RunBackend):
                     user_id=job.user_id,
                     session_id=job.session_id,
                     max_suspend_seconds=self.settings.max_suspend_seconds,
+                    max_reminders=self.settings.max_reminders,
                 ),
                 id=job.job_id,
                 task_queue=self.settings.task_queue,

@@ -1946,3 +1946,77 @@ async def test_workflow_releases_are_an_outbox_oldest_first(store: Store) -> Non
     await store.released(a)  # harmless
     assert [j for j in await store.releases_due(later, limit=10_000) if j in (a, b)] == [b]
     await store.released(b)
+
+
+# ---- fan-out budgets: a webhook limit, mutes, requests waiting on others ----------------------
+
+
+async def test_create_webhook_with_a_limit_stops_at_it_for_that_owner_only(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    made = [await store.create_webhook(alice.id, f"https://a/{i}", ["*"], b"s", limit=3) for i in range(3)]
+    assert all(isinstance(h, Webhook) for h in made)
+    assert await store.create_webhook(alice.id, "https://a/4", ["*"], b"s", limit=3) is None
+    assert [h.id for h in await store.list_webhooks(alice.id)] == [h.id for h in made]  # nothing written
+    assert isinstance(await store.create_webhook(bob.id, "https://b/1", ["*"], b"s", limit=3), Webhook)
+    assert isinstance(await store.create_webhook(alice.id, "https://a/4", ["*"], b"s"), Webhook)  # no limit
+    assert await store.delete_webhook(alice.id, made[0].id) and await store.delete_webhook(alice.id, made[1].id)
+    assert isinstance(await store.create_webhook(alice.id, "https://a/5", ["*"], b"s", limit=4), Webhook)
+
+
+async def test_concurrent_webhook_creations_never_pass_the_limit(store: Store) -> None:
+    owner = await new_user(store)
+    made = await asyncio.gather(*[store.create_webhook(owner.id, f"https://x/{i}", ["*"], b"s", limit=5)
+                                  for i in range(12)])
+    assert sum(1 for h in made if h is not None) == 5
+    assert len(await store.list_webhooks(owner.id)) == 5
+
+
+async def test_mutes_are_kept_per_person_listed_and_forgotten(store: Store) -> None:
+    alice, bob, carol, dave = [await new_user(store) for _ in range(4)]
+    assert await store.list_mutes(alice.id) == []
+    assert await store.mute(alice.id, bob.id)
+    await asyncio.sleep(0.002)
+    assert await store.mute(alice.id, carol.id)
+    assert not await store.mute(alice.id, bob.id)  # once
+    assert await store.mute(dave.id, bob.id)
+    assert await store.list_mutes(alice.id) == [bob.id, carol.id]
+    assert await store.list_mutes(bob.id) == []  # a mute goes one way
+    assert await store.muted_by(bob.id, [alice.id, carol.id, dave.id, bob.id]) == {alice.id, dave.id}
+    assert await store.muted_by(carol.id, [dave.id, bob.id]) == set()
+    assert await store.muted_by(bob.id, []) == set()
+    with pytest.raises(TypeError):
+        await store.muted_by(bob.id, alice.id)  # type: ignore[arg-type]
+    assert await store.unmute(alice.id, bob.id)
+    assert not await store.unmute(alice.id, bob.id)
+    assert await store.list_mutes(alice.id) == [carol.id]
+    assert await store.muted_by(bob.id, [alice.id, dave.id]) == {dave.id}
+
+
+async def test_delete_user_takes_the_mutes_by_and_of_the_user(store: Store) -> None:
+    doomed, friend, other = [await new_user(store) for _ in range(3)]
+    await store.mute(doomed.id, friend.id)
+    await store.mute(friend.id, doomed.id)
+    await store.mute(friend.id, other.id)
+    await store.delete_user(doomed.id)
+    assert await store.list_mutes(doomed.id) == []
+    assert await store.list_mutes(friend.id) == [other.id]
+
+
+async def test_waiting_on_others_counts_suspended_requests_naming_someone_else(store: Store) -> None:
+    owner, other = await new_user(store), await new_user(store)
+    self_only, r1 = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(self_only, r1, [f"user:{owner.id}"])
+    nobody_named, _ = await suspended_job(store, user_id=owner.id)
+    person, r3 = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(person, r3, [f"user:{owner.id}", f"user:{other.id}"])
+    group, r4 = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(group, r4, [f"group:{owner.id}/team"])
+    old_request, _ = await suspended_job(store, user_id=owner.id)
+    await store.set_request_approvers(old_request, "an earlier request", [f"user:{other.id}"])
+    theirs, r6 = await suspended_job(store, user_id=other.id)
+    await store.set_request_approvers(theirs, r6, [f"user:{owner.id}"])
+    assert sorted(await store.waiting_on_others(owner.id, limit=10)) == sorted([person, group])
+    assert len(await store.waiting_on_others(owner.id, limit=1)) == 1
+    assert await store.waiting_on_others(other.id, limit=10) == [theirs]
+    assert await store.set_status(person, JobStatus.completed, expect=[JobStatus.suspended])
+    assert await store.waiting_on_others(owner.id, limit=10) == [group]

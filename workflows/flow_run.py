@@ -367,7 +367,9 @@ class FlowRun:
         if pending.acts_on_timeout and due is not None:
             wakes["deadline"] = due
         reminders = 1
-        if pending.remind_every_seconds:
+        # at most inp.max_reminders reminders (None: a run started before that cap, no cap)
+        cap = inp.max_reminders
+        if pending.remind_every_seconds and (cap is None or cap > 0):
             wakes["reminder"] = base + timedelta(seconds=pending.remind_every_seconds)
         if pending.escalate_after_seconds and pending.escalate_to:
             wakes["escalation"] = base + timedelta(seconds=pending.escalate_after_seconds)
@@ -382,6 +384,9 @@ class FlowRun:
             if kind == "reminder":
                 await self._gate_timer(inp, pending, "reminder", n=reminders)
                 reminders += 1
+                if cap is not None and reminders > cap:
+                    del wakes["reminder"]  # the cap is reached: the request waits on, unreminded
+                    continue
                 # the next period after now: a run that waited for a worker (an outage) sends one
                 # reminder for the periods it missed, not one each in a burst
                 every = pending.remind_every_seconds

@@ -36,6 +36,12 @@ class WebhookNotFound(SignoffError):
     code = "WEBHOOK_NOT_FOUND"
 
 
+class WebhookLimit(SignoffError):
+    """You have as many webhooks as this deployment allows (SIGNOFF_MAX_WEBHOOKS_PER_USER)."""
+
+    code = "WEBHOOK_LIMIT"
+
+
 class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,7 +76,9 @@ def _public(hook: Webhook) -> WebhookPublic:
 
 
 @router.post("", response_model=WebhookPublic, status_code=status.HTTP_201_CREATED,
-             responses=error_responses({422: "`INVALID_REQUEST`: the URL, an event name, a secret shorter than 16, "
+             responses=error_responses({409: "`WEBHOOK_LIMIT`: you have SIGNOFF_MAX_WEBHOOKS_PER_USER webhooks "
+                                             "already (delete one first)",
+                                        422: "`INVALID_REQUEST`: the URL, an event name, a secret shorter than 16, "
                                              "or an address SIGNOFF_EGRESS_ALLOW does not let through"}, body=True))
 async def create_webhook(body: WebhookCreate, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> WebhookPublic:
     """Register an endpoint for the human_input_* events of your runs and of the requests you
@@ -84,7 +92,11 @@ async def create_webhook(body: WebhookCreate, store: StoreDep, settings: Setting
         raise InvalidRequest(f"The webhook URL cannot be used: {e}") from None
     sealed = Vault(store, settings).box.seal(body.secret)
     events = sorted(set(body.events)) if "*" not in body.events else ["*"]
-    return _public(await store.create_webhook(user.id, body.url, events, sealed))
+    hook = await store.create_webhook(user.id, body.url, events, sealed, limit=settings.max_webhooks_per_user)
+    if hook is None:
+        raise WebhookLimit(f"You have {settings.max_webhooks_per_user} webhooks, as many as this deployment allows "
+                           "(SIGNOFF_MAX_WEBHOOKS_PER_USER): delete one first", limit=settings.max_webhooks_per_user)
+    return _public(hook)
 
 
 @router.get("", response_model=list[WebhookPublic], responses=error_responses({}))

@@ -47,6 +47,20 @@ def duration_seconds(value: Any, what: str = "timeout") -> float:
     return seconds
 
 
+def remind_floor_problems(params: dict[str, Any], floor: float) -> list[str]:
+    """A ``remind_every`` shorter than ``floor`` seconds (SIGNOFF_MIN_REMIND_EVERY_SECONDS): a
+    request must not be turned into a flood of reminders to its approvers' webhooks. A
+    ``remind_every`` that is not a duration is check_params' to tell."""
+    try:
+        every = duration_seconds(params.get("remind_every"), "remind_every")
+    except ValueError:
+        return []
+    if 0 < every < floor:
+        return [f"param 'remind_every': {every:g} seconds is shorter than the floor of {floor:g} seconds "
+                "(SIGNOFF_MIN_REMIND_EVERY_SECONDS)"]
+    return []
+
+
 def _seconds(value: Any, what: str) -> float:
     if value is None:
         return 0.0

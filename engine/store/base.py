@@ -158,7 +158,7 @@ class Store(CheckpointStore, HistoryStore):
         user existed; the keys, shares and secrets recorded under that id go even when it did
         not. Also the user's group memberships, the groups the user owns (with their members)
         and the user's webhooks (with their deliveries), and the runs recorded as ones the user
-        took part in (add_participants). Flows and jobs are the caller's to delete or keep: they
+        took part in (add_participants), and the mutes by and of the user. Flows and jobs are the caller's to delete or keep: they
         are not touched (nor the approver references of jobs)."""
 
     # ---- secrets: named credentials of a user, encrypted by the caller (DESIGN §13)
@@ -260,6 +260,12 @@ class Store(CheckpointStore, HistoryStore):
         """Whether add_participants recorded the user for the job."""
 
     @abc.abstractmethod
+    async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
+        """The ids of ``user_id``'s jobs (at most ``limit``, any order) that are ``suspended`` now
+        and whose current request (``pending_request_id``) has a reference naming someone else: a
+        user other than ``user_id``, or any group (its members are not read)."""
+
+    @abc.abstractmethod
     async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
         """The jobs assigned to the user: ``suspended`` now, whose current pending request
         (``pending_request_id``) has a reference naming the user or a group the user is a member
@@ -270,12 +276,15 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
     @abc.abstractmethod
-    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes) -> Webhook:
+    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes,
+                             *, limit: int | None = None) -> Webhook | None:
         """Create a webhook (its id generated) subscribed to ``events`` (names, kept in the order
         given, duplicates once; ``"*"`` means every event). The signing secret is encrypted by the
         caller and kept as opaque bytes; ``secret_ciphertext`` that is not bytes (bytearray and
         memoryview are taken as bytes) raises TypeError, and a lone str for ``events``
-        TypeError, before any change."""
+        TypeError, before any change. ``limit``: when the owner has that many webhooks already,
+        nothing is created and None is returned (counted in the creating transaction: concurrent
+        creations of one existing user never pass it)."""
 
     @abc.abstractmethod
     async def list_webhooks(self, owner_id: str) -> list[Webhook]:
@@ -313,6 +322,25 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         """The webhook's delivery attempts, newest first (the order they were logged)."""
+
+    # ---- mutes: a person who muted a requester gets none of that requester's requests (their
+    # inbox, pending list and webhooks skip them; docs/security.md, "Fan-out and approvers")
+    @abc.abstractmethod
+    async def mute(self, user_id: str, muted_id: str) -> bool:
+        """``user_id`` mutes ``muted_id``; returns whether that is new (muting twice: False, the
+        first ``created_at`` kept). The store does not require either user to exist."""
+
+    @abc.abstractmethod
+    async def unmute(self, user_id: str, muted_id: str) -> bool:
+        """Forget that mute; returns whether there was one."""
+
+    @abc.abstractmethod
+    async def list_mutes(self, user_id: str) -> list[str]:
+        """The ids ``user_id`` muted, oldest mute first (then by id)."""
+
+    @abc.abstractmethod
+    async def muted_by(self, muted_id: str, user_ids: Iterable[str]) -> set[str]:
+        """Of ``user_ids`` (a lone str: TypeError), those who muted ``muted_id``."""
 
     # ---- flows and shares
     @abc.abstractmethod

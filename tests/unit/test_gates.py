@@ -356,3 +356,26 @@ def test_a_duration_past_ten_years_is_refused_when_the_flow_is_saved(param, valu
     with pytest.raises(FlowInvalid) as e:
         parse_and_validate(spec)
     assert f"{param} must be at most 3660 days" in json.dumps(e.value.details)
+
+
+@pytest.mark.parametrize("every, floor, refused", [
+    (0.05, 60, True), (59.9, 60, True), ({"value": 59, "unit": "Seconds"}, 60, True), (60, 60, False),
+    ({"value": 1, "unit": "Minutes"}, 60, False), (0, 60, False), (None, 60, False), (3, 1, False), (3, 5, True),
+])
+def test_remind_every_has_a_floor(every, floor, refused):
+    """A gate may not remind more often than SIGNOFF_MIN_REMIND_EVERY_SECONDS (0: no reminders);
+    the problem names the node and the floor (docs/security.md, "Fan-out and approvers")."""
+    from signoff.engine.errors import FlowInvalid
+    from signoff.engine.validate import parse_and_validate
+
+    params = {"remind_every": every} if every is not None else {}
+    spec = flow([("ask", "ChatInput"), ("gate", "HumanInput", params), ("out", "ChatOutput")],
+                [("ask.message", "gate.prompt"), ("gate.branch_approve", "out.input_value")])
+    if not refused:
+        parse_and_validate(spec, min_remind_every=floor)
+        return
+    with pytest.raises(FlowInvalid) as e:
+        parse_and_validate(spec, min_remind_every=floor)
+    (problem,) = e.value.problems
+    assert problem["node"] == "gate" and f"the floor of {floor:g} seconds" in problem["message"]
+    assert "SIGNOFF_MIN_REMIND_EVERY_SECONDS" in problem["message"]

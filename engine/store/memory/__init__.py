@@ -32,6 +32,7 @@ from signoff.engine.store.memory.flows import MemoryFlows
 from signoff.engine.store.memory.groups import MemoryGroups
 from signoff.engine.store.memory.jobs import MemoryJobs
 from signoff.engine.store.memory.messages import MemoryMessages
+from signoff.engine.store.memory.mutes import MemoryMutes
 from signoff.engine.store.memory.secrets import MemorySecrets
 from signoff.engine.store.memory.spans import MemorySpans
 from signoff.engine.store.memory.users import MemoryUsers
@@ -45,6 +46,7 @@ class MemoryStore(
     MemorySecrets,
     MemoryGroups,
     MemoryWebhooks,
+    MemoryMutes,
     MemoryFlows,
     MemoryApprovals,
     MemoryJobs,

@@ -57,6 +57,19 @@ class MemoryApprovals(MemoryCore):
     async def took_part(self, job_id: str, user_id: str) -> bool:
         return (user_id, job_id) in self._tables().participants
 
+    async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
+        """See Store.waiting_on_others."""
+        t = self._tables()
+
+        def others(ref: ApproverRef) -> bool:
+            user, owner, _ = ref
+            return owner is not None or (user is not None and user != user_id)
+
+        found = [r.job_id for r in t.jobs.values()
+                 if r.user_id == user_id and r.status == JobStatus.suspended and r.pending_request_id is not None
+                 and any(others(p) for p in t.approvers.get((r.job_id, r.pending_request_id), {}).values())]
+        return found[:limit]
+
     async def list_assigned_pending(self, user_id: str, *, flow_id: str | None = None) -> list[Job]:
         """See Store.list_assigned_pending: memberships read now, the job's current request only."""
         t = self._tables()

@@ -179,6 +179,7 @@ class _Tables:
     participants: set[tuple[str, str]] = field(default_factory=set)  # (user, job)
     releases: dict[str, datetime] = field(default_factory=dict)  # job id -> when it was wanted
     webhooks: dict[str, _Webhook] = field(default_factory=dict)
+    mutes: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (user, muted) -> when
     deliveries: dict[str, WebhookDelivery] = field(default_factory=dict)  # in the order logged
     jobs: dict[str, _Job] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], str] = field(default_factory=dict)  # (user, key) -> job id

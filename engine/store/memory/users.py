@@ -92,4 +92,6 @@ class MemoryUsers(MemoryCore):
         for hook in [h.id for h in t.webhooks.values() if h.owner_id == user_id]:
             self._delete_webhook(t, hook)
         t.participants = {p for p in t.participants if p[0] != user_id}
+        for mute in [k for k in t.mutes if user_id in k]:
+            del t.mutes[mute]
         return user is not None

@@ -34,10 +34,13 @@ class MemoryWebhooks(MemoryCore):
         """Oldest first (created_at, then id), as the SQL backends list them."""
         return sorted((h for h in self._tables().webhooks.values() if keep(h)), key=lambda h: (h.created_at, h.id))
 
-    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes) -> Webhook:
+    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes,
+                             *, limit: int | None = None) -> Webhook | None:
         names = dumps(unique_strings(events, "events"))
         secret = ciphertext_bytes(secret_ciphertext)
         t = self._tables()
+        if limit is not None and sum(1 for h in t.webhooks.values() if h.owner_id == owner_id) >= limit:
+            return None
         row = _Webhook(str(uuid.uuid4()), owner_id, url, names, secret, utcnow())
         t.webhooks[row.id] = row
         return self._webhook(row)

@@ -27,6 +27,7 @@ from signoff.engine.store.sql.flows import SQLFlows
 from signoff.engine.store.sql.groups import SQLGroups
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.messages import SQLMessages
+from signoff.engine.store.sql.mutes import SQLMutes
 from signoff.engine.store.sql.secrets import SQLSecrets
 from signoff.engine.store.sql.spans import SQLSpans
 from signoff.engine.store.sql.users import SQLUsers
@@ -40,6 +41,7 @@ class SQLStore(
     SQLSecrets,
     SQLGroups,
     SQLWebhooks,
+    SQLMutes,
     SQLFlows,
     SQLApprovals,
     SQLJobs,

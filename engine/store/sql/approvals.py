@@ -119,6 +119,12 @@ class SQLApprovals(SQLJobs):
             rows = await tx.fetchall(sql + " ORDER BY j.updated_at DESC, j.job_id DESC", params)
         return [self._job(r) for r in rows]
 
+    async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
+        """See Store.waiting_on_others (jobs_user_status finds the user's suspended jobs)."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.waiting_on_others, (user_id, int(limit)))
+        return [r["job_id"] for r in rows]
+
     async def append_event_if_waiting(
         self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
     ) -> int | None:

@@ -35,6 +35,7 @@ class Q:
         "DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT w.id FROM webhooks w WHERE w.owner_id = ?)"
     )
     delete_owner_webhooks = "DELETE FROM webhooks WHERE owner_id = ?"
+    delete_user_mutes = "DELETE FROM user_mutes WHERE user_id = ? OR muted_id = ?"
 
     # groups of approvers: (owner_id, name) is the key. A change of members first locks the
     # group row (a no-op UPDATE whose row count says whether the group exists), so a concurrent
@@ -93,6 +94,12 @@ class Q:
         "JOIN jobs k ON k.job_id = a.job_id AND k.pending_request_id = a.request_id AND k.status = 'suspended' "
         "WHERE m.user_id = ?)"
     )
+    # a user's suspended jobs whose current request names someone else (a group, another user)
+    waiting_on_others = (
+        "SELECT DISTINCT j.job_id FROM jobs j JOIN request_approvers a ON a.job_id = j.job_id "
+        "AND a.request_id = j.pending_request_id WHERE j.user_id = ? AND j.status = 'suspended' "
+        "AND (a.group_owner IS NOT NULL OR (a.user_id IS NOT NULL AND a.user_id <> j.user_id)) LIMIT ?"
+    )
     # append_event_if_waiting: the job still waits for that request (locks its row, as a claim does)
     lock_waiting = (
         "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
@@ -107,6 +114,10 @@ class Q:
         "INSERT INTO webhooks (id, owner_id, url, events, secret_ciphertext, created_at) VALUES (?, ?, ?, ?, ?, ?) "
         "RETURNING id, owner_id, url, events, created_at"
     )
+    # a user's webhooks are counted with the user's row locked (a no-op UPDATE): two creations at
+    # once cannot both pass the limit
+    lock_user = "UPDATE users SET name = name WHERE id = ?"
+    count_webhooks = "SELECT COUNT(*) AS n FROM webhooks WHERE owner_id = ?"
     list_webhooks = "SELECT id, owner_id, url, events, created_at FROM webhooks WHERE owner_id = ? ORDER BY created_at, id"
     webhook = "SELECT * FROM webhooks WHERE id = ?"
     webhooks_of_owners = "SELECT * FROM webhooks WHERE owner_id IN ({owners}) ORDER BY created_at, id"
@@ -117,6 +128,15 @@ class Q:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
     )
     list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
+
+    # mutes: (user_id, muted_id) is the key
+    insert_mute = (
+        "INSERT INTO user_mutes (user_id, muted_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING "
+        "RETURNING user_id"
+    )
+    delete_mute = "DELETE FROM user_mutes WHERE user_id = ? AND muted_id = ?"
+    list_mutes = "SELECT muted_id FROM user_mutes WHERE user_id = ? ORDER BY created_at, muted_id"
+    muters_of = "SELECT user_id FROM user_mutes WHERE muted_id = ? AND user_id IN ({users})"
 
     # secrets: the ciphertext is read by get_secret only; list_secrets never selects it
     upsert_secret = (

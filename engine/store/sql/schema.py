@@ -237,6 +237,16 @@ MIGRATIONS: list[list[str]] = [
             created_at {ts} NOT NULL)""",
         "CREATE INDEX workflow_releases_due ON workflow_releases (created_at)",
     ],
+    # 8: mutes (docs/security.md, "Fan-out and approvers"): who muted which requester; the
+    # deliveries of a request skip the webhooks of the people who muted its run's owner
+    [
+        """CREATE TABLE user_mutes (
+            user_id TEXT NOT NULL,
+            muted_id TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            PRIMARY KEY (user_id, muted_id))""",
+        "CREATE INDEX user_mutes_muted ON user_mutes (muted_id)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

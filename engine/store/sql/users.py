@@ -1,6 +1,6 @@
 """Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key).
 Deleting a user also takes what hangs on the user's id: keys, shares, secrets, group
-memberships, the groups the user owns and the user's webhooks."""
+memberships, the groups the user owns, the user's webhooks and the mutes by and of the user."""
 
 from __future__ import annotations
 
@@ -92,4 +92,5 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_owner_webhook_deliveries, (user_id,))
             await tx.execute(Q.delete_owner_webhooks, (user_id,))
             await tx.execute(Q.delete_user_participation, (user_id,))
+            await tx.execute(Q.delete_user_mutes, (user_id, user_id))
         return existed

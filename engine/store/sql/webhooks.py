@@ -60,12 +60,19 @@ class SQLWebhooks(SQLCore):
             at=self._dec_dt(row["at"]),
         )
 
-    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes) -> Webhook:
-        """See Store.create_webhook."""
+    async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes,
+                             *, limit: int | None = None) -> Webhook | None:
+        """See Store.create_webhook: with ``limit``, the owner's row is locked first (SQLite's
+        write transaction is one at a time already), then the webhooks counted."""
         names = unique_strings(events, "events")
         secret = ciphertext_bytes(secret_ciphertext)
         params = (str(uuid.uuid4()), owner_id, url, self._enc_json(names), secret, self._enc_dt(utcnow()))
         async with self._tx(write=True) as tx:
+            if limit is not None:
+                await tx.execute(Q.lock_user, (owner_id,))
+                count = await tx.fetchone(Q.count_webhooks, (owner_id,))
+                if count is not None and int(count["n"]) >= limit:
+                    return None
             row = await tx.fetchone(Q.insert_webhook, params)
         assert row is not None
         return self._webhook(row)

@@ -256,7 +256,22 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
                 params={"limit": 0})
         await B("DELETE", "/api/v1/webhooks/{webhook_id}", 404, path={"webhook_id": hook["id"]})
         await A("DELETE", "/api/v1/webhooks/{webhook_id}", 422, path={"webhook_id": "x" * 201})
+        limit = api.settings.max_webhooks_per_user
+        api.settings.max_webhooks_per_user = 1
+        try:
+            await A("POST", "/api/v1/webhooks", 409, json={"url": "http://127.0.0.1:9/hook", "secret": "s" * 16})
+        finally:
+            api.settings.max_webhooks_per_user = limit
         await A("DELETE", "/api/v1/webhooks/{webhook_id}", 204, path={"webhook_id": hook["id"]})
+
+        # mutes
+        await A("PUT", "/api/v1/users/me/mutes/{person}", 200, path={"person": bob_id})
+        await A("PUT", "/api/v1/users/me/mutes/{person}", 404, path={"person": "nobody-" + uuid.uuid4().hex})
+        await A("PUT", "/api/v1/users/me/mutes/{person}", 422, path={"person": alice_id})
+        await A("GET", "/api/v1/users/me/mutes", 200)
+        await A("DELETE", "/api/v1/users/me/mutes/{person}", 404, path={"person": "nobody-" + uuid.uuid4().hex})
+        await A("DELETE", "/api/v1/users/me/mutes/{person}", 422, path={"person": "x" * 201})
+        await A("DELETE", "/api/v1/users/me/mutes/{person}", 204, path={"person": bob_id})
 
     # 503: a process without Temporal, and a database that does not answer
     down = create_app(api.settings, store=api.store)  # no service: its lifespan is not run

@@ -240,6 +240,28 @@ async def test_the_cli_groups_and_pending(h: Harness, live: str):
         await c.post("/api/v2/workflows/stop", json={"job_id": own["job_id"]})
 
 
+async def test_the_cli_mutes(h: Harness, live: str):
+    """bob mutes alice with `signoff mutes`: her request naming him leaves his pending list, and
+    comes back when he unmutes her (docs/security.md, "Fan-out and approvers")."""
+    bob_key = h.users["bob"][1]
+    alice, bob = await user_name(h, "alice"), await user_name(h, "bob")
+    assigned = await run_suspended(h, await upload(h, gate_flow({"approvers": [bob]}, name="cli-mutes")))
+    assert assigned["job_id"] in await pending_ids(h, "bob")
+    muted = await asyncio.to_thread(_cli, live, bob_key, "mutes", "add", alice)
+    assert muted.returncode == 0 and muted.stdout.strip() == f"muted {alice}", muted.stderr
+    listed = await asyncio.to_thread(_cli, live, bob_key, "mutes", "list", "--json")
+    assert listed.returncode == 0 and [m["name"] for m in json.loads(listed.stdout)] == [alice], listed.stderr
+    assert assigned["job_id"] not in await pending_ids(h, "bob")
+    unknown = await asyncio.to_thread(_cli, live, bob_key, "mutes", "add", "nobody-" + uuid.uuid4().hex)
+    assert unknown.returncode != 0 and "USER_NOT_FOUND" in unknown.stderr
+    removed = await asyncio.to_thread(_cli, live, bob_key, "mutes", "remove", alice)
+    assert removed.returncode == 0, removed.stderr
+    assert (await asyncio.to_thread(_cli, live, bob_key, "mutes", "list")).stdout.strip() == "(nobody muted)"
+    assert assigned["job_id"] in await pending_ids(h, "bob")
+    async with h.client("alice") as c:
+        await c.post("/api/v2/workflows/stop", json={"job_id": assigned["job_id"]})
+
+
 async def test_an_approvers_decisions_in_others_runs_are_in_their_history_and_nobody_elses(h: Harness):
     """bob decides a request of alice's run and votes on another's: both are in bob's decision
     history page (DESIGN §10, the audit a reviewer reads), with the run's other requests left

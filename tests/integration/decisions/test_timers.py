@@ -371,7 +371,7 @@ async def test_the_timer_paths_replay(world):
         assert result.replay_failure is None, f"{path}: {result.replay_failure!r}"
 
 
-async def test_reminders_missed_while_no_worker_ran_are_not_all_sent_at_once(world):
+async def test_reminders_missed_while_no_worker_ran_are_not_all_sent_at_once(world, monkeypatch):
     """The workers were down for several reminder periods (real time here: a reminder every 3 s,
     10 s without a worker): when one runs again the run sends one reminder for the periods it
     missed, not one each in a burst (to every webhook), then one a period: no two reminders in
@@ -380,6 +380,7 @@ async def test_reminders_missed_while_no_worker_ran_are_not_all_sent_at_once(wor
     if h.settings.resolved_database_url.startswith("postgres"):
         pytest.skip("the workflow's own timer logic, in real time: one backend is enough")
     every = 3
+    monkeypatch.setattr(h.settings, "min_remind_every_seconds", 1)  # below the floor (60 s): real time here
     settings = h.settings.model_copy(update={"task_queue": f"outage-{uuid.uuid4()}"})
     service = RunService(settings, h.store, h.service.client)
     alice = await h.store.get_user(h.users["alice"][0])

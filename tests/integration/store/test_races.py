@@ -241,3 +241,14 @@ async def test_one_tail_hears_every_append_of_other_processes_and_instances_in_o
         await asyncio.sleep(0.3)
         assert tail.notes == notes  # nothing twice
     assert [seq for _, seq, _ in notes] == list(range(1, 76))
+
+
+async def test_concurrent_webhook_creations_across_store_instances_never_pass_the_limit(stores: list[Store]) -> None:
+    """The limit is counted with the owner's row locked: creations through separate connections
+    at once (PostgreSQL's READ COMMITTED would let each count what was there before) stop at it."""
+    for _ in range(5):
+        owner = await new_user(stores[0])
+        made = await asyncio.gather(*(stores[i % len(stores)].create_webhook(owner.id, f"https://x/{i}", ["*"], b"s",
+                                                                               limit=3) for i in range(24)))
+        assert sum(1 for h in made if h is not None) == 3
+        assert len(await stores[0].list_webhooks(owner.id)) == 3
