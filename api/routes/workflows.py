@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from typing import Annotated, Any
 
@@ -41,11 +43,21 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": sse_content(),
     },
     **error_responses({404: "`FLOW_NOT_FOUND`: no such flow you may run",
-                       422: "`INVALID_REQUEST` (with `problems`)",
+                       422: "`INVALID_REQUEST` (with `problems`); `IDEMPOTENCY_MISMATCH`: the idempotency key was "
+                            "used with a different request",
                        429: "`TOO_MANY_STREAMS` (mode `stream`): the user holds SIGNOFF_MAX_STREAMS_PER_USER live "
                             "streams",
                        503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
 }
+
+
+def request_hash(body: WorkflowCreate) -> str:
+    """A hash of the request as it means (every field but the key and the sync wait ``timeout``,
+    which a retry may lengthen; defaults filled in, keys sorted): the same key with another body
+    is IDEMPOTENCY_MISMATCH."""
+    canonical = json.dumps(body.model_dump(mode="json", exclude={"idempotency_key", "timeout"}), sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _status_body(job: Job) -> JobPublic | WorkflowResponse:
@@ -74,6 +86,7 @@ async def submit(
         idempotency_key=body.idempotency_key,
         mode=body.mode,
         sync_timeout=timeout,  # a gate-less sync run runs in this process (docs/inline.md)
+        request_hash=request_hash(body) if body.idempotency_key else None,
     )
     if body.mode == "background":
         return job_public(job)
