@@ -13,6 +13,7 @@ import logging
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
@@ -82,6 +83,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(webhooks.router)
     app.include_router(agui.router)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)
+    # outermost: the scheme and client a trusted proxy (SIGNOFF_TRUSTED_PROXIES) reports are the
+    # request's for everything inside (the pages' origin check and Secure cookies, the logs); the
+    # commands turn uvicorn's own copy of it off, so one setting decides
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxy_list)
     _own_error_schema(app)
     return app
 

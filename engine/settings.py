@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,19 @@ class Settings(BaseSettings):
         "http://127.0.0.1:{SIGNOFF_DEV_UI_PORT}; unset with an external Temporal: no link.",
     )
     page_session_hours: float = Field(12.0, gt=0, le=24 * 90, description="How long a signed-in page session lasts.")
+    # Behind a TLS proxy (issue 28; docs/security.md, "Behind a proxy"): the origin people use, and
+    # the proxies whose X-Forwarded-Proto / -For are believed.
+    public_url: str | None = Field(
+        None,
+        description="The public origin people reach signoff at (e.g. https://signoff.example.com, behind a TLS "
+        "proxy): the pages accept forms from it, their cookies are Secure when it is https, and links to "
+        "signoff are built on it. An http(s) origin: no path, query or userinfo.",
+    )
+    trusted_proxies: str = Field(
+        "127.0.0.1",
+        description="Comma-separated addresses or CIDRs of the reverse proxies whose X-Forwarded-Proto and "
+        "X-Forwarded-For are believed (uvicorn's forwarded-allow-ips); '*' believes any client; '' none.",
+    )
 
     # What the client commands (`signoff submit/status/pending/resume/flows`) talk to.
     api_url: str | None = Field(None, description="Base URL of the API; default http://{api_host}:{api_port}.")
@@ -188,6 +202,38 @@ class Settings(BaseSettings):
     def temporal_tls_enabled(self) -> bool:
         return bool(self.temporal_tls or self.temporal_tls_ca or self.temporal_tls_cert or self.temporal_tls_server_name
                     or self.temporal_api_key)
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, v: str | None) -> str | None:
+        """An http(s) origin, kept normalised (``https://host[:port]``: lower case, no default port,
+        no trailing slash)."""
+        if v is None or not v.strip():
+            return None
+        try:
+            parts = urlsplit(v.strip())
+            port = parts.port
+        except ValueError:
+            raise ValueError("SIGNOFF_PUBLIC_URL is not a URL") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("SIGNOFF_PUBLIC_URL must be an http(s) URL with a host, e.g. https://signoff.example.com")
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment \
+                or parts.path not in ("", "/"):
+            raise ValueError("SIGNOFF_PUBLIC_URL must be an origin (scheme, host, port): no path, query, fragment "
+                             "or userinfo")
+        scheme, host = parts.scheme.lower(), parts.hostname.lower()
+        host = f"[{host}]" if ":" in host else host
+        default = 443 if scheme == "https" else 80
+        return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
+
+    @property
+    def public_https(self) -> bool:
+        """Whether people reach signoff over https (SIGNOFF_PUBLIC_URL): its cookies are Secure."""
+        return bool(self.public_url and self.public_url.startswith("https://"))
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
 
     @field_validator("database_url")
     @classmethod

@@ -192,7 +192,7 @@ async def with_count(request: Request, page: PageContext) -> None:
 
 async def read_form(request: Request, page: PageContext | None = None, *, files: int = 0) -> FormData:
     """The posted form, after the same-origin and CSRF checks and within the body limit."""
-    check_same_origin(request)
+    check_same_origin(request, request.app.state.settings.public_url)
     limit = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
