@@ -12,7 +12,7 @@ import json
 import logging
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from signoff.engine.settings import Settings
@@ -20,6 +20,7 @@ from signoff.engine.store.base import Store
 from signoff.service import RunService, connect_client
 
 from signoff.api.auth import AuthMiddleware
+from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import pages
@@ -67,8 +68,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         version="0.1.0",
         summary="Durable human-in-the-loop runtime for agentic flows, on Temporal",
         lifespan=lifespan,
+        dependencies=[Depends(limit_writes)],  # SIGNOFF_WRITE_RATE on every write route (api/ratelimit.py)
     )
     app.state.settings = settings
+    app.state.write_buckets = write_buckets(settings)
     if store is not None:  # usable before the lifespan runs (e.g. a test client without startup)
         app.state.store = store
     install_error_handlers(app)
@@ -91,6 +94,28 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     return app
 
 
+RATE_LIMITED_TEXT = ("`RATE_LIMITED`: more than SIGNOFF_WRITE_RATE writes a second (burst SIGNOFF_WRITE_BURST) "
+                     "by this user; `Retry-After` says when to send again")
+
+
+def _declare_rate_limit(schema: dict[str, Any]) -> None:
+    """Every write operation of the API may answer 429 RATE_LIMITED (api/ratelimit.py)."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    retry = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+    for path, item in schema.get("paths", {}).items():
+        if not path.startswith("/api/"):
+            continue
+        for method, operation in item.items():
+            if method.upper() not in WRITE_METHODS or not isinstance(operation, dict):
+                continue
+            responses = operation.setdefault("responses", {})
+            if "429" in responses:
+                responses["429"]["description"] += "; " + RATE_LIMITED_TEXT
+                responses["429"].setdefault("headers", retry)
+            else:
+                responses["429"] = {"description": RATE_LIMITED_TEXT, "content": error, "headers": retry}
+
+
 def _own_error_schema(app: FastAPI) -> None:
     """OpenAPI declares signoff's error body (``api.models.ErrorBody``), which every route lists
     for each status it answers (``error_responses``). FastAPI adds its own 422 shape
@@ -109,6 +134,7 @@ def _own_error_schema(app: FastAPI) -> None:
                 content = responses.get("422", {}).get("content", {})
                 if any(media.get("schema", {}).get("$ref") == default for media in content.values()):
                     del responses["422"]
+        _declare_rate_limit(schema)
         schemas = schema.get("components", {}).get("schemas", {})
         if default not in json.dumps(schema.get("paths", {})):
             schemas.pop("HTTPValidationError", None)

@@ -109,6 +109,8 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> JSONRe
     headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else None
     if status == 503:
         headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if status == 429 and isinstance(extra.get("retry_after"), int):  # RATE_LIMITED: when to send again
+        headers = {"Retry-After": str(extra["retry_after"])}
     return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
 
 

@@ -121,6 +121,13 @@ class Settings(BaseSettings):
     metrics_token: str | None = Field(
         None, description="When set, /metrics needs `Authorization: Bearer <token>` (a scraper's credential).",
     )
+    write_rate: float = Field(
+        20.0, ge=0,
+        description="Writes (POST, PUT, PATCH, DELETE of the API; the pages' forms) one user may send a second on "
+        "one API process, on average; beyond the burst 429 RATE_LIMITED with Retry-After. 0 = no limit.",
+    )
+    write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
+                             "paces them.")
     max_streams_per_user: int = Field(
         100, ge=1,
         description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates; a sync "

@@ -36,6 +36,7 @@ from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest, WorkflowCreate
 from signoff.api.pages import forms, live, markdown, views
 from signoff.api.sse import while_allowed
+from signoff.api.ratelimit import check_write
 from signoff.api.pages.session import (CsrfRefused, PageSession, Sessions, check_csrf, check_same_origin)
 
 HERE = Path(__file__).resolve().parent
@@ -106,7 +107,10 @@ class PageRoute(APIRoute):
                     return response
                 if status >= 500:
                     raise
-                return render(request, "error.html", status, title="Refused", message=printable(e.message))
+                response = render(request, "error.html", status, title="Refused", message=printable(e.message))
+                if isinstance(e.details.get("retry_after"), int):  # RATE_LIMITED
+                    response.headers["Retry-After"] = str(e.details["retry_after"])
+                return response
             except RequestValidationError:
                 return render(request, "error.html", 404, title="Not found", message=NOT_FOUND_TEXT)
             except StarletteHTTPException as e:
@@ -197,6 +201,8 @@ async def read_form(request: Request, page: PageContext | None = None, *, files:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise StarletteHTTPException(413, f"The form is larger than {limit} bytes")
+    if page is not None:  # a signed-in person's form is a write like the API's (SIGNOFF_WRITE_RATE)
+        check_write(request.app.state.write_buckets, page.user.id)
     form = await request.form(max_files=files, max_fields=1000, max_part_size=limit)
     if page is not None:
         check_csrf(page.session, _text(form.get("csrf")))
