@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     )
     write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
                              "paces them.")
+    stream_recheck_seconds: float = Field(
+        2.0, gt=0,
+        description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
+        "its reader may still see it while it waits; it also asks before every frame with data, and at once when "
+        "this process revokes a share or ends a page session. A revoked key (another process) ends it within this.",
+    )
     max_streams_per_user: int = Field(
         100, ge=1,
         description="Live streams (SSE: job events, AG-UI runs, the pages' inbox, run and card updates; a sync "
