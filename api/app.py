@@ -23,7 +23,7 @@ from signoff.api.auth import AuthMiddleware
 from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
-from signoff.api import pages
+from signoff.api import docs, pages
 from signoff.api.routes import agui, flows, groups, health, metrics, monitor, secrets, webhooks, workflows
 
 log = logging.getLogger("signoff.api")
@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         version="0.1.0",
         summary="Durable human-in-the-loop runtime for agentic flows, on Temporal",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served by signoff itself, no CDN (api/docs.py)
         dependencies=[Depends(limit_writes)],  # SIGNOFF_WRITE_RATE on every write route (api/ratelimit.py)
     )
     app.state.settings = settings
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(webhooks.router)
     app.include_router(agui.router)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)
+    docs.install(app)  # /docs and /redoc, their assets from this origin under a strict CSP
     # outermost: the scheme and client a trusted proxy (SIGNOFF_TRUSTED_PROXIES) reports are the
     # request's for everything inside (the pages' origin check and Secure cookies, the logs); the
     # commands turn uvicorn's own copy of it off, so one setting decides
