@@ -74,7 +74,6 @@ async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
     async for events in follow_job(store, feed, job_id, after_seq=after_seq, user_id=user_id):
         if events:  # one chunk per batch: a stream's access is checked once per chunk with data
             yield b"".join(frame(ev) for ev in events)
-        if events:
             sent = clock()
         elif clock() - sent >= keepalive_seconds:
             sent = clock()
@@ -139,10 +138,11 @@ async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaita
                     return
                 yield chunk
         finally:
-            if pending is not None:
+            if pending is not None:  # the reader left, or may no longer read: stop the frame under way
                 pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
+                await asyncio.wait({pending})
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: the stream ends either way
             await stream.aclose()  # type: ignore[attr-defined]
 
 
