@@ -21,7 +21,7 @@ log = logging.getLogger("signoff.api.sse")
 # how often an open stream asks whether the one who opened it may still see it, when nothing
 # else made it ask (the default of SIGNOFF_STREAM_RECHECK_SECONDS); it asks before every frame
 # that carries data too, and at once when the process's feed tells it (EventFeed.recheck)
-RECHECK_SECONDS = 2.0
+RECHECK_SECONDS = 5.0
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

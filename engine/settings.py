@@ -129,10 +129,11 @@ class Settings(BaseSettings):
     write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
                              "paces them.")
     stream_recheck_seconds: float = Field(
-        2.0, gt=0,
+        5.0, gt=0,
         description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
-        "its reader may still see it while it waits; it also asks before every frame with data, and at once when "
-        "this process revokes a share or ends a page session. A revoked key (another process) ends it within this.",
+        "its reader may still see it while it waits (a few indexed reads each time: lower is sooner, and costs more "
+        "with many idle streams); it also asks before every frame with data, and at once when this process takes "
+        "a share back or ends a page session. A key revoked elsewhere (the CLI) ends an idle stream within this.",
     )
     max_streams_per_user: int = Field(
         100, ge=1,

@@ -225,11 +225,14 @@ async def test_sse_tails_a_queued_job_over_real_http(api: Harness, live: str) ->
             assert await read_frame(lines) is None
 
 
-async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_own(api: Harness, live: str) -> None:
+async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_own(api: Harness, live: str,
+                                                                                  monkeypatch) -> None:
     """Thirty idle `/events` streams (queued jobs nobody runs) over real HTTP: while nothing
     happens the store is not read for them (each used to read its job ten times a second); an
     event on one job reaches its stream at once and reads only that job; one tail of the store
-    serves them all (service/feed.py)."""
+    serves them all (service/feed.py). (Each stream's access re-check reads the store every
+    SIGNOFF_STREAM_RECHECK_SECONDS on its own, and before each frame: set out of the way here.)"""
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 3600.0)
     user_id, key = api.users["alice"]
     jobs = []
     for _ in range(30):
