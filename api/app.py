@@ -12,16 +12,18 @@ import json
 import logging
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.service import RunService, connect_client
 
 from signoff.api.auth import AuthMiddleware
+from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
-from signoff.api import pages
+from signoff.api import docs, pages
 from signoff.api.routes import agui, flows, groups, health, metrics, monitor, mutes, secrets, webhooks, workflows
 
 log = logging.getLogger("signoff.api")
@@ -66,8 +68,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         version="0.1.0",
         summary="Durable human-in-the-loop runtime for agentic flows, on Temporal",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served by signoff itself, no CDN (api/docs.py)
+        dependencies=[Depends(limit_writes)],  # SIGNOFF_WRITE_RATE on every write route (api/ratelimit.py)
     )
     app.state.settings = settings
+    app.state.write_buckets = write_buckets(settings)
     if store is not None:  # usable before the lifespan runs (e.g. a test client without startup)
         app.state.store = store
     install_error_handlers(app)
@@ -83,8 +88,35 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(mutes.router)
     app.include_router(agui.router)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)
+    docs.install(app)  # /docs and /redoc, their assets from this origin under a strict CSP
+    # outermost: the scheme and client a trusted proxy (SIGNOFF_TRUSTED_PROXIES) reports are the
+    # request's for everything inside (the pages' origin check and Secure cookies, the logs); the
+    # commands turn uvicorn's own copy of it off, so one setting decides
+    app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxy_list)
     _own_error_schema(app)
     return app
+
+
+RATE_LIMITED_TEXT = ("`RATE_LIMITED`: more than SIGNOFF_WRITE_RATE writes a second (burst SIGNOFF_WRITE_BURST) "
+                     "by this user; `Retry-After` says when to send again")
+
+
+def _declare_rate_limit(schema: dict[str, Any]) -> None:
+    """Every write operation of the API may answer 429 RATE_LIMITED (api/ratelimit.py)."""
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    retry = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+    for path, item in schema.get("paths", {}).items():
+        if not path.startswith("/api/"):
+            continue
+        for method, operation in item.items():
+            if method.upper() not in WRITE_METHODS or not isinstance(operation, dict):
+                continue
+            responses = operation.setdefault("responses", {})
+            if "429" in responses:
+                responses["429"]["description"] += "; " + RATE_LIMITED_TEXT
+                responses["429"].setdefault("headers", retry)
+            else:
+                responses["429"] = {"description": RATE_LIMITED_TEXT, "content": error, "headers": retry}
 
 
 def _own_error_schema(app: FastAPI) -> None:
@@ -105,6 +137,7 @@ def _own_error_schema(app: FastAPI) -> None:
                 content = responses.get("422", {}).get("content", {})
                 if any(media.get("schema", {}).get("$ref") == default for media in content.values()):
                     del responses["422"]
+        _declare_rate_limit(schema)
         schemas = schema.get("components", {}).get("schemas", {})
         if default not in json.dumps(schema.get("paths", {})):
             schemas.pop("HTTPValidationError", None)

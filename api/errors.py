@@ -66,7 +66,9 @@ STATUS_BY_CODE: dict[str, int] = {
     "INVALID_VALUES": 422,
     "NESTED_GATE": 422,
     "RUN_BUDGET_EXCEEDED": 422,
+    "IDEMPOTENCY_MISMATCH": 422,
     "TOO_MANY_STREAMS": 429,
+    "RATE_LIMITED": 429,
     "UNAVAILABLE": 503,
     "STORE_UNAVAILABLE": 503,
 }
@@ -109,6 +111,8 @@ def error_response(status: int, code: str, message: str, **extra: Any) -> JSONRe
     headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else None
     if status == 503:
         headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if status == 429 and isinstance(extra.get("retry_after"), int):  # RATE_LIMITED: when to send again
+        headers = {"Retry-After": str(extra["retry_after"])}
     return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
 
 

@@ -53,6 +53,8 @@ class ErrorDetail(BaseModel):
     problems: list[ErrorProblem] | None = Field(None, description="INVALID_REQUEST and FLOW_INVALID: every problem")
     checks: dict[str, str] | None = Field(None, description="UNAVAILABLE from /health: each dependency, `ok` or "
                                                            "`down: ...`")
+    retry_after: int | None = Field(None, description="RATE_LIMITED: seconds to wait before sending again (also "
+                                                      "the Retry-After header)")
 
 
 class ErrorBody(BaseModel):

@@ -5,9 +5,10 @@ in progress, close at a pause or the end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from typing import AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import Event, JobStatus, User
@@ -17,9 +18,10 @@ from signoff.service.feed import EventFeed
 
 log = logging.getLogger("signoff.api.sse")
 
-# how often an open stream asks whether the one who opened it may still see it (a revoked key,
-# an ended page session, a share taken back end it within this and a keep-alive)
-RECHECK_SECONDS = 30.0
+# how often an open stream asks whether the one who opened it may still see it, when nothing
+# else made it ask (the default of SIGNOFF_STREAM_RECHECK_SECONDS); it asks before every frame
+# that carries data too, and at once when the process's feed tells it (EventFeed.recheck)
+RECHECK_SECONDS = 5.0
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -70,41 +72,78 @@ async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
     clock = asyncio.get_running_loop().time
     sent = clock()
     async for events in follow_job(store, feed, job_id, after_seq=after_seq, user_id=user_id):
-        for ev in events:
-            yield frame(ev)
-        if events:
+        if events:  # one chunk per batch: a stream's access is checked once per chunk with data
+            yield b"".join(frame(ev) for ev in events)
             sent = clock()
         elif clock() - sent >= keepalive_seconds:
             sent = clock()
             yield b": keep-alive\n\n"
 
 
-async def while_allowed(stream: AsyncIterator[bytes], allowed: Callable[[], Awaitable[bool]], *,
-                        every: float | None = None) -> AsyncIterator[bytes]:
-    """``stream``'s frames while ``allowed()`` says the one who opened it may still see them,
-    asked every ``every`` seconds (RECHECK_SECONDS) between frames: a stream sends at least a
-    keep-alive every 15 s, so one whose key was revoked, whose page session ended or whose share
-    was taken back closes within that. A check that cannot say (the store away, an error) lets
-    the stream go on and asks again next time."""
-    clock = asyncio.get_running_loop().time
-    checked = clock()
+def _carries_data(chunk: bytes | str) -> bool:
+    """Anything but an SSE comment (a keep-alive)."""
+    return not (chunk[:1] == b":" if isinstance(chunk, bytes) else chunk[:1] == ":")
+
+
+async def _still(allowed: Callable[[], Awaitable[bool]]) -> bool:
+    """``allowed()``; a check that cannot say (the store away, an error) lets the stream go on."""
     try:
-        async for chunk in stream:
-            if clock() - checked >= (RECHECK_SECONDS if every is None else every):
-                checked = clock()
+        return await allowed()
+    except StoreUnavailable:
+        return True
+    except Exception:  # noqa: BLE001 - cannot tell now: ask again next time
+        log.warning("a live stream's access check failed; asked again later", exc_info=True)
+        return True
+
+
+async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaitable[bool]], *,
+                        every: float | None = None, feed: EventFeed | None = None,
+                        user_id: str | None = None) -> AsyncIterator[Any]:
+    """``stream``'s frames while ``allowed()`` says the one who opened it may still see them. It
+    is asked before every frame that carries data (nothing is sent after a revoke, a sign-out or
+    a share taken back), every ``every`` seconds (SIGNOFF_STREAM_RECHECK_SECONDS) while the
+    stream waits, and at once when ``feed`` tells ``user_id``'s streams to
+    (:meth:`EventFeed.recheck`): a stream whose reader may no longer see it ends then, not at its
+    next frame. A check that cannot say (the store away, an error) lets the stream go on and
+    asks again next time. The frames are pulled one at a time, each in a task of its own, so the
+    checks can run while the stream waits."""
+    period = RECHECK_SECONDS if every is None else every
+    frames = stream.__aiter__()
+    pending: asyncio.Future[Any] | None = None
+    with contextlib.ExitStack() as stack:
+        told = stack.enter_context(feed.watch_access(user_id)) if feed is not None and user_id else asyncio.Event()
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(frames.__anext__())
+                waiter = asyncio.ensure_future(told.wait())
                 try:
-                    still = await allowed()
-                except StoreUnavailable:
-                    still = True
-                except Exception:  # noqa: BLE001 - cannot tell now: ask again next time
-                    log.warning("a live stream's access check failed; asked again later", exc_info=True)
-                    still = True
-                if not still:
-                    log.info("a live stream closed: its reader may no longer see it")
+                    done, _ = await asyncio.wait({pending, waiter}, timeout=period,
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+                if pending not in done:  # the period passed, or the feed told: ask now
+                    told.clear()
+                    if not await _still(allowed):
+                        log.info("a live stream closed: its reader may no longer see it")
+                        return
+                    continue
+                finished, pending = pending, None
+                try:
+                    chunk = finished.result()
+                except StopAsyncIteration:
                     return
-            yield chunk
-    finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+                if _carries_data(chunk) and not await _still(allowed):
+                    log.info("a live stream closed before a frame: its reader may no longer see it")
+                    return
+                yield chunk
+        finally:
+            if pending is not None:  # the reader left, or may no longer read: stop the frame under way
+                pending.cancel()
+                await asyncio.wait({pending})
+                if not pending.cancelled():
+                    pending.exception()  # retrieved: the stream ends either way
+            await stream.aclose()  # type: ignore[attr-defined]
 
 
 def key_still_sees(store: Store, key: str | None, user: User, job_id: str | None) -> Callable[[], Awaitable[bool]]:

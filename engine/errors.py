@@ -164,6 +164,19 @@ class AlreadyVoted(SignoffError):
     code = "ALREADY_VOTED"
 
 
+class IdempotencyMismatch(SignoffError):
+    """This idempotency key was already used with a different request; use a new key for a new
+    request (the same key with the same request answers the first job)."""
+
+    code = "IDEMPOTENCY_MISMATCH"
+
+
+class RateLimited(SignoffError):
+    """Too many requests; wait ``retry_after`` seconds and send again."""
+
+    code = "RATE_LIMITED"
+
+
 def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:
     """The SignoffError subclass whose ``code`` is ``code`` (``default`` when none is)."""
     stack = [SignoffError]

@@ -29,7 +29,7 @@ import httpx
 
 from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
-from signoff.engine.secrets import scrubbed
+from signoff.engine.secrets import clipped, credentials, scrubbed, without_userinfo
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504}) | frozenset(range(520, 530))
@@ -108,7 +108,7 @@ def _endpoint_error(resp: httpx.Response, hide: list[str]) -> str:
     try:
         body = resp.json()
     except ValueError:
-        return scrubbed(resp.text, hide)[:300].strip()
+        return clipped(resp.text, hide, 300).strip()
     said: Any = body
     if isinstance(body, dict):
         err = body.get("error")
@@ -118,7 +118,7 @@ def _endpoint_error(resp: httpx.Response, hide: list[str]) -> str:
             said = err
         elif isinstance(body.get("detail"), str):
             said = body["detail"]
-    return scrubbed(said if isinstance(said, str) else json.dumps(said), hide)[:300]
+    return clipped(said if isinstance(said, str) else json.dumps(said), hide, 300)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -161,11 +161,17 @@ class ChatClient:
 
     @property
     def _hide(self) -> list[str]:
-        return [self.api_key] if self.api_key else []
+        """The key and the base URL's userinfo: masked in every error and answer, before any cut."""
+        return credentials(values=[self.api_key], urls=[self.base_url])
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
+
+    @property
+    def shown_url(self) -> str:
+        """The endpoint as errors and spans show it: its userinfo masked."""
+        return without_userinfo(self.url)
 
     def _delay(self, attempt: int, resp: httpx.Response | None = None) -> float:
         hinted = _retry_after(resp) if resp is not None else None
@@ -176,7 +182,7 @@ class ChatClient:
     def _fail(self, message: str, **details: Any) -> ModelError:
         # an endpoint that echoes the request (its Authorization header) must not put the key
         # into the run's error, events and logs
-        return ModelError(scrubbed(f"{self.who}: the model endpoint {self.url} {message}", self._hide),
+        return ModelError(scrubbed(f"{self.who}: the model endpoint {self.shown_url} {message}", self._hide),
                           model=self.model, **details)
 
     async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> ChatResult:
@@ -225,17 +231,18 @@ class ChatClient:
         try:
             data = resp.json()
         except ValueError:
-            return f"answered {resp.status_code} with a body that is not JSON: {scrubbed(resp.text, self._hide)[:200]!r}"
+            return f"answered {resp.status_code} with a body that is not JSON: {clipped(resp.text, self._hide, 200)!r}"
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            return f"answered {resp.status_code} without choices: {json.dumps(data)[:200]}"
+            return f"answered {resp.status_code} without choices: {clipped(json.dumps(data), self._hide, 200)}"
         msg = choices[0].get("message")
         if not isinstance(msg, dict):
             return f"answered {resp.status_code} with a choice that has no message"
         content = msg.get("content")
         if isinstance(content, list):  # content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        content = content if isinstance(content, str) else ""
+        # an endpoint that echoes the request must not put the key into the run's outputs
+        content = scrubbed(content, self._hide) if isinstance(content, str) else ""
         calls = parse_tool_calls(msg)
         message: dict[str, Any] = {"role": "assistant", "content": content or None}
         if calls:

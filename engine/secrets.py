@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cryptography.fernet import Fernet, InvalidToken
 
@@ -73,13 +76,92 @@ def masked(value: Any) -> Any:
     return MASK
 
 
-def scrubbed(text: str, values: list[str]) -> str:
-    """``text`` with every revealed secret value in it masked (an answer or an error message that
-    echoes a request's headers must not carry a secret into outputs, events or logs)."""
+def scrubbed(text: str, values: Iterable[str]) -> str:
+    """``text`` with every credential in ``values`` masked, the longest first (an answer or an
+    error message that echoes a request's headers must not carry a secret into outputs, events or
+    logs). Mask before cutting: :func:`clipped` does both in that order."""
+    for value in sorted({v for v in values if v}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+def clipped(text: str, values: Iterable[str], limit: int) -> str:
+    """``text`` masked (:func:`scrubbed`), then cut to ``limit`` characters: never the other way
+    round, which would leave the head of a credential that straddles the cut unmasked."""
+    return scrubbed(text, values)[:limit]
+
+
+# Header values that are never credentials (an echo of them is not masked: masking
+# "application/json" everywhere in an answer would only garble it).
+NOT_CREDENTIALS = frozenset({"accept", "accept-encoding", "accept-language", "cache-control", "content-type",
+                             "content-language", "user-agent", "idempotency-key"})
+MIN_CREDENTIAL_CHARS = 4  # shorter literals are masked nowhere: they would garble any text
+
+
+def _forms(value: str) -> set[str]:
+    """A credential and the forms an echo may show it in: ``Bearer X`` also as ``X``, ``Basic B``
+    also as the decoded ``user:pass`` and ``pass``."""
+    found = {value}
+    scheme, _, token = value.strip().partition(" ")
+    token = token.strip()
+    if token:
+        found.add(token)
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(token, validate=True).decode("utf-8")
+            except ValueError:
+                decoded = ""
+            if decoded:
+                found.add(decoded)
+                found.add(decoded.partition(":")[2])
+    return found
+
+
+def userinfo_credentials(url: Any) -> set[str]:
+    """The credentials in a URL's userinfo (``https://user:pass@host``): the user, the password,
+    ``user:pass`` (decoded and as written) and its Basic form (httpx sends userinfo as Basic)."""
+    if not isinstance(url, str) or "@" not in url:
+        return set()
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return set()
+    if "@" not in parts.netloc:
+        return set()
+    raw = parts.netloc.rpartition("@")[0]
+    raw_user, _, raw_password = raw.partition(":")
+    user, password = unquote(raw_user), unquote(raw_password)
+    found = {raw, raw_user, raw_password, user, password, f"{user}:{password}",
+             base64.b64encode(f"{user}:{password}".encode()).decode("ascii")}
+    return {v for v in found if len(v) >= MIN_CREDENTIAL_CHARS}
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` as a message may show it: its userinfo masked (``https://********@host/``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def credentials(*, headers: Mapping[str, Any] | None = None, urls: Iterable[Any] = (),
+                values: Iterable[str | None] = ()) -> list[str]:
+    """Every literal credential of a request, to mask in whatever comes back before it is cut:
+    ``values`` (revealed secrets, an API key), each header value (a literal as much as a revealed
+    secret; not the few headers that never carry one), and the userinfo of ``urls``."""
+    found: set[str] = set()
     for value in values:
         if value:
-            text = text.replace(value, MASK)
-    return text
+            found |= _forms(str(value))
+    for name, value in (headers or {}).items():
+        if value is not None and str(name).lower() not in NOT_CREDENTIALS:
+            found |= _forms(str(value))
+    for url in urls:
+        found |= userinfo_credentials(url)
+    return sorted((v for v in found if len(v) >= MIN_CREDENTIAL_CHARS), key=len, reverse=True)
 
 
 class SecretBox:

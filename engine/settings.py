@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -59,6 +60,19 @@ class Settings(BaseSettings):
         "http://127.0.0.1:{SIGNOFF_DEV_UI_PORT}; unset with an external Temporal: no link.",
     )
     page_session_hours: float = Field(12.0, gt=0, le=24 * 90, description="How long a signed-in page session lasts.")
+    # Behind a TLS proxy (issue 28; docs/security.md, "Behind a proxy"): the origin people use, and
+    # the proxies whose X-Forwarded-Proto / -For are believed.
+    public_url: str | None = Field(
+        None,
+        description="The public origin people reach signoff at (e.g. https://signoff.example.com, behind a TLS "
+        "proxy): the pages accept forms from it, their cookies are Secure when it is https, and links to "
+        "signoff are built on it. An http(s) origin: no path, query or userinfo.",
+    )
+    trusted_proxies: str = Field(
+        "127.0.0.1",
+        description="Comma-separated addresses or CIDRs of the reverse proxies whose X-Forwarded-Proto and "
+        "X-Forwarded-For are believed (uvicorn's forwarded-allow-ips); '*' believes any client; '' none.",
+    )
 
     # What the client commands (`signoff submit/status/pending/resume/flows`) talk to.
     api_url: str | None = Field(None, description="Base URL of the API; default http://{api_host}:{api_port}.")
@@ -109,6 +123,20 @@ class Settings(BaseSettings):
     )
     metrics_token: str | None = Field(
         None, description="When set, /metrics needs `Authorization: Bearer <token>` (a scraper's credential).",
+    )
+    write_rate: float = Field(
+        20.0, ge=0,
+        description="Writes (POST, PUT, PATCH, DELETE of the API; the pages' forms) one user may send a second on "
+        "one API process, on average; beyond the burst 429 RATE_LIMITED with Retry-After. 0 = no limit.",
+    )
+    write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
+                             "paces them.")
+    stream_recheck_seconds: float = Field(
+        5.0, gt=0,
+        description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
+        "its reader may still see it while it waits (a few indexed reads each time: lower is sooner, and costs more "
+        "with many idle streams); it also asks before every frame with data, and at once when this process takes "
+        "a share back or ends a page session. A key revoked elsewhere (the CLI) ends an idle stream within this.",
     )
     max_streams_per_user: int = Field(
         100, ge=1,
@@ -240,6 +268,38 @@ class Settings(BaseSettings):
 
         EgressPolicy.parse(v)  # ValueError naming the entry
         return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _check_public_url(cls, v: str | None) -> str | None:
+        """An http(s) origin, kept normalised (``https://host[:port]``: lower case, no default port,
+        no trailing slash)."""
+        if v is None or not v.strip():
+            return None
+        try:
+            parts = urlsplit(v.strip())
+            port = parts.port
+        except ValueError:
+            raise ValueError("SIGNOFF_PUBLIC_URL is not a URL") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("SIGNOFF_PUBLIC_URL must be an http(s) URL with a host, e.g. https://signoff.example.com")
+        if parts.username is not None or parts.password is not None or parts.query or parts.fragment \
+                or parts.path not in ("", "/"):
+            raise ValueError("SIGNOFF_PUBLIC_URL must be an origin (scheme, host, port): no path, query, fragment "
+                             "or userinfo")
+        scheme, host = parts.scheme.lower(), parts.hostname.lower()
+        host = f"[{host}]" if ":" in host else host
+        default = 443 if scheme == "https" else 80
+        return f"{scheme}://{host}" + (f":{port}" if port is not None and port != default else "")
+
+    @property
+    def public_https(self) -> bool:
+        """Whether people reach signoff over https (SIGNOFF_PUBLIC_URL): its cookies are Secure."""
+        return bool(self.public_url and self.public_url.startswith("https://"))
+
+    @property
+    def trusted_proxy_list(self) -> list[str]:
+        return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
 
     @field_validator("database_url")
     @classmethod

@@ -102,6 +102,7 @@ class EventFeed:
         self._everything: set[Follower] = set()
         self._per_user: dict[str, int] = {}
         self._held: dict[str, collections.deque[float]] = {}  # check()ed, not yet followed: when
+        self._watching: dict[str, set[asyncio.Event]] = {}  # per user: set to make their streams re-check access
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._idle: asyncio.TimerHandle | None = None
@@ -130,6 +131,30 @@ class EventFeed:
             raise TooManyStreams(f"At most {self.max_per_user} live streams may be open at once per user "
                                  "(SIGNOFF_MAX_STREAMS_PER_USER); close others first")
         held.append(now)
+
+    @contextlib.contextmanager
+    def watch_access(self, user_id: str) -> Iterator[asyncio.Event]:
+        """An event that :meth:`recheck` sets for ``user_id``: a live stream waits on it beside its
+        frames and asks whether its reader may still see it when it is set (api/sse.py)."""
+        told = asyncio.Event()
+        self._watching.setdefault(user_id, set()).add(told)
+        try:
+            yield told
+        finally:
+            group = self._watching.get(user_id)
+            if group is not None:
+                group.discard(told)
+                if not group:
+                    del self._watching[user_id]
+
+    def recheck(self, user_id: str) -> int:
+        """Tell every live stream of ``user_id`` in this process to check its access now (a share
+        taken back, a page session ended): one that may no longer see what it shows ends at once,
+        not at its next periodic check. Returns how many were told."""
+        group = self._watching.get(user_id, set())
+        for told in group:
+            told.set()
+        return len(group)
 
     @contextlib.contextmanager
     def slot(self, user_id: str | None) -> Iterator[None]:

@@ -21,7 +21,7 @@ import temporalio.client
 
 from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
-from signoff.engine.errors import Forbidden, JobNotFound, SignoffError, Unavailable
+from signoff.engine.errors import Forbidden, IdempotencyMismatch, JobNotFound, SignoffError, Unavailable
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
@@ -78,9 +78,12 @@ class RunService:
         idempotency_key: str | None,
         mode: str,
         sync_timeout: float | None = None,
+        request_hash: str | None = None,
     ) -> tuple[Job, bool]:
         """Create the job and start its run. A repeated idempotency key returns (the first job,
-        False) and starts nothing new. Supersedes this user's suspended runs of this flow in the
+        False) and starts nothing new; when both requests carry a ``request_hash`` (a hash of the
+        canonical request body, kept in the job's request) they must be equal, else
+        IdempotencyMismatch (a key reused for another request, as Stripe refuses it). Supersedes this user's suspended runs of this flow in the
         same effective session first.
 
         A ``sync`` run of a flow with no gate runs in this process (docs/inline.md); the call
@@ -98,12 +101,16 @@ class RunService:
             user_id=user.id,
             session_id=session_id,
             request={"input_value": input_value, "tweaks": tweaks or {}, "mode": mode, "session_id": session_id,
-                     "runner": backend.name},
+                     "runner": backend.name, **({"body_sha256": request_hash} if request_hash else {})},
             idempotency_key=idempotency_key,
             lease_until=backend.lease_until(),
             status=backend.initial_status,
         )
         job, created = await self.store.create_job(new)
+        if not created and request_hash and job.request.get("body_sha256") not in (None, request_hash):
+            raise IdempotencyMismatch(
+                f"The idempotency key {idempotency_key!r} was already used with a different request (job "
+                f"{job.job_id}); send the same request with it, or a new key", job_id=job.job_id)
         if not created:
             # the first submit may have died after the insert: the retry with its idempotency key
             # finishes what it began, the supersede (runs older than it: none is left for a

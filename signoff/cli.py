@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as e:  # a setting (SIGNOFF_*) that cannot be: say which and why, no traceback
         for err in e.errors():
             name = "SIGNOFF_" + "_".join(str(p) for p in err["loc"]).upper()
-            msg = err["msg"].removeprefix("Value error, ").removeprefix(f"{name}: ")
+            msg = err["msg"].removeprefix("Value error, ").removeprefix(f"{name}: ").removeprefix(f"{name} ")
             print(f"signoff: {name}: {msg}", file=sys.stderr)
         return 2
 

@@ -36,6 +36,7 @@ from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest, WorkflowCreate
 from signoff.api.pages import forms, live, markdown, views
 from signoff.api.sse import while_allowed
+from signoff.api.ratelimit import check_write
 from signoff.api.pages.session import (CsrfRefused, PageSession, Sessions, check_csrf, check_same_origin)
 
 HERE = Path(__file__).resolve().parent
@@ -106,7 +107,10 @@ class PageRoute(APIRoute):
                     return response
                 if status >= 500:
                     raise
-                return render(request, "error.html", status, title="Refused", message=printable(e.message))
+                response = render(request, "error.html", status, title="Refused", message=printable(e.message))
+                if isinstance(e.details.get("retry_after"), int):  # RATE_LIMITED
+                    response.headers["Retry-After"] = str(e.details["retry_after"])
+                return response
             except RequestValidationError:
                 return render(request, "error.html", 404, title="Not found", message=NOT_FOUND_TEXT)
             except StarletteHTTPException as e:
@@ -169,6 +173,12 @@ async def signed_in(request: Request) -> PageContext:
 Page = Depends(signed_in)
 
 
+def _rechecked(request: Request, page: PageContext) -> dict[str, Any]:
+    """How a page's live stream is re-checked (api/sse.py: while_allowed)."""
+    return {"every": request.app.state.settings.stream_recheck_seconds, "feed": page.service.feed,
+            "user_id": page.user.id}
+
+
 def still_signed_in(request: Request, page: PageContext, job_id: str | None = None) -> Callable[[], Any]:
     """For a live stream's while_allowed: the page session that opened it still stands (not
     signed out, expired or ended with the person's keys) and its person may still see ``job_id``."""
@@ -192,11 +202,13 @@ async def with_count(request: Request, page: PageContext) -> None:
 
 async def read_form(request: Request, page: PageContext | None = None, *, files: int = 0) -> FormData:
     """The posted form, after the same-origin and CSRF checks and within the body limit."""
-    check_same_origin(request)
+    check_same_origin(request, request.app.state.settings.public_url)
     limit = request.app.state.settings.max_body_bytes
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise StarletteHTTPException(413, f"The form is larger than {limit} bytes")
+    if page is not None:  # a signed-in person's form is a write like the API's (SIGNOFF_WRITE_RATE)
+        check_write(request.app.state.write_buckets, page.user.id)
     form = await request.form(max_files=files, max_fields=1000, max_part_size=limit)
     if page is not None:
         check_csrf(page.session, _text(form.get("csrf")))
@@ -252,6 +264,7 @@ async def sign_in(request: Request) -> Response:
 async def sign_out(request: Request, page: PageContext = Page) -> Response:
     await read_form(request, page)
     await page.sessions.end(request)
+    page.service.feed.recheck(page.user.id)  # this session's open streams end now
     response = RedirectResponse("/sign-in", status_code=303)
     page.sessions.clear_cookie(request, response)
     return response
@@ -302,7 +315,7 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
     page.service.feed.check(page.user.id)
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
                                kind=kind, add_rows=rows == "1", render_row=row, since=after)
-    return StreamingResponse(while_allowed(stream, still_signed_in(request, page)), media_type="text/event-stream", headers={"Cache-Control": "no-store",
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page), **_rechecked(request, page)), media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                               "X-Accel-Buffering": "no"})
 
 
@@ -385,7 +398,7 @@ async def card_live(request: Request, job_id: str, request_id: str, page: PageCo
     await visible_job(page.store, page.user, job_id)
     page.service.feed.check(page.user.id)
     stream = live.request_stream(page.store, page.service.feed, job_id, request_id, user_id=page.user.id)
-    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id)),
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id), **_rechecked(request, page)),
                              media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                       "X-Accel-Buffering": "no"})
 
@@ -514,7 +527,7 @@ async def run_live(request: Request, job_id: str, page: PageContext = Page, seq:
     page.service.feed.check(page.user.id)
     stream = live.run_stream(page.store, page.service.feed, job_id, after_seq=max(0, seq), status=status,
                              user_id=page.user.id)
-    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id)),
+    return StreamingResponse(while_allowed(stream, still_signed_in(request, page, job_id), **_rechecked(request, page)),
                              media_type="text/event-stream", headers={"Cache-Control": "no-store",
                                                                       "X-Accel-Buffering": "no"})
 

@@ -1,7 +1,7 @@
 """The headers every page and static file is sent with: a strict Content-Security-Policy (scripts,
 styles and everything else from this origin only: no inline script or style, no CDN), framing
-refused, no MIME sniffing, no referrer to other sites, and pages never cached. The JSON API and
-its OpenAPI UI under /docs keep their own (the UI is FastAPI's)."""
+refused, no MIME sniffing, no referrer to other sites, and pages never cached. The JSON API keeps
+its own; /docs and /redoc send theirs (api/docs.py)."""
 
 from __future__ import annotations
 

@@ -121,14 +121,17 @@ class Sessions:
 
     # ---- cookies ------------------------------------------------------------------------------
 
+    def secure(self, request: Request) -> bool:
+        """Cookies are ``Secure`` over HTTPS: this request's (a trusted proxy's X-Forwarded-Proto
+        counts), or the public origin's (SIGNOFF_PUBLIC_URL) when a TLS proxy says nothing."""
+        return request.url.scheme == "https" or self.settings.public_https
+
     def set_cookie(self, request: Request, response: Response, value: str) -> None:
         response.set_cookie(COOKIE, value, max_age=int(self.lifetime.total_seconds()), path="/", httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")
+                            samesite="strict", secure=self.secure(request))
 
-    @staticmethod
-    def clear_cookie(request: Request, response: Response) -> None:
-        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
-                               secure=request.url.scheme == "https")
+    def clear_cookie(self, request: Request, response: Response) -> None:
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=self.secure(request))
 
     # ---- the sign-in form's token (no session yet) ----------------------------------------------
 
@@ -142,7 +145,7 @@ class Sessions:
 
     def set_signin_cookie(self, request: Request, response: Response, value: str) -> None:
         response.set_cookie(SIGNIN_COOKIE, value, max_age=SIGNIN_SECONDS, path="/sign-in", httponly=True,
-                            samesite="strict", secure=request.url.scheme == "https")
+                            samesite="strict", secure=self.secure(request))
 
     def check_signin_token(self, request: Request, sent: str | None) -> None:
         held = self._open(request.cookies.get(SIGNIN_COOKIE))
@@ -150,15 +153,17 @@ class Sessions:
             raise CsrfRefused("The sign-in form expired; reload the page and sign in again")
 
 
-def check_same_origin(request: Request) -> None:
-    """Refuse a state-changing request that a browser says comes from another site."""
+def check_same_origin(request: Request, public_url: str | None = None) -> None:
+    """Refuse a state-changing request that a browser says comes from another site: its
+    ``Origin`` must be this request's own (scheme as a trusted proxy says it) or the public
+    origin (SIGNOFF_PUBLIC_URL, what people type behind a TLS proxy)."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         raise CsrfRefused("This form was sent from another site")
     origin = request.headers.get("origin")
     if origin is not None and origin != "null":
-        expected = f"{request.url.scheme}://{request.headers.get('host', '')}"
-        if origin != expected:
+        expected = {f"{request.url.scheme}://{request.headers.get('host', '')}", public_url}
+        if origin.lower() not in {e.lower() for e in expected if e}:
             raise CsrfRefused("This form was sent from another site")
     elif origin == "null":
         raise CsrfRefused("This form was sent from another site")

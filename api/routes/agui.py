@@ -13,7 +13,7 @@ from signoff.api.agui import TEXT_FIELDS, AguiRun, AguiRunInput, encode
 from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep
 from signoff.api.limits import check_body
 from signoff.api.models import error_responses
-from signoff.api.sse import SSE_HEADERS
+from signoff.api.sse import SSE_HEADERS, key_still_sees, while_allowed
 
 router = APIRouter(prefix="/api/v1/agui", tags=["agui"])
 
@@ -64,5 +64,7 @@ async def run_agent(flow_id: str, body: AguiRunInput, request: Request, store: S
     service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before anything runs
     run = AguiRun(store=store, service=service, user=user, flow_id=flow_id, public_owner=public_owner, inp=body)
     encoder = EventEncoder(accept=request.headers.get("accept"))
-    return StreamingResponse(encode(run.events(), encoder), media_type=encoder.get_content_type(),
-                             headers=SSE_HEADERS)
+    allowed = key_still_sees(store, request.headers.get("x-api-key", "").strip(), user, None)
+    stream = while_allowed(encode(run.events(), encoder), allowed, every=settings.stream_recheck_seconds,
+                           feed=service.feed, user_id=user.id)
+    return StreamingResponse(stream, media_type=encoder.get_content_type(), headers=SSE_HEADERS)

@@ -115,11 +115,15 @@ async def grant_share(
                responses=error_responses({403: "`FORBIDDEN`: only the owner may revoke a share",
                                           404: "`FLOW_NOT_FOUND` (also: the user has no share), `USER_NOT_FOUND`"}))
 async def revoke_share(
-    flow_id: str, user_ref: str, store: StoreDep, user: CurrentUser, public_owner: PublicOwner
+    flow_id: str, user_ref: str, request: Request, store: StoreDep, user: CurrentUser, public_owner: PublicOwner
 ) -> Response:
-    """Revoke a user's share (by user name or id). Their suspended runs can no longer be resumed."""
+    """Revoke a user's share (by user name or id). Their suspended runs can no longer be resumed,
+    and their open streams of the flow's runs end now."""
     flow = await _owned(store, user, flow_id, public_owner)
     target = await named_user(store, user_ref)
     if not await store.revoke_share(flow.id, target.id):
         raise FlowNotFound(f"{user_ref!r} has no share on flow {flow.id}")
+    service = getattr(request.app.state, "service", None)
+    if service is not None:  # their live streams ask at once whether they may still see what they show
+        service.feed.recheck(target.id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

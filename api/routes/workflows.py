@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from typing import Annotated, Any
 
@@ -41,11 +43,25 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": sse_content(),
     },
     **error_responses({404: "`FLOW_NOT_FOUND`: no such flow you may run",
-                       422: "`INVALID_REQUEST` (with `problems`)",
+                       422: "`INVALID_REQUEST` (with `problems`); `IDEMPOTENCY_MISMATCH`: the idempotency key was "
+                            "used with a different request",
                        429: "`TOO_MANY_STREAMS` (mode `stream`): the user holds SIGNOFF_MAX_STREAMS_PER_USER live "
                             "streams",
                        503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
 }
+
+
+def _key(request: Request) -> str:
+    return request.headers.get("x-api-key", "").strip()
+
+
+def request_hash(body: WorkflowCreate) -> str:
+    """A hash of the request as it means (every field but the key and the sync wait ``timeout``,
+    which a retry may lengthen; defaults filled in, keys sorted): the same key with another body
+    is IDEMPOTENCY_MISMATCH."""
+    canonical = json.dumps(body.model_dump(mode="json", exclude={"idempotency_key", "timeout"}), sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _status_body(job: Job) -> JobPublic | WorkflowResponse:
@@ -54,8 +70,8 @@ def _status_body(job: Job) -> JobPublic | WorkflowResponse:
 
 @router.post("", response_model=JobPublic | WorkflowResponse, responses=_SUBMIT_RESPONSES)
 async def submit(
-    body: WorkflowCreate, store: StoreDep, service: ServiceDep, settings: SettingsDep, user: CurrentUser,
-    public_owner: PublicOwner,
+    body: WorkflowCreate, request: Request, store: StoreDep, service: ServiceDep, settings: SettingsDep,
+    user: CurrentUser, public_owner: PublicOwner,
 ):
     """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
     `stream` returns the run's events as SSE until the end or a pause."""
@@ -74,6 +90,7 @@ async def submit(
         idempotency_key=body.idempotency_key,
         mode=body.mode,
         sync_timeout=timeout,  # a gate-less sync run runs in this process (docs/inline.md)
+        request_hash=request_hash(body) if body.idempotency_key else None,
     )
     if body.mode == "background":
         return job_public(job)
@@ -84,7 +101,10 @@ async def submit(
                 job = await service.wait_for_pause_or_end(job.job_id, remaining, user_id=user.id)
         # still running after `timeout`: the job (with its links to follow it), as in background
         return job_public(job) if job.status in ACTIVE else workflow_response(job)
-    return StreamingResponse(job_events(store, service.feed, job.job_id, user_id=user.id),
+    stream = job_events(store, service.feed, job.job_id, user_id=user.id)
+    allowed = key_still_sees(store, _key(request), user, job.job_id)
+    return StreamingResponse(while_allowed(stream, allowed, every=settings.stream_recheck_seconds, feed=service.feed,
+                                           user_id=user.id),
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -194,5 +214,7 @@ async def events(
             raise InvalidRequest("Last-Event-ID must be the integer seq of the last event received") from None
     service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the stream starts
     stream = job_events(store, service.feed, job_id, after_seq=after_seq, user_id=user.id)
-    allowed = key_still_sees(store, request.headers.get("x-api-key", "").strip(), user, job_id)
-    return StreamingResponse(while_allowed(stream, allowed), media_type="text/event-stream", headers=SSE_HEADERS)
+    allowed = key_still_sees(store, _key(request), user, job_id)
+    return StreamingResponse(while_allowed(stream, allowed, every=request.app.state.settings.stream_recheck_seconds,
+                                           feed=service.feed, user_id=user.id),
+                             media_type="text/event-stream", headers=SSE_HEADERS)

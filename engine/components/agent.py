@@ -195,7 +195,7 @@ class Agent(Component):
                 )
             client = client or await self._client(ctx)
             # a child span of this vertex's span (type llm): model, token usage, error status
-            with ctx.run.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.url,
+            with ctx.run.model_call(model=client.model, number=st["model_calls"] + 1, endpoint=client.shown_url,
                                     messages=st["messages"], tools=list(tools)) as span:
                 result = await client.chat(st["messages"], [t["schema"] for t in tools.values()] or None)
                 span.model_result(result)

@@ -20,7 +20,7 @@ from signoff.engine.components import register
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.egress import EgressError
 from signoff.engine.errors import ComponentError
-from signoff.engine.secrets import is_secret_ref, scrubbed, secret_names
+from signoff.engine.secrets import clipped, credentials, scrubbed, secret_names, without_userinfo
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 
@@ -90,7 +90,10 @@ class HTTPRequest(Component):
             )
         revealed = await ctx.run.reveal(declared, vertex_id=ctx.vertex_id)
         headers = {str(k): str(v) for k, v in revealed.items()}
-        used = [str(revealed[k]) for k, v in declared.items() if is_secret_ref(v)]
+        # every literal credential of this request (a revealed secret, a literal header, the URL's
+        # userinfo) is masked in whatever comes back, before anything is cut
+        hide = credentials(headers=headers, urls=[url, self.params.get("url")])
+        shown = without_userinfo(url)
         headers.setdefault("Idempotency-Key", idempotency_key(ctx.run_id, ctx.vertex_id))
         body = self.value(ctx, "body")
         kwargs: dict[str, Any] = {}
@@ -102,26 +105,24 @@ class HTTPRequest(Component):
             else:
                 kwargs["content"] = as_text(body).encode()
         timeout = ctx.run.capped_timeout(float(self.params.get("timeout") or 30))
+
+        def fail(message: str, **details: Any) -> ComponentError:
+            return ComponentError(scrubbed(message, hide), vertex_id=ctx.vertex_id, **details)
+
         try:
             async with ctx.run.http_client(timeout=timeout) as client:
                 resp = await client.request(method, url, headers=headers, timeout=timeout, **kwargs)
         except EgressError as e:  # refused by the egress policy, or an answer over the size cap
-            raise ComponentError(f"HTTPRequest: {method} {url}: {e}", vertex_id=ctx.vertex_id) from None
+            raise fail(f"HTTPRequest: {method} {shown}: {e}") from None
         except httpx.InvalidURL as e:
-            raise ComponentError(f"HTTPRequest: '{url}' is not a URL signoff can call: {e}",
-                                 vertex_id=ctx.vertex_id) from None
+            raise fail(f"HTTPRequest: '{shown}' is not a URL signoff can call: {e}") from None
         except httpx.HTTPError as e:
-            raise ComponentError(
-                f"HTTPRequest: {method} {url} failed: {e.__class__.__name__}: {e}", vertex_id=ctx.vertex_id, retryable=True
-            ) from None
+            raise fail(f"HTTPRequest: {method} {shown} failed: {e.__class__.__name__}: {e}", retryable=True) from None
         if resp.status_code >= 400:
-            raise ComponentError(
-                f"HTTPRequest: {method} {url} answered {resp.status_code}: {scrubbed(resp.text, used)[:500]}",
-                vertex_id=ctx.vertex_id,
+            raise fail(
+                f"HTTPRequest: {method} {shown} answered {resp.status_code}: {clipped(resp.text, hide, 500)}",
                 retryable=resp.status_code >= 500 or resp.status_code == 429,
                 status_code=resp.status_code,
             )
-        # a server that echoes a request's headers must not put a secret into the run's outputs
-        return {"response": scrubbed(resp.text, used)}
-
-
+        # a server that echoes a request's headers must not put a credential into the run's outputs
+        return {"response": scrubbed(resp.text, hide)}

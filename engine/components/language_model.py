@@ -48,7 +48,7 @@ class LanguageModel(Component):
         if task is None:
             task = self.params.get("input_value", ctx.run.input_value)
         messages.append({"role": "user", "content": as_text(task)})
-        with ctx.run.model_call(model=client.model, number=1, endpoint=client.url, messages=messages, tools=[]) as span:
+        with ctx.run.model_call(model=client.model, number=1, endpoint=client.shown_url, messages=messages, tools=[]) as span:
             result = await client.chat(messages)
             span.model_result(result)
         return {"text_output": result.content}

@@ -25,7 +25,8 @@ def _handle(args: argparse.Namespace) -> int:
     telemetry.install(settings, service_name="signoff-api")  # OTLP export of Temporal's client spans
     app = create_app(settings)
     print(f"signoff API on http://{settings.api_host}:{settings.api_port} (docs at /docs)", flush=True)
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=args.log_level)
+    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=args.log_level,
+                proxy_headers=False)  # the app believes SIGNOFF_TRUSTED_PROXIES (api/app.py)
     return 0
 
 

@@ -144,7 +144,8 @@ async def run_dev(settings: Settings, *, stop: asyncio.Event | None = None) -> N
             service = RunService(settings, store, client)
             app = create_app(settings, store=store, service=service)
             api_server = uvicorn.Server(
-                uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning")
+                uvicorn.Config(app, host=settings.api_host, port=settings.api_port, log_level="warning",
+                               proxy_headers=False)  # the app believes SIGNOFF_TRUSTED_PROXIES
             )
             # Ours stop everything: uvicorn would otherwise take SIGINT/SIGTERM while it serves
             # and raise them again once stopped.

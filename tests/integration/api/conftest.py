@@ -111,6 +111,9 @@ async def database(backend: str, tmp: Path) -> AsyncIterator[str]:
 async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) -> AsyncIterator[Harness]:
     async with database(backend, tmp) as url:
         egress = EgressAllow()
+        # these tests send bursts of writes as one user (hundreds a second, parametrized cases);
+        # SIGNOFF_WRITE_RATE is taken from a bucket that never runs dry here, and has its own tests
+        settings_kw.setdefault("write_burst", 100_000)
         settings = egress.bind(Settings(home=tmp, database_url=url, task_queue=f"api-{uuid.uuid4()}", **settings_kw))
         store = open_store(url)
         await store.setup()

@@ -315,11 +315,17 @@ async def test_repeated_idempotency_key_returns_the_first_job(api: Harness) -> N
     async with api.client("alice") as c:
         first = await submit(c, api.flows["refund"], "sync", session_id="idem-all", idempotency_key="same")
         assert first["status"] == "suspended"
-        for mode in ("background", "sync"):
-            r = await c.post("/api/v2/workflows", json={"flow_id": api.flows["refund"], "input_value": "other",
-                                                        "mode": mode, "session_id": "idem-all",
-                                                        "idempotency_key": "same"})
+        same = {"flow_id": api.flows["refund"], "input_value": "refund 42", "mode": "sync", "session_id": "idem-all",
+                "idempotency_key": "same"}
+        for body in (same, {**same, "timeout": 5}):  # the same request (a retry may wait longer)
+            r = await c.post("/api/v2/workflows", json=body)
             assert r.status_code == 200 and r.json()["job_id"] == first["job_id"] and r.json()["status"] == "suspended"
+        # the same key with another request is refused, as Stripe does (issue 28), and starts nothing
+        for other in ({"input_value": "other"}, {"mode": "background"}, {"session_id": "idem-other"},
+                      {"tweaks": {"gate": {"prompt": "x"}}}):
+            r = await c.post("/api/v2/workflows", json={**same, **other})
+            assert r.status_code == 422, r.text
+            assert r.json()["detail"]["code"] == "IDEMPOTENCY_MISMATCH" and r.json()["detail"]["job_id"] == first["job_id"]
         assert [p["job_id"] for p in (await c.get("/api/v2/workflows/pending")).json()].count(first["job_id"]) == 1
     assert (await api.store.get_job(first["job_id"])).status == JobStatus.suspended  # not superseded by itself
     async with api.client("alice") as c:

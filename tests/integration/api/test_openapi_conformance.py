@@ -283,6 +283,19 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await D("POST", "/api/v2/workflows/{job_id}/resume", 503, path={"job_id": job_id}, json=resume)
         await D("POST", "/api/v1/agui/{flow_id}", 503, path={"flow_id": api.flows["refund"]}, json=agui)
 
+    # 429 RATE_LIMITED on every write, once the user's bucket is empty (SIGNOFF_WRITE_RATE)
+    limited = create_app(api.settings.model_copy(update={"write_rate": 0.001, "write_burst": 1}), store=api.store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=limited), base_url="http://api",
+                                 headers={"x-api-key": api.users["alice"][1]}) as c:
+        L = Checked(schema, c)
+        await c.post("/api/v1/flows", json=REFUND)  # the one write the bucket held
+        for template, item in api.app.openapi()["paths"].items():
+            for method in item:
+                if template.startswith("/api/") and method.upper() in ("POST", "PUT", "PATCH", "DELETE"):
+                    names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
+                    r = await L(method.upper(), template, 429, path={n: "x" for n in names}, json={"job_id": "x"})
+                    assert int(r.headers["retry-after"]) >= 1
+
     class NoDatabase:
         async def ping(self) -> None:
             raise ConnectionError("down")
@@ -307,6 +320,6 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
 
     declared = {(m.upper(), p, int(s)) for p, item in doc["paths"].items() for m, op in item.items()
                 for s in op["responses"]}
-    assert declared - A.seen - B.seen - N.seen - D.seen - health.seen - anon.seen == set()  # every one answered
+    assert declared - A.seen - B.seen - N.seen - D.seen - L.seen - health.seen - anon.seen == set()  # every one answered
 
 

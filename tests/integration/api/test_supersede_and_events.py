@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import uuid
 
 import httpx
@@ -227,11 +228,14 @@ async def test_sse_tails_a_queued_job_over_real_http(api: Harness, live: str) ->
             assert await read_frame(lines) is None
 
 
-async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_own(api: Harness, live: str) -> None:
+async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_own(api: Harness, live: str,
+                                                                                  monkeypatch) -> None:
     """Thirty idle `/events` streams (queued jobs nobody runs) over real HTTP: while nothing
     happens the store is not read for them (each used to read its job ten times a second); an
     event on one job reaches its stream at once and reads only that job; one tail of the store
-    serves them all (service/feed.py)."""
+    serves them all (service/feed.py). (Each stream's access re-check reads the store every
+    SIGNOFF_STREAM_RECHECK_SECONDS on its own, and before each frame: set out of the way here.)"""
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 3600.0)
     user_id, key = api.users["alice"]
     jobs = []
     for _ in range(30):
@@ -274,11 +278,10 @@ async def test_idle_streams_do_not_poll_the_store_and_an_event_wakes_only_its_ow
 
 async def test_a_stream_whose_key_is_revoked_closes_before_its_next_event(api: Harness, live: str,
                                                                         monkeypatch) -> None:
-    """An open /events stream asks every RECHECK_SECONDS whether its reader may still see it: once
-    the key that opened it is revoked, the next event is not delivered and the stream ends."""
-    from signoff.api import sse
-
-    monkeypatch.setattr(sse, "RECHECK_SECONDS", 0.0)
+    """An open /events stream asks before every frame with data whether its reader may still see
+    it: once the key that opened it is revoked (in another process: the store only), the next
+    event is not delivered and the stream ends, however long its periodic check is."""
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 3600.0)
     user_id, _ = api.users["alice"]
     key = await api.store.create_api_key(user_id)
     job = await queued_job(api, user_id)
@@ -292,3 +295,68 @@ async def test_a_stream_whose_key_is_revoked_closes_before_its_next_event(api: H
             await api.store.append_event(job.job_id, "progress", {"n": 2, "secret": "after revocation"})
             assert await asyncio.wait_for(read_frame(lines), 10) is None  # closed, the event not sent
     await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the stream to give its place back")
+
+
+async def test_a_stream_whose_key_is_revoked_ends_without_waiting_for_an_event(api: Harness, live: str,
+                                                                               monkeypatch) -> None:
+    """A revoke in another process (the CLI: the store only) ends an idle stream within
+    SIGNOFF_STREAM_RECHECK_SECONDS, not at its next keep-alive or event (issue 28: ~40 s)."""
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 0.05)
+    user_id, _ = api.users["alice"]
+    key = await api.store.create_api_key(user_id)
+    job = await queued_job(api, user_id)
+    async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
+        async with c.stream("GET", f"/api/v2/workflows/{job.job_id}/events") as stream:
+            lines = stream.aiter_lines()
+            await api.store.append_event(job.job_id, "progress", {"n": 1})
+            assert (await read_frame(lines))["seq"] == 1
+            assert await api.store.revoke_api_key(key)
+            assert await asyncio.wait_for(read_frame(lines), 10) is None  # ended with no event to send
+    await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the stream to give its place back")
+
+
+@pytest.mark.parametrize("how", ["sign-out", "revoke"])
+async def test_a_signed_out_inbox_stream_ends_at_once_and_a_revoked_one_gets_no_new_request(
+        api: Harness, live: str, monkeypatch, how: str) -> None:
+    """The pages' inbox stream (issue 28: a revoked person's open inbox received a new request 0.1 s
+    after the revoke and stayed open ~40 s). A sign-out in this process tells the feed, which ends
+    that person's streams at once; a revoke in another process (`signoff users revoke-key`:
+    the store only) lets no new request through: the stream ends before the frame."""
+    from signoff.commands.users import _revoke
+    from tests.integration.api.test_trust import signed_in
+
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 3600.0)  # neither waits for the timer
+    monkeypatch.setenv("SIGNOFF_HOME", str(api.settings.home))
+    monkeypatch.setenv("SIGNOFF_DATABASE_URL", api.settings.resolved_database_url)
+    name = f"erin-{uuid.uuid4().hex[:6]}"
+    erin = await api.store.create_user(name)
+    key = await api.store.create_api_key(erin.id)
+    async with httpx.AsyncClient(base_url=live, timeout=httpx.Timeout(60)) as page:
+        await signed_in(page, key)
+        async with page.stream("GET", "/inbox/live") as stream:
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            assert (await read_event(lines))[0] == "snapshot"
+            if how == "sign-out":
+                csrf = re.search(r'name="csrf" value="([^"]+)"', (await page.get("/flows")).text).group(1)
+                assert (await page.post("/sign-out", data={"csrf": csrf})).status_code == 303
+            else:
+                assert await _revoke(name, None) == 1
+                flow = await api.store.get_flow(api.flows["refund"])
+                await api.store.grant_share(flow.id, erin.id, ["execute"])
+                job, _ = await api.service.submit(erin, flow, input_value="after the revoke", session_id=None,
+                                                  tweaks=None, idempotency_key=None, mode="background")
+                await api.wait_status(job.job_id, JobStatus.suspended)
+            assert await asyncio.wait_for(read_event(lines), 30) is None, how  # ended, nothing more sent
+    await eventually(lambda: api.service.feed.streams_of(erin.id) == 0, what="the stream to give its place back")
+
+
+async def read_event(lines) -> tuple[str, str] | None:
+    """The next named SSE event of a page stream (``event:``, ``data:``), None when it ended."""
+    name = None
+    async for line in lines:
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: ") and name is not None:
+            return name, line[6:]
+    return None
