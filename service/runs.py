@@ -157,7 +157,8 @@ class RunService:
             pending = await self.access.current_request(job)
             votes = await self.access.votes(job_id, pending.request_id) if pending and pending.quorum_action else []
             check_decision(pending, request_id, decision, waiting=job.status == JobStatus.suspended,
-                           decider=await self.access.decider(job, user, pending), votes=votes)
+                           decider=await self.access.decider(job, user, pending), votes=votes,
+                           max_items=self.settings.max_value_items)
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise
