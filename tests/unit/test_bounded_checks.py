@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from signoff.engine.components.human_input import HumanInput, fields_too_large
+from signoff.engine.components.human_input import HumanInput
 from signoff.engine.components.router import ConditionalRouter, matches
 from signoff.engine.decisions import check_decision
 from signoff.engine.errors import InvalidValues
@@ -104,6 +104,8 @@ def test_the_workflow_validator_check_leaves_values_out():
 
 
 def test_fields_larger_than_the_cap_is_refused_at_save():
+    from signoff.engine.components.human_input import fields_too_large
+
     big = {"type": "object", "properties": {"pick": {"type": "string", "enum": [f"option {i}" for i in range(8000)]}}}
     problems = HumanInput.check_params({"fields": big})
     assert len(problems) == 1 and problems[0].startswith("fields: is ") and "SIGNOFF_MAX_FIELDS_BYTES" in problems[0]
