@@ -88,8 +88,8 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
     ``decider`` None: the caller checked who decides (the engine's own runner). ``values`` False:
     the values are not checked against the request's ``fields`` (the workflow's Update validator:
     only cheap checks there; the API checked them before sending, the activity checks them again).
-    ``max_items``: an array in the values longer than this, where its schema gives no
-    ``maxItems``, is InvalidValues (SIGNOFF_MAX_VALUE_ITEMS; None: no such bound)."""
+    ``max_items``: an array in the values longer than this, or more than ten times this many
+    values in all, is InvalidValues (SIGNOFF_MAX_VALUE_ITEMS; None: no such bound)."""
     if pending is not None:
         if decider is not None:
             check_decider(pending, decider)
@@ -126,7 +126,7 @@ def _check_values(pending: PendingRequest, decision: Decision, max_items: int | 
     schema = (pending.fields or {}).get(decision.action_id)
     if schema is None:
         return
-    if max_items is not None and (long := too_many_items(decision.values or {}, schema, max_items)):
+    if max_items is not None and (long := too_many_items(decision.values or {}, max_items)):
         raise InvalidValues(long)
     by_field: dict[str, list[Any]] = {}
     for error in ValuesValidator(schema).iter_errors(decision.values or {}):
