@@ -151,7 +151,7 @@ async def still_waiting(api: Harness, job_id: str, request_id: str) -> None:
 async def test_values_arrays_are_bounded_and_big_numbers_are_invalid_values(api: Harness) -> None:
     fields = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}},
                                                "amount": {"type": "number", "multipleOf": 0.01}}}
-    cap = api.settings.max_value_items
+    cap = getattr(api.settings, "max_value_items", 1000)  # (so the test runs against the code before it too)
     async with api.client("alice") as c:
         job_id, request_id = await paused(api, c, fields)
         url = f"/api/v2/workflows/{job_id}/resume"
@@ -178,7 +178,7 @@ async def test_unique_items_on_objects_is_bounded_and_checked_at_once_by_api_and
     event loop for minutes) are refused at once, whatever maxItems the schema gives; as many as
     SIGNOFF_MAX_VALUE_ITEMS are checked by the API, taken by the workflow, and recorded."""
     fields = {"type": "object", "properties": {"rows": {"type": "array", "uniqueItems": True, "maxItems": 50_000}}}
-    cap = api.settings.max_value_items
+    cap = getattr(api.settings, "max_value_items", 1000)  # (so the test runs against the code before it too)
     async with api.client("alice") as c:
         job_id, request_id = await paused(api, c, fields)
         url = f"/api/v2/workflows/{job_id}/resume"
