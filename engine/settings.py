@@ -101,8 +101,8 @@ class Settings(BaseSettings):
     )
     max_value_items: int = Field(
         1000, ge=1,
-        description="The most items an array in a decision's values may hold where its schema gives no maxItems. "
-                    "More: 422 INVALID_VALUES naming the field.",
+        description="The most items an array in a decision's values may hold (whatever maxItems its schema gives), "
+                    "and ten times that in all values. More: 422 INVALID_VALUES naming the field.",
     )
     sync_timeout_seconds: float = Field(60.0, gt=0)
     metrics_port: int | None = Field(
