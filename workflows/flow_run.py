@@ -8,8 +8,10 @@ claim, apply, and the following instant layers) → next layer → ... → the l
 completion; ``finish`` (status + terminal event) for the other ends.
 
 A decision is checked by the engine's one rule (:func:`~signoff.engine.decisions.check_decision`)
-in the Update's validator, so a refused one writes no history; at most one decision is in
-flight at a time (:class:`_Decision`, one slot).
+in the Update's validator, so a refused one writes no history (its values excepted: the API
+checks them before it sends the Update, the handler and the activity again; the validator's
+checks are the cheap ones); at most one decision is in flight at a time (:class:`_Decision`,
+one slot).
 """
 
 from __future__ import annotations
