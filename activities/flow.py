@@ -461,7 +461,8 @@ class FlowActivities:
             if mine is None:
                 pending = await self.access.current_request(job, inp.request_id)
                 check_decision(pending, inp.request_id, inp.decision, waiting=job.status == JobStatus.suspended,
-                               decider=await self.access.decider(job, person, pending), votes=votes)
+                               decider=await self.access.decider(job, person, pending), votes=votes,
+                               max_items=self.settings.max_value_items)
                 assert pending is not None
                 mine = Vote(user=person.id, action_id=inp.decision.action_id,
                             values=with_defaults(pending, inp.decision.action_id, inp.decision.values), at=inp.now)

@@ -41,7 +41,7 @@ from jsonschema.exceptions import best_match
 from signoff.engine.errors import AlreadyVoted, Forbidden, InvalidDecision, InvalidValues, NotAnApprover, NotResumable
 from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote
 from signoff.engine.state import RunState
-from signoff.engine.valueschema import ValuesValidator
+from signoff.engine.valueschema import ValuesValidator, too_many_items
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,16 @@ def check_decider(pending: PendingRequest, decider: Decider) -> None:
 
 
 def check_decision(pending: PendingRequest | None, request_id: str, decision: Decision, *,
-                   waiting: bool = True, decider: Decider | None = None, votes: Sequence[Vote] = ()) -> None:
+                   waiting: bool = True, decider: Decider | None = None, votes: Sequence[Vote] = (),
+                   values: bool = True, max_items: int | None = None) -> None:
     """Raise (in the order of the module's docstring) when ``decision`` cannot answer
     ``request_id`` of a run whose pending request is ``pending``. ``waiting`` is False while the
     run cannot take a decision even though it has a pending request (a claim is being applied).
-    ``decider`` None: the caller checked who decides (the engine's own runner)."""
+    ``decider`` None: the caller checked who decides (the engine's own runner). ``values`` False:
+    the values are not checked against the request's ``fields`` (the workflow's Update validator:
+    only cheap checks there; the API checked them before sending, the activity checks them again).
+    ``max_items``: an array in the values longer than this, or more than ten times this many
+    values in all, is InvalidValues (SIGNOFF_MAX_VALUE_ITEMS; None: no such bound)."""
     if pending is not None:
         if decider is not None:
             check_decider(pending, decider)
@@ -94,7 +99,8 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
                 f"{', '.join(pending.allowed_decisions)}",
                 allowed_decisions=list(pending.allowed_decisions),
             )
-        _check_values(pending, decision)
+        if values:
+            _check_values(pending, decision, max_items)
     if pending is None or not waiting or pending.request_id != request_id:
         raise NotResumable(
             f"The run is not waiting for request {request_id!r}"
@@ -113,13 +119,15 @@ def count_vote(pending: PendingRequest, decision: Decision, votes: Sequence[Vote
     return len(votes) + 1 >= pending.required_approvals
 
 
-def _check_values(pending: PendingRequest, decision: Decision) -> None:
+def _check_values(pending: PendingRequest, decision: Decision, max_items: int | None = None) -> None:
     if pending.kind == "tool_approval":
         _tool_approval_values(pending, decision)
         return
     schema = (pending.fields or {}).get(decision.action_id)
     if schema is None:
         return
+    if max_items is not None and (long := too_many_items(decision.values or {}, max_items)):
+        raise InvalidValues(long)
     by_field: dict[str, list[Any]] = {}
     for error in ValuesValidator(schema).iter_errors(decision.values or {}):
         loc = ".".join(["values", *[str(p) for p in error.absolute_path], *_missing(error)])

@@ -111,6 +111,16 @@ class Settings(BaseSettings):
         description="How deeply objects and lists may nest in any JSON (or YAML) the API accepts: a flow spec, a "
                     "request body with its tweaks and decision values. Deeper: 422 naming where.",
     )
+    max_fields_bytes: int = Field(
+        64 * 1024, ge=1024,
+        description="The largest `fields` (a Human Input's values schema) a flow may give, in bytes of its compact "
+                    "JSON. Larger: the flow is refused (422 FLOW_INVALID naming the node).",
+    )
+    max_value_items: int = Field(
+        1000, ge=1,
+        description="The most items an array in a decision's values may hold (whatever maxItems its schema gives), "
+                    "and ten times that in all values. More: 422 INVALID_VALUES naming the field.",
+    )
     sync_timeout_seconds: float = Field(60.0, gt=0)
     metrics_port: int | None = Field(
         None, ge=0, le=65535,

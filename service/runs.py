@@ -21,7 +21,7 @@ import temporalio.client
 
 from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
-from signoff.engine.errors import Forbidden, IdempotencyMismatch, JobNotFound, SignoffError, Unavailable
+from signoff.engine.errors import Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, SignoffError, Unavailable
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
@@ -36,6 +36,8 @@ from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
+
+CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
 
 # How many times a stop reads the job again after a conditional write lost to the run moving on
 STOP_ROUNDS = 5
@@ -164,8 +166,18 @@ class RunService:
         try:
             pending = await self.access.current_request(job)
             votes = await self.access.votes(job_id, pending.request_id) if pending and pending.quorum_action else []
-            check_decision(pending, request_id, decision, waiting=job.status == JobStatus.suspended,
-                           decider=await self.access.decider(job, user, pending), votes=votes)
+            decider = await self.access.decider(job, user, pending)
+            # the values' schema check off the event loop, bounded in time (its cost is linear in
+            # values bounded by SIGNOFF_MAX_VALUE_ITEMS; the bound is for what that leaves)
+            checking = asyncio.to_thread(check_decision, pending, request_id, decision,
+                                         waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
+                                         max_items=self.settings.max_value_items)
+            try:
+                await asyncio.wait_for(checking, CHECK_SECONDS)
+            except TimeoutError:
+                raise InvalidValues([{"loc": "values", "type": "too_costly", "message":
+                                      f"took longer than {CHECK_SECONDS:g} s to check against the request's fields"}],
+                                    ) from None
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise

@@ -142,6 +142,18 @@ def with_tracing(client: temporalio.client.Client) -> temporalio.client.Client:
 _AWAY = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED})
 
 
+def _not_ready(err: RPCError) -> bool:
+    """Whether Temporal refused an Update because the workflow could not take it: its workflow
+    task failed (a worker's deadlock detector, a bug, a lost worker) and waits to be retried
+    (FAILED_PRECONDITION with WorkflowNotReadyFailure). Nothing was applied; a retry later may be."""
+    if err.status != RPCStatusCode.FAILED_PRECONDITION:
+        return False
+    try:
+        return any(d.type_url.endswith("WorkflowNotReadyFailure") for d in err.grpc_status.details)
+    except Exception:  # details that do not parse: not this refusal
+        return False
+
+
 @contextlib.contextmanager
 def reaching_temporal(what: str, job_id: str | None = None) -> Iterator[None]:
     """Temporal's unavailability as :class:`Unavailable` (503 with Retry-After, never a 500):
@@ -265,6 +277,10 @@ class TemporalBackend(RunBackend):
             if err.status in _AWAY:
                 raise Unavailable(f"Temporal is not reachable right now: {err.message}. The decision was not "
                                   "applied; send it again", job_id=job.job_id) from None
+            if _not_ready(err):  # 503 with Retry-After, not a 500: the run is there, just not ready
+                raise Unavailable("The run could not take the decision right now (its workflow task failed and "
+                                  "is being retried). The decision was not applied; send it again shortly",
+                                  job_id=job.job_id) from None
             # the workflow is gone or closed: that is NOT_RESUMABLE unless the job still waits
             if (await self._job(job.job_id)).status == JobStatus.suspended:
                 raise

@@ -8,8 +8,10 @@ claim, apply, and the following instant layers) → next layer → ... → the l
 completion; ``finish`` (status + terminal event) for the other ends.
 
 A decision is checked by the engine's one rule (:func:`~signoff.engine.decisions.check_decision`)
-in the Update's validator, so a refused one writes no history; at most one decision is in
-flight at a time (:class:`_Decision`, one slot).
+in the Update's validator, so a refused one writes no history (its values excepted: the API
+checks them before it sends the Update, the handler and the activity again; the validator's
+checks are the cheap ones); at most one decision is in flight at a time (:class:`_Decision`,
+one slot).
 """
 
 from __future__ import annotations
@@ -474,11 +476,15 @@ class FlowRun:
         person is refused here when the decision names them by id. ``validating`` (the Update's
         validator): a decision that comes while another is being applied is let in, to wait for
         that one to settle and be checked then (_decide): the one being applied may turn out to
-        be this Update's own, applied in a workflow task that was lost (_apply)."""
+        be this Update's own, applied in a workflow task that was lost (_apply). The validator
+        leaves the values out (shape, request id, action id only): checking them against a schema
+        is the API's (before it sends the Update) and the activity's (resume_run, record_vote),
+        never a cost the workflow task pays before it is accepted (a validator writes no history:
+        replay-safe)."""
         if self._layer_running and self._pending is None:
             return  # the layer under way may be reaching this pause: checked once it has (_decide)
         check_decision(self._pending, inp.request_id, inp.decision,
-                       waiting=self._undecided or (validating and self._applying))
+                       waiting=self._undecided or (validating and self._applying), values=not validating)
         if self._voted(inp):
             raise AlreadyVoted()
 

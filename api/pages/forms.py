@@ -16,6 +16,8 @@ from typing import Any
 
 from starlette.datastructures import FormData
 
+from signoff.engine.errors import InvalidValues
+
 PREFIX = "v."
 ARG_PREFIX = "arg."
 LONG_TEXT = 200  # a string field allowed longer than this gets a textarea
@@ -184,7 +186,16 @@ def values_from(schema: dict[str, Any] | None, form: FormData) -> dict[str, Any]
                 values[name] = json.loads(str(raw))
             except ValueError:
                 values[name] = str(raw)
+            except RecursionError:  # nested past what Python reads: refused as any too-deep value
+                raise _too_deep(f"values.{name}") from None
     return values
+
+
+def _too_deep(loc: str) -> InvalidValues:
+    """A field whose JSON nests deeper than Python can read (a 500 before): 422, the form shown
+    again naming the field (values nested less deeply meet SIGNOFF_MAX_JSON_DEPTH in check_body)."""
+    return InvalidValues([{"loc": loc, "type": "json_too_deep",
+                           "message": "nests objects and lists too deeply (SIGNOFF_MAX_JSON_DEPTH)"}])
 
 
 def typed_values(form: FormData) -> dict[str, Any]:
@@ -229,6 +240,8 @@ def edited_args(args: dict[str, Any] | None, form: FormData) -> dict[str, Any]:
                 out[name] = json.loads(raw)
             except ValueError:
                 out[name] = raw
+            except RecursionError:
+                raise _too_deep(f"values.args.{name}") from None
     return out
 
 

@@ -432,11 +432,12 @@ def _problems_by_field(err: SignoffError) -> tuple[dict[str, str], str]:
 async def decide(request: Request, job_id: str, request_id: str, page: PageContext = Page) -> Response:
     form = await read_form(request, page)
     view = await _request(page, job_id, request_id)
-    action, values = _decision_from(view, form)
+    action = _text(form.get("action_id")) or ""
     typed = forms.typed_values(form)
     typed_args = forms.typed_args(form)
     typed_message = {k.split(".", 1)[1]: str(v) for k, v in form.items() if k.startswith("message.")}
     try:
+        action, values = _decision_from(view, form)  # (a field too deep to read: 422, shown again)
         try:
             body = ResumeRequest.model_validate({"request_id": request_id, "decision": {"action_id": action,
                                                                                       "values": values}})

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Path, Response, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from signoff.api.deps import CurrentUser, SettingsDep, StoreDep
-from signoff.api.limits import NoNul, check_body
+from signoff.api.limits import NUL, NoNul, check_body
 from signoff.api.models import error_responses
 from signoff.engine.secrets import NAME_MAX_CHARS, VALUE_MAX_BYTES, SecretNotFound, Vault
 
@@ -56,6 +56,6 @@ async def list_secrets(store: StoreDep, user: CurrentUser) -> list[SecretPublic]
 async def delete_secret(name: Annotated[str, Path(max_length=NAME_MAX_CHARS)], store: StoreDep,
                         user: CurrentUser) -> Response:
     """Delete a secret of yours (a flow that references it then fails when it needs it)."""
-    if not await store.delete_secret(user.id, name):
+    if NUL in name or not await store.delete_secret(user.id, name):  # (no name holds NUL; PostgreSQL refuses it)
         raise SecretNotFound(f"You have no secret named {name[:100]!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

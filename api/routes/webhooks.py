@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from signoff.api.deps import CurrentUser, SettingsDep, StoreDep
 from signoff.api.errors import InvalidRequest
-from signoff.api.limits import NoNul, check_body
+from signoff.api.limits import NUL, NoNul, check_body
 from signoff.api.models import error_responses
 from signoff.engine.context import egress_policy
 from signoff.engine.egress import EgressError
@@ -110,7 +110,7 @@ async def list_webhooks(store: StoreDep, user: CurrentUser) -> list[WebhookPubli
 async def list_deliveries(webhook_id: Annotated[str, Path(max_length=200)], store: StoreDep, user: CurrentUser,
                           limit: Annotated[int, Query(ge=1, le=500)] = 100) -> list[DeliveryPublic]:
     """The delivery log of a webhook of yours, newest first: every attempt, its answer or error."""
-    hook = await store.get_webhook(webhook_id)
+    hook = None if NUL in webhook_id else await store.get_webhook(webhook_id)  # (PostgreSQL refuses NUL)
     if hook is None or hook.owner_id != user.id:
         raise WebhookNotFound(f"You have no webhook {webhook_id[:100]!r}")
     return [DeliveryPublic(**d.model_dump(include=set(DeliveryPublic.model_fields)))
@@ -122,6 +122,6 @@ async def list_deliveries(webhook_id: Annotated[str, Path(max_length=200)], stor
 async def delete_webhook(webhook_id: Annotated[str, Path(max_length=200)], store: StoreDep,
                          user: CurrentUser) -> Response:
     """Delete a webhook of yours (and its delivery log)."""
-    if not await store.delete_webhook(user.id, webhook_id):
+    if NUL in webhook_id or not await store.delete_webhook(user.id, webhook_id):
         raise WebhookNotFound(f"You have no webhook {webhook_id[:100]!r}")
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -10,6 +10,8 @@ the FlowRun workflow. Without them a gate behaves as it always did.
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from jsonschema.exceptions import SchemaError
@@ -29,6 +31,28 @@ SCHEMA_KEYWORDS = {"type", "properties", "required", "items", "enum", "const", "
                    "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
                    "uniqueItems", "default", "title", "description", "format", "additionalProperties", "multipleOf",
                    "examples"}
+
+
+@functools.cache
+def _process_max_fields_bytes() -> int:
+    """SIGNOFF_MAX_FIELDS_BYTES of this process (read once)."""
+    from signoff.engine.settings import Settings
+
+    return Settings().max_fields_bytes
+
+
+def fields_too_large(fields: Any, max_bytes: int | None = None) -> str | None:
+    """The problem when ``fields`` is larger than ``max_bytes`` (default: this process's
+    SIGNOFF_MAX_FIELDS_BYTES) as compact JSON, else None. Checked before anything else looks at
+    the schema: every card, inbox entry and pending request carries it."""
+    limit = _process_max_fields_bytes() if max_bytes is None else max_bytes
+    try:
+        size = len(json.dumps(fields, separators=(",", ":"), ensure_ascii=False, default=str).encode())
+    except (TypeError, ValueError, RecursionError):
+        return "fields: not a JSON value"
+    if size > limit:
+        return f"fields: is {size} bytes as JSON; the limit is {limit} (SIGNOFF_MAX_FIELDS_BYTES)"
+    return None
 
 
 def action_id(label: str) -> str:
@@ -235,6 +259,8 @@ class HumanInput(Component):
         fields = params.get("fields")
         if fields is None or not isinstance(fields, dict):
             return []
+        if too_large := fields_too_large(fields):
+            return [too_large]
         if "type" in fields or "properties" in fields:
             return schema_problems(fields, "fields")
         problems = []
