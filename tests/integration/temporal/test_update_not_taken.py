@@ -10,13 +10,11 @@ import asyncio
 from typing import Any
 
 import httpx
-import pytest
 import temporalio.worker
 
 from signoff.api.app import create_app
 from signoff.engine.models import JobStatus
 from signoff.worker import build_worker
-from tests.fixtures.world import BACKENDS
 from tests.helpers import event_names, wait_status
 from .test_surface import submit
 
@@ -42,7 +40,6 @@ class FailTheResumeTask(temporalio.worker.Interceptor):
         return Inbound
 
 
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 async def test_an_update_the_workflow_could_not_take_is_503_with_retry_after(client, store, settings, user,
                                                                             make_flow):
     settings = settings.model_copy(update={"resume_timeout_seconds": 10.0})
