@@ -106,14 +106,17 @@ class Access:
     async def approver_refs(self, owner_id: str | None, names: list[str]) -> list[str]:
         """A flow's ``approvers`` (user names or ids, ``group:NAME``) as references: a group is
         its owner's group of that name (nobody can squat it), a person is their id; a name nobody
-        has matches nobody."""
+        has matches nobody, so it has no reference (the request still counts as assigned: its
+        owner decides only as the named approvers allow)."""
         refs: list[str] = []
         for name in names:
             if name.startswith(GROUP_PREFIX):
                 ref = group_ref(owner_id or "", name[len(GROUP_PREFIX):].strip())
             else:
                 person = await self.person(name)
-                ref = user_ref(person.id) if person is not None else f"unknown:{name}"
+                if person is None:
+                    continue
+                ref = user_ref(person.id)
             if ref not in refs:
                 refs.append(ref)
         return refs

@@ -297,3 +297,18 @@ async def test_an_approvers_decisions_in_others_runs_are_in_their_history_and_no
         assert (await c.get(f"/api/v2/workflows/{decided}")).status_code == 200  # he decided it
     async with h.client("carol") as c:
         assert (await c.get(f"/api/v2/workflows/{decided}")).status_code == 404  # assigned once, decided nothing
+
+
+async def test_a_name_nobody_has_matches_nobody_and_the_run_still_pauses(h: Harness):
+    """A typo in ``approvers`` (a name no user has) is nobody: the request waits for the real
+    approvers, and the pause is persisted as for any other gate."""
+    typo = f"bbo-{uuid.uuid4().hex[:6]}"
+    flow_id = await upload(h, gate_flow({"approvers": [typo, await user_name(h, "bob")]}, name="typo"))
+    job = await run_suspended(h, flow_id)
+    job_id = job["job_id"]
+    assert job_id in await pending_ids(h, "bob")
+    refused = await resume(h, "carol", job_id, "approve")
+    assert refused.status_code == 404, refused.text  # not hers to see: no approver by that name
+    r = await resume(h, "bob", job_id, "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
