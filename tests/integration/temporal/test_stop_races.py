@@ -283,3 +283,76 @@ async def test_a_stop_racing_a_pause_being_persisted_still_stops(client, store, 
     with pytest.raises(WorkflowFailureError):  # its workflow was let go of (cancelled)
         await service.client.get_workflow_handle(job.job_id).result()
     assert (await event_names(store, job.job_id))[-2:] == ["human_input_required", "run_cancelled"]
+
+
+class HoldBeforeRecord(StoreProxy):
+    """The store, whose first ``record_decision`` waits until ``release``: the decision was
+    claimed (the job runs under its claim) and is about to be recorded while a stop ends the job."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.claimed = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def record(*args, **kwargs):
+            if name == "record_decision" and not self.claimed.is_set():
+                self.claimed.set()
+                await self.release.wait()
+            return await inner(*args, **kwargs)
+
+        return record
+
+
+@pytest.mark.parametrize("cancel", ["at once", "later"])
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_stop_between_the_claim_and_the_record_refuses_the_decision(client, service, store, settings,
+                                                                            user, make_flow, cancel, monkeypatch):
+    """The decision claimed the job, then the stop ended it before the decision was recorded: the
+    store records no decision after ``run_cancelled``, and the resume is refused (409
+    NOT_RESUMABLE), never answered as applied: the decision never took effect. The stop's cancel
+    of the workflow reaches it at once (while the decision's task runs), or ``later`` (the API
+    process between the end it wrote and the cancel, or Temporal away meanwhile: the release
+    outbox): the decision's answer then comes first, and must not say it was applied."""
+    held = HoldBeforeRecord(store)
+    acts = FlowActivities(held, settings).all()  # type: ignore[arg-type]
+    async with build_worker(client, store, settings, activities=acts):
+        job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await wait_status(store, job.job_id, JobStatus.suspended)
+        go = asyncio.Event()
+        if cancel == "later":
+            backend = service.backend_of(job)
+            release = backend.release
+
+            async def held_release(job_id: str) -> None:
+                await go.wait()
+                await release(job_id)
+
+            monkeypatch.setattr(backend, "release", held_release)
+        else:
+            go.set()
+        resume = asyncio.create_task(service.resume(user, job.job_id, f"gate:{job.job_id}",
+                                                    Decision(action_id="approve")))
+        await asyncio.wait_for(held.claimed.wait(), 60)  # claimed; the record not written yet
+        assert (await store.get_job(job.job_id)).status == JobStatus.in_progress
+        stop = asyncio.create_task(service.stop(user, job.job_id))
+        await wait_status(store, job.job_id, JobStatus.cancelled)  # the stop wrote the end
+        held.release.set()
+        with pytest.raises(SignoffError) as refused:
+            await resume
+        assert refused.value.code == "NOT_RESUMABLE", refused.value.message
+        go.set()
+        assert (await stop).status == JobStatus.cancelled
+        handle = service.client.get_workflow_handle(job.job_id)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        history = await handle.fetch_history()
+    job = await store.get_job(job.job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None
+    names = await event_names(store, job.job_id)
+    assert "human_input_decision" not in names
+    assert names[-1] == "run_cancelled" and names.count("run_cancelled") == 1
+    await replayer().replay_workflow(history)
