@@ -38,9 +38,9 @@ from temporalio.service import RPCError
 from signoff.engine.models import Decision, JobStatus
 from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.fixtures.langflow import chat_input, chat_output, human_input, lf_edge, lf_flow
-from tests.integration.api.conftest import BACKENDS, Harness, harness
+from tests.integration.api.conftest import Harness, harness
 
-pytestmark = pytest.mark.temporal
+pytestmark = [pytest.mark.temporal, pytest.mark.both_stores]  # claims raced through the whole stack
 
 RACES = 30  # races per flow, per end (stop, supersede), per backend
 BATCH = 10  # races run side by side
@@ -56,9 +56,9 @@ def langflow_gate() -> dict[str, Any]:
         lf_edge(gate, "branch_reject", no, "input_value")])
 
 
-@pytest_asyncio.fixture(scope="module", params=BACKENDS)
-async def races(request, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(request.param, tmp_path_factory.mktemp("races"), temporal_client) as h:
+@pytest_asyncio.fixture(scope="module")
+async def races(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
+    async with harness(store_backend, tmp_path_factory.mktemp("races"), temporal_client) as h:
         async with h.client("alice") as c:
             r = await c.post("/api/v1/flows", json=langflow_gate())
             assert r.status_code == 201, r.text

@@ -308,7 +308,7 @@ class HoldBeforeRecord(StoreProxy):
 
 
 @pytest.mark.parametrize("cancel", ["at once", "later"])
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores  # a stop raced through the whole stack
 async def test_a_stop_between_the_claim_and_the_record_refuses_the_decision(client, service, store, settings,
                                                                             user, make_flow, cancel, monkeypatch):
     """The decision claimed the job, then the stop ended it before the decision was recorded: the
@@ -383,7 +383,7 @@ class HoldAfterRecord(StoreProxy):
 
 
 @pytest.mark.parametrize("surface", ["api", "temporal"])
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.both_stores  # a stop raced through the whole stack
 async def test_a_stop_after_the_record_answers_the_decision_as_applied(client, service, store, settings, user,
                                                                        make_flow, surface):
     """The decision is recorded; before its task ends, a stop ends the job (the completion the
