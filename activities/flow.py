@@ -197,8 +197,7 @@ class FlowActivities:
             if not claim.won:
                 return ResumeRunOutput(claimed=False)
             if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
-                return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=inp.decision.action_id,
-                                       out=_where_it_was(inp, job.status, done=True))
+                return _not_applied(job)
             sent = None if sending is None else await sending
             paused, graph = await self._paused_state(job, inp.state)
             votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
@@ -214,9 +213,7 @@ class FlowActivities:
                 claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
                 if "decision" in claim.recorded and claim.job is not None:
                     return await self._go_on_from(inp, claim)
-                ended = claim.job or job
-                return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id,
-                                       out=_where_it_was(inp, ended.status, cancelled=True))
+                return _not_applied(claim.job or job)
             paused_at = job.pending.paused_at if job.pending is not None else None
             metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
@@ -702,6 +699,16 @@ def _where_it_was(inp: ResumeRunInput, status: JobStatus, *, done: bool = False,
     after the claim) or the decision was not recorded (``cancelled``); ``status``: the job's."""
     return RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=done, cancelled=cancelled,
                           status=status.value)
+
+
+def _not_applied(job: Job) -> ResumeRunOutput:
+    """A decision that claimed the job and was not recorded: the job ended first (a stop, after
+    the claim) or the claim was let go of. Refused, never answered as applied: the decision
+    took no effect (DESIGN §1: a decision answered as applied is a decision recorded). Nothing
+    to roll back (the claim is no longer the job's, or the job is over)."""
+    why = f"was {job.status.value}" if job.status.terminal else "let go of the decision's claim"
+    return ResumeRunOutput(claimed=False, refused=refused(NotResumable(
+        f"The run {why} before the decision was recorded: it was not applied", job_id=job.job_id)))
 
 
 def _blob_step(state: RunState) -> int:

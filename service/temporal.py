@@ -31,6 +31,7 @@ from signoff.engine.errors import (
     InvalidValues,
     NotAnApprover,
     NotResumable,
+    SignoffError,
     Unavailable,
 )
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
@@ -252,8 +253,40 @@ class TemporalBackend(RunBackend):
 
     async def _resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
                       catch_up: bool = False) -> Resumed:
-        handle = self.client.get_workflow_handle(job.job_id)
         update_id = f"resume-{uuid.uuid4()}"
+        try:
+            return await self._send(job, request_id, decision, decided_by, update_id, catch_up=catch_up)
+        except (SignoffError, RPCError):
+            # The Update's answer is not the last word: its decision may be recorded though the
+            # answer was lost. A stop that reaches the workflow while the Update's task applies the
+            # decision fails that task (the cancel is an event it did not handle); Temporal retries
+            # the Update, which may find the workflow closed by the stop ("The run is over"), or
+            # refused ("Another decision was applied first") by a run that went on from the
+            # decision the lost task recorded. The store says what took effect: a decision recorded
+            # under this Update's id is answered as applied (DESIGN §1: a decision event means a
+            # decision took effect, and its caller is told so).
+            try:
+                recorded = await self._recorded(job.job_id, update_id)
+            except SignoffError:
+                recorded = None  # the store is away too: the Update's own answer stands
+            if recorded is None:
+                raise
+            log.info("job %s: the decision of Update %s was recorded, its answer lost; answered as applied",
+                     job.job_id, update_id)
+            return recorded
+
+    async def _recorded(self, job_id: str, update_id: str) -> Resumed | None:
+        """The decision the Update ``update_id`` carried, as the store recorded it (None: not
+        recorded). A quorum's decision is recorded with the vote that completed it."""
+        for event in await self.store.read_events_named(job_id, "human_input_decision"):
+            if event.data.get("update_id") == update_id:
+                votes = len(event.data.get("votes") or ())
+                return Resumed("resuming", votes, max(votes, 1))
+        return None
+
+    async def _send(self, job: Job, request_id: str, decision: Decision, decided_by: str, update_id: str, *,
+                    catch_up: bool) -> Resumed:
+        handle = self.client.get_workflow_handle(job.job_id)
         try:
             with run_context(job.run_id):  # the Update's spans join the run's trace
                 result: ResumeResult = await handle.execute_update(

@@ -727,6 +727,31 @@ async def test_record_decision_writes_a_decision_in_one_step_and_once(store: Sto
     assert [e.event for e in await store.read_events(other)] == ["human_input_vote", "human_input_decision"]
 
 
+async def test_read_events_named_is_the_jobs_events_of_that_name_in_order(store: Store) -> None:
+    """A decision's record found by its name among the job's events (the API finds the decision an
+    Update carried, its answer lost: a decision recorded is a decision answered as applied), those
+    of a stopped run too; another job's, another name's are not among them."""
+    job_id, request_id = await suspended_job(store)
+    other, _ = await suspended_job(store)
+    assert await store.read_events_named(job_id, "human_input_decision") == []
+    await store.append_event(other, "human_input_decision", {"update_id": "u-other"})
+    assert await store.claim_suspended_for_resume(job_id, request_id, token="t1") == "t1"
+    assert await store.record_decision(job_id, [("human_input_decision", {"update_id": "u1"}, "t1:decision")],
+                                       token="t1", request_id=request_id, action_id="approve",
+                                       participants=[]) == [1]
+    assert await store.mark_suspended(job_id, pending("gate2"))
+    assert await store.claim_suspended_for_resume(job_id, "gate2", token="t2") == "t2"
+    assert await store.record_decision(job_id, [("human_input_decision", {"update_id": "u2"}, "t2:decision")],
+                                       token="t2", request_id="gate2", action_id="reject", participants=[]) == [2]
+    assert await store.set_status(job_id, JobStatus.cancelled, event=("run_cancelled", {"reason": "stopped"}))
+    found = await store.read_events_named(job_id, "human_input_decision")
+    assert [(e.job_id, e.seq, e.event, e.data) for e in found] == [
+        (job_id, 1, "human_input_decision", {"update_id": "u1"}), (job_id, 2, "human_input_decision", {"update_id": "u2"})]
+    assert [e.seq for e in await store.read_events_named(job_id, "run_cancelled")] == [3]
+    assert await store.read_events_named(job_id, "end") == []
+    assert await store.read_events_named(uid("job-"), "human_input_decision") == []
+
+
 async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(store: Store) -> None:
     """A stop that ended the claimed job first: the decision is not recorded after run_cancelled,
     its card is not stamped, the pending request and the participants are as they were."""

@@ -130,6 +130,13 @@ SETTLE_FAILED_DECISION = "settle-failed-decision"
 # while no decision of this workflow's was under way catches up with the store: a claim it did not
 # make (a lost attempt's) held the job, and held the deadline off until the maximum suspension.
 DEADLINE_CATCH_UP = "deadline-catch-up"
+# Patch id: a decision whose run was ended meanwhile (a stop ended the job while the decision was
+# applied: the completion it reached was refused) does not close the workflow in the task that
+# answers its Update: the stop's cancel request, arriving during that task, would fail it (a task
+# that closes the workflow with an event it did not handle is refused, UnhandledCommand) and the
+# Update's answer with it, although its decision was recorded. The run waits for that cancel (at
+# most ANSWER_WAIT) in a task of its own, then ends as stopped.
+CLOSE_AFTER_ANSWER = "close-after-answer"
 # Catch-up Updates let in per pending request (each runs a look at the store); more are refused
 # without history, so a client cannot grow the run's history with them.
 MAX_CATCH_UPS = 10
@@ -278,6 +285,12 @@ class FlowRun:
             if ended is not None:
                 return ended
             out = self._take_decision()  # where the decision left the run (maybe further layers on)
+            if (out.cancelled or out.done) and out.status == JobStatus.cancelled.value \
+                    and workflow.patched(CLOSE_AFTER_ANSWER):
+                # stopped while the decision was applied: answer it in this task, close in another
+                # (the stop's cancel request ends this wait; run() records the stop)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await workflow.wait_condition(lambda: False, timeout=ANSWER_WAIT)
 
     async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest, *, persisted: bool = False,
                                  deliveries: list[Delivery] | None = None) -> str | None:

@@ -553,6 +553,11 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
 
+    @abc.abstractmethod
+    async def read_events_named(self, job_id: str, event: str) -> list[Event]:
+        """The job's events named ``event``, in seq order (e.g. its ``human_input_decision`` events:
+        a few per run, whatever the length of its log)."""
+
 
     @abc.abstractmethod
     def tail_events(self) -> AsyncIterator[list[EventNote] | None]:

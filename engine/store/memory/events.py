@@ -96,3 +96,7 @@ class MemoryEvents(MemoryCore):
             Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
             for e in _first(later, limit)
         ]
+
+    async def read_events_named(self, job_id: str, event: str) -> list[Event]:
+        return [Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
+                for e in self._tables().events.get(job_id, ()) if e.event == event]

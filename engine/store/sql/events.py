@@ -100,6 +100,11 @@ class SQLEvents(SQLCore):
             rows = await tx.fetchall(Q.read_events, (job_id, after_seq, limit))
         return [self._event(r) for r in rows]
 
+    async def read_events_named(self, job_id: str, event: str) -> list[Event]:
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.read_events_named, (job_id, event))
+        return [self._event(r) for r in rows]
+
     def _event(self, r: Any) -> Event:
         return Event(job_id=r["job_id"], seq=int(r["seq"]), event=r["event"], data=self._dec_json(r["data"]),
                      created_at=self._dec_dt(r["created_at"]))

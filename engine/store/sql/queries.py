@@ -261,6 +261,7 @@ class Q:
         "WHERE job_id = ? AND dedupe_key IN (?, ?) ORDER BY seq"
     )
     read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    read_events_named = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND event = ? ORDER BY seq"
     # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order
     # (one writer at a time); PostgreSQL: a notification sent by the appending transaction,
     # delivered when it commits

@@ -25,6 +25,7 @@ from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from signoff.workflows.flow_run import SA_STATUS, FlowRun
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
+from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.helpers import event_names, eventually, wait_status
 
 
@@ -283,3 +284,139 @@ async def test_a_stop_racing_a_pause_being_persisted_still_stops(client, store, 
     with pytest.raises(WorkflowFailureError):  # its workflow was let go of (cancelled)
         await service.client.get_workflow_handle(job.job_id).result()
     assert (await event_names(store, job.job_id))[-2:] == ["human_input_required", "run_cancelled"]
+
+
+class HoldBeforeRecord(StoreProxy):
+    """The store, whose first ``record_decision`` waits until ``release``: the decision was
+    claimed (the job runs under its claim) and is about to be recorded while a stop ends the job."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.claimed = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def record(*args, **kwargs):
+            if name == "record_decision" and not self.claimed.is_set():
+                self.claimed.set()
+                await self.release.wait()
+            return await inner(*args, **kwargs)
+
+        return record
+
+
+@pytest.mark.parametrize("cancel", ["at once", "later"])
+@pytest.mark.both_stores  # a stop raced through the whole stack
+async def test_a_stop_between_the_claim_and_the_record_refuses_the_decision(client, service, store, settings,
+                                                                            user, make_flow, cancel, monkeypatch):
+    """The decision claimed the job, then the stop ended it before the decision was recorded: the
+    store records no decision after ``run_cancelled``, and the resume is refused (409
+    NOT_RESUMABLE), never answered as applied: the decision never took effect. The stop's cancel
+    of the workflow reaches it at once (while the decision's task runs), or ``later`` (the API
+    process between the end it wrote and the cancel, or Temporal away meanwhile: the release
+    outbox): the decision's answer then comes first, and must not say it was applied."""
+    held = HoldBeforeRecord(store)
+    acts = FlowActivities(held, settings).all()  # type: ignore[arg-type]
+    async with build_worker(client, store, settings, activities=acts):
+        job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await wait_status(store, job.job_id, JobStatus.suspended)
+        go = asyncio.Event()
+        if cancel == "later":
+            backend = service.backend_of(job)
+            release = backend.release
+
+            async def held_release(job_id: str) -> None:
+                await go.wait()
+                await release(job_id)
+
+            monkeypatch.setattr(backend, "release", held_release)
+        else:
+            go.set()
+        resume = asyncio.create_task(service.resume(user, job.job_id, f"gate:{job.job_id}",
+                                                    Decision(action_id="approve")))
+        await asyncio.wait_for(held.claimed.wait(), 60)  # claimed; the record not written yet
+        assert (await store.get_job(job.job_id)).status == JobStatus.in_progress
+        stop = asyncio.create_task(service.stop(user, job.job_id))
+        await wait_status(store, job.job_id, JobStatus.cancelled)  # the stop wrote the end
+        held.release.set()
+        with pytest.raises(SignoffError) as refused:
+            await resume
+        assert refused.value.code == "NOT_RESUMABLE", refused.value.message
+        go.set()
+        assert (await stop).status == JobStatus.cancelled
+        handle = service.client.get_workflow_handle(job.job_id)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        history = await handle.fetch_history()
+    job = await store.get_job(job.job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None
+    names = await event_names(store, job.job_id)
+    assert "human_input_decision" not in names
+    assert names[-1] == "run_cancelled" and names.count("run_cancelled") == 1
+    await replayer().replay_workflow(history)
+
+
+class HoldAfterRecord(StoreProxy):
+    """The store, whose first ``record_decision`` returns only after ``release``: the decision is
+    recorded, and the task that applies it goes on (to the completion, then its answer) only once
+    a stop has ended the job and asked for the workflow's cancel."""
+
+    def __init__(self, store) -> None:
+        super().__init__(store)
+        self.recorded = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def _wrap(self, name: str):
+        inner = getattr(self._store, name)
+
+        async def call(*args, **kwargs):
+            out = await inner(*args, **kwargs)
+            if name == "record_decision" and not self.recorded.is_set():
+                self.recorded.set()
+                await self.release.wait()
+            return out
+
+        return call
+
+
+@pytest.mark.parametrize("surface", ["api", "temporal"])
+@pytest.mark.both_stores  # a stop raced through the whole stack
+async def test_a_stop_after_the_record_answers_the_decision_as_applied(client, service, store, settings, user,
+                                                                       make_flow, surface):
+    """The decision is recorded; before its task ends, a stop ends the job (the completion the
+    decision reaches is refused) and asks for the workflow's cancel, which reaches the server while
+    that task runs. The decision took effect, then the stop: the resume is answered as applied,
+    through the API and through Temporal (an Update sent by the CLI or a client), the run ends
+    cancelled with ``run_cancelled`` after the decision. Before, the task that answered the Update
+    also closed the workflow, and the server refused it for the cancel it had not handled: the
+    Update failed ("The run is over") while its decision stood in the log."""
+    held = HoldAfterRecord(store)
+    acts = FlowActivities(held, settings).all()  # type: ignore[arg-type]
+    async with build_worker(client, store, settings, activities=acts):
+        job, _ = await service.submit(user, await make_flow(), input_value="x", session_id=None, tweaks=None,
+                                      idempotency_key=None, mode="background")
+        await wait_status(store, job.job_id, JobStatus.suspended)
+        request_id = f"gate:{job.job_id}"
+        handle = service.client.get_workflow_handle(job.job_id)
+        if surface == "api":
+            resume = asyncio.create_task(service.resume(user, job.job_id, request_id, Decision(action_id="approve")))
+        else:
+            resume = asyncio.create_task(handle.execute_update(
+                "resume", ResumeInput(request_id=request_id, decision=Decision(action_id="approve"), user=user.id),
+                id=f"test-{uuid.uuid4()}", result_type=ResumeResult))
+        await asyncio.wait_for(held.recorded.wait(), 60)  # recorded; its task not done yet
+        assert (await service.stop(user, job.job_id)).status == JobStatus.cancelled  # ended, cancel asked
+        held.release.set()
+        assert (await resume).status == "resuming"  # the decision took effect, and it says so
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        history = await handle.fetch_history()
+    job = await store.get_job(job.job_id)
+    assert job.status == JobStatus.cancelled and job.pending is None
+    names = await event_names(store, job.job_id)
+    assert names.count("human_input_decision") == 1 and "end" not in names
+    assert names[-1] == "run_cancelled" and names.count("run_cancelled") == 1
+    await replayer().replay_workflow(history)  # with its patch marker (close-after-answer)
