@@ -173,7 +173,7 @@ class Settings(BaseSettings):
     max_waiting_for_others: int = Field(
         100, ge=1,
         description="Requests of one user's runs that may wait on other people (approvers other than the user) at "
-        "once; a run that would ask others once more fails with BUDGET_EXCEEDED.",
+        "once; a run that would ask others once more fails with WAITING_ON_OTHERS_LIMIT.",
     )
 
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
