@@ -162,6 +162,30 @@ def with_defaults(pending: PendingRequest, action_id: str, values: dict[str, Any
     return filled or values
 
 
+# What each action of an Agent's tool approval takes as ``values`` (docs/agent.md): the one
+# statement of it, which the decision check below, AG-UI's ``responseSchema`` and the card's
+# form all read. (approve takes nothing; an edit's ``args`` may also come as a JSON text of an
+# object, as a form sends it.)
+TOOL_APPROVAL_VALUES: dict[str, dict[str, Any]] = {
+    "edit": {"type": "object", "required": ["args"],
+             "properties": {"args": {"type": "object", "description": "the arguments to run the tool with instead"}}},
+    "respond": {"type": "object", "required": ["message"],
+                "properties": {"message": {"type": "string", "minLength": 1, "pattern": "\\S",
+                                           "description": "the tool's answer, in its place"}}},
+    "reject": {"type": "object",
+               "properties": {"message": {"type": "string", "description": "what the model is told (optional)"}}},
+}
+_TOOL_VALUE_NEEDED = {
+    ("edit", "args"): "An edit needs values.args: the tool's arguments as an object, e.g. {example}",
+    ("respond", "message"): "A respond needs values.message: the text the model gets as the tool's answer",
+}
+
+
+def tool_value_required(action: str, name: str) -> bool:
+    """Whether a tool approval's ``action`` needs ``values[name]`` (TOOL_APPROVAL_VALUES)."""
+    return name in TOOL_APPROVAL_VALUES.get(action, {}).get("required", ())
+
+
 def tool_args(value: Any) -> dict[str, Any] | None:
     """``values.args`` of a tool approval's edit: an object, or a JSON text of one."""
     if isinstance(value, dict):
@@ -176,20 +200,26 @@ def tool_args(value: Any) -> dict[str, Any] | None:
 
 
 def _tool_approval_values(pending: PendingRequest, decision: Decision) -> None:
-    """An edit needs ``values.args`` (an object), a respond needs ``values.message``; a reject's
-    ``values.message`` is optional text (docs/agent.md)."""
-    values = decision.values or {}
-    if decision.action_id == "edit" and tool_args(values.get("args")) is None:
-        raise InvalidDecision(
-            "An edit needs values.args: the tool's arguments as an object, e.g. "
-            + json.dumps({"action_id": "edit", "values": {"args": (pending.tool or {}).get("args") or {}}})
-        )
-    if decision.action_id == "respond":
-        msg = values.get("message")
-        if not isinstance(msg, str) or not msg.strip():
-            raise InvalidDecision("A respond needs values.message: the text the model gets as the tool's answer")
-    if decision.action_id == "reject" and values.get("message") is not None and not isinstance(values.get("message"), str):
-        raise InvalidDecision("values.message of a reject must be text")
+    """The values of a tool approval's action as TOOL_APPROVAL_VALUES says: an edit needs
+    ``args`` (an object), a respond ``message`` (text, not blank); a reject's ``message`` is
+    optional text (docs/agent.md)."""
+    action, values = decision.action_id, decision.values or {}
+    schema = TOOL_APPROVAL_VALUES.get(action)
+    if schema is None:
+        return
+    for name, prop in schema["properties"].items():
+        value = values.get(name)
+        if prop["type"] == "object":
+            usable = value is not None and tool_args(value) is not None
+        else:
+            usable = isinstance(value, str) and bool(value.strip() if prop.get("minLength") else True)
+        if usable:
+            continue
+        if tool_value_required(action, name):
+            example = json.dumps({"action_id": "edit", "values": {"args": (pending.tool or {}).get("args") or {}}})
+            raise InvalidDecision(_TOOL_VALUE_NEEDED[(action, name)].format(example=example))
+        if value is not None:
+            raise InvalidDecision(f"values.{name} of a {action} must be {'text' if prop['type'] == 'string' else 'an object'}")
 
 
 def deadline(pending: PendingRequest) -> datetime | None:

@@ -35,6 +35,7 @@ from signoff.engine.components.agent import REJECTED_DEFAULT
 from signoff.engine.components.base import as_text
 from signoff.engine.components.human_input import HumanInput
 from signoff.engine.components.io import message_id
+from signoff.engine.decisions import TOOL_APPROVAL_VALUES
 from signoff.engine.models import Decision, Event, Job, PendingRequest, SpanRecord
 from signoff.engine.tracing import A_VERTEX
 
@@ -46,15 +47,6 @@ from signoff.api.models import human_request
 RUN_FAILED = "RUN_FAILED"
 RUN_TIMED_OUT = "RUN_TIMED_OUT"
 INTERNAL_ERROR = "INTERNAL_ERROR"
-# an Agent's tool approval: what each action's `values` carry (DESIGN §4, docs/agent.md)
-TOOL_VALUES: dict[str, dict[str, Any]] = {
-    "edit": {"type": "object", "properties": {"args": {"type": "object", "description": "the arguments to run the "
-                                                                                         "tool with instead"}},
-             "required": ["args"]},
-    "reject": {"type": "object", "properties": {"message": {"type": "string", "description": "what the model is told"}}},
-    "respond": {"type": "object", "properties": {"message": {"type": "string", "description": "the tool's answer, "
-                                                                                              "in its place"}}},
-}
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -112,7 +104,7 @@ def response_schema(p: PendingRequest) -> dict[str, Any]:
     for action in p.allowed_decisions:
         values = (p.fields or {}).get(action)
         if values is None and p.kind == "tool_approval":
-            values = TOOL_VALUES.get(action)
+            values = TOOL_APPROVAL_VALUES.get(action)
         branch: dict[str, Any] = {"type": "object", "properties": {"action_id": {"const": action}},
                                   "required": ["action_id"]}
         if values is not None:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from signoff.engine.decisions import TOOL_APPROVAL_VALUES, tool_value_required
 from signoff.engine.errors import FlowInvalid, JobNotFound, SignoffError
 from signoff.engine.models import Decision, Job, JobStatus, User, utcnow
 from signoff.engine.store.base import Store
@@ -376,7 +377,9 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
     return {
         "view": view, "req": req, "groups": groups, "tool": tool, "allowed": allowed,
         "args": forms.arg_fields(tool.get("args") if isinstance(tool.get("args"), dict) else {}, typed_args),
-        "typed_message": typed_message or {}, "error": error, "error_action": error_action, "notice": notice,
+        "typed_message": typed_message or {},
+        "message_required": {act: tool_value_required(act, "message") for act in TOOL_APPROVAL_VALUES},
+        "error": error, "error_action": error_action, "notice": notice,
         "conflict": conflict,
         "card_url": card_url(view.job.job_id, req.request_id),
     }

@@ -537,6 +537,9 @@ async def test_tool_approval_edit_the_arguments(browser: Browser, site: Site) ->
             await expect(page.get_by_role("heading", level=1)).to_contain_text("refund")
             body = page.get_by_label("body")
             await expect(body).to_have_value("45 EUR to order 1234")
+            # the form asks what the decision check needs (engine.decisions.TOOL_APPROVAL_VALUES)
+            await expect(page.locator("#msg-respond")).to_have_attribute("required", "")
+            assert await page.locator("#msg-reject").get_attribute("required") is None
             if site.backend == "sqlite":
                 await shoot(page, "card-tool")
             await body.fill("40 EUR to order 1234")

@@ -160,3 +160,38 @@ def test_a_recorded_decision_is_the_decision_as_it_was_applied(case):
     again = recorded_decision(pending, event, expired)
     assert again == applied
     assert with_decision(state, again) == new
+
+
+# ---- one statement of a tool approval's values: the check, AG-UI's schema and the card agree ------
+
+
+@pytest.mark.parametrize(("action", "values", "valid"), [
+    ("edit", {"args": {"amount": "3"}}, True),
+    ("edit", {}, False),
+    ("edit", {"args": 3}, False),
+    ("respond", {"message": "not now"}, True),
+    ("respond", {}, False),
+    ("respond", {"message": ""}, False),
+    ("respond", {"message": "  \n"}, False),
+    ("reject", {}, True),
+    ("reject", {"message": "no"}, True),
+    ("reject", {"message": 3}, False),
+])
+def test_the_check_and_the_published_schema_of_a_tool_approvals_values_agree(action, values, valid):
+    """What AG-UI publishes as an action's values schema (and the card's form marks required) is
+    what the decision check takes: a payload is valid by the one and the other alike."""
+    import jsonschema
+
+    from signoff.api.agui.translate import response_schema
+    from signoff.engine.decisions import TOOL_APPROVAL_VALUES
+
+    by_schema = jsonschema.Draft202012Validator(TOOL_APPROVAL_VALUES[action]).is_valid(values)
+    try:
+        check_decision(tool(), "agent:run:1", Decision(action_id=action, values=values or None))
+        by_check = True
+    except InvalidDecision:
+        by_check = False
+    assert by_schema == by_check == valid
+    branch = next(b for b in response_schema(tool())["oneOf"] if b["properties"]["action_id"] == {"const": action})
+    assert branch["properties"]["values"] == TOOL_APPROVAL_VALUES[action]
+    assert ("values" in branch["required"]) == bool(TOOL_APPROVAL_VALUES[action].get("required"))
