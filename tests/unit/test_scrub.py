@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
@@ -16,6 +15,8 @@ import pytest
 from signoff.engine.llm import ChatClient, ModelError
 from signoff.engine.secrets import clipped, credentials
 
+from tests.helpers import LocalHTTPServer
+
 from .conftest import flow
 
 TOKEN = "tok-literal-7f3a9c1e5b2d4f6a8c0e"  # a literal header value (35 characters)
@@ -23,7 +24,7 @@ PASSWORD = "pw-in-the-url-91b2c3d4"
 KEY = "sk-live-0123456789abcdef0123456789ab"  # 35 characters
 
 
-class EchoServer:
+class EchoServer(LocalHTTPServer):
     """Answers every request with its headers (the way a debugging endpoint or a hostile one
     does); ``/fail...`` with a 500, the echo placed after ``pad`` characters."""
 
@@ -43,28 +44,17 @@ class EchoServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> "EchoServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join()
+        super().__init__(Handler)
 
 
 @pytest.fixture
 def echo(egress):
-    with EchoServer() as s:
-        egress.add(s)
+    s = EchoServer()
+    egress.add(s)
+    try:
         yield s
+    finally:
+        s.close()
 
 
 def leaks(text: str, secret: str) -> bool:
