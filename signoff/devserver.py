@@ -31,6 +31,7 @@ import temporalio.client
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 
+from signoff.home import process_alive as _alive
 from signoff.workflows.types import SEARCH_ATTRIBUTES
 
 
@@ -254,21 +255,6 @@ def _read_pid_file(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")  # a zombie is not alive (an exited child not yet reaped)
-    with contextlib.suppress(OSError):
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 def _cmdline(pid: int) -> str | None:

@@ -4,6 +4,7 @@ key, the secrets key) are readable by the user running signoff only."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -64,10 +65,21 @@ def running_dev(home: Path) -> dict[str, Any] | None:
         str(found["api_url"]), str(found["database_url"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    return found if process_alive(pid) else None
+
+
+def process_alive(pid: object) -> bool:
+    """Whether ``pid`` names a running process (another user's counts; a zombie, an exited child
+    not yet reaped, does not; 0 and negative pids, which name process groups, never do)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return None
-    except PermissionError:  # alive, another user's
-        pass
-    return found
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    with contextlib.suppress(OSError):
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True

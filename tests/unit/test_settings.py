@@ -79,3 +79,14 @@ def test_a_record_of_a_process_that_is_gone_is_ignored(monkeypatch, tmp_path) ->
     record = json.loads((tmp_path / "dev.json").read_text())
     (tmp_path / "dev.json").write_text(json.dumps({**record, "pid": 2**22 + 12345}))  # above pid_max
     assert _client_settings(monkeypatch, tmp_path).effective_api_url == "http://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize("pid", [0, -1])
+def test_a_record_naming_a_process_group_is_ignored(monkeypatch, tmp_path, pid) -> None:
+    """pid 0 and -1 name process groups, which kill(pid, 0) answers for: never a running dev."""
+    import json
+
+    _planted(tmp_path, "http://127.0.0.1:18123")
+    record = json.loads((tmp_path / "dev.json").read_text())
+    (tmp_path / "dev.json").write_text(json.dumps({**record, "pid": pid}))
+    assert _client_settings(monkeypatch, tmp_path).effective_api_url == "http://127.0.0.1:8000"
