@@ -36,20 +36,20 @@ def _check_database(settings: Settings, *, may_create: bool = False) -> None:
                             "(`users create --new-database` makes a new, empty one here)")
 
 
-def _open(settings: Settings):
-    """The database these commands talk to, as the server opens it: SIGNOFF_HOME private first
-    (a SQLite database made here holds API keys and every run's inputs)."""
+def _open(settings: Settings, *, may_create: bool = False):
+    """The database these commands talk to, as the server opens it (refused as _check_database
+    says): SIGNOFF_HOME private first (a SQLite database made here holds API keys and every run's
+    inputs)."""
     from signoff.engine.store import open_store
     from signoff.home import prepare_home
 
+    _check_database(settings, may_create=may_create)
     prepare_home(settings.home)
     return open_store(settings.resolved_database_url)
 
 
 async def _create(name: str, new_database: bool) -> tuple[str, str, bool]:
-    settings = Settings()
-    _check_database(settings, may_create=new_database)
-    store = _open(settings)
+    store = _open(Settings(), may_create=new_database)
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -82,9 +82,7 @@ def _handle_create(args: argparse.Namespace) -> int:
 async def _revoke(name: str, key: str | None) -> int:
     from signoff.api.pages.session import end_all
 
-    settings = Settings()
-    _check_database(settings)
-    store = _open(settings)
+    store = _open(Settings())
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
@@ -119,7 +117,6 @@ async def _delete(name: str) -> bool:
     from signoff.service import RunService, connect_client
 
     settings = Settings()
-    _check_database(settings)
     store = _open(settings)
     try:
         await store.setup()
@@ -151,9 +148,7 @@ def _handle_delete(args: argparse.Namespace) -> int:
 
 
 async def _list() -> list[User]:
-    settings = Settings()
-    _check_database(settings)
-    store = _open(settings)
+    store = _open(Settings())
     try:
         await store.setup()
         return await store.list_users()
