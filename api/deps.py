@@ -14,9 +14,9 @@ from signoff.engine.models import User
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.service import RunService
-from signoff.service.access import runnable_flow, valid_id, visible_job
+from signoff.service.access import RunnableFlows, valid_id, visible_job
 
-__all__ = ["CurrentUser", "PublicOwner", "ServiceDep", "SettingsDep", "StoreDep", "runnable_flow", "valid_id",
+__all__ = ["CurrentUser", "FlowsDep", "ServiceDep", "SettingsDep", "StoreDep", "valid_id",
            "visible_job"]
 
 # Shown in OpenAPI; the key itself is checked by AuthMiddleware before the body is read, so
@@ -51,8 +51,9 @@ ServiceDep = Annotated[RunService, Depends(get_service)]
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
-def get_public_owner(request: Request) -> str | None:
-    return getattr(request.app.state, "public_owner_id", None)
+def get_flows(request: Request) -> RunnableFlows:
+    """The flows a caller may run (SIGNOFF_FLOWS_DIR's owner found once, at start-up)."""
+    return RunnableFlows(request.app.state.store, getattr(request.app.state, "public_owner_id", None))
 
 
-PublicOwner = Annotated[str | None, Depends(get_public_owner)]
+FlowsDep = Annotated[RunnableFlows, Depends(get_flows)]

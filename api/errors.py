@@ -107,13 +107,20 @@ def error_body(code: str, message: str, *, error: str | None = None, **extra: An
     return {"detail": detail}
 
 
-def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
-    headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else None
+def retry_headers(status: int, details: dict[str, Any]) -> dict[str, str]:
+    """``Retry-After`` for an error answer that says when to try again: a 503 (the database or
+    Temporal back within seconds), a 429 with ``retry_after`` (RATE_LIMITED: when to send
+    again). Every answer that carries an error, JSON or page, takes its header from here."""
     if status == 503:
-        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
-    if status == 429 and isinstance(extra.get("retry_after"), int):  # RATE_LIMITED: when to send again
-        headers = {"Retry-After": str(extra["retry_after"])}
-    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    if status == 429 and isinstance(details.get("retry_after"), int):
+        return {"Retry-After": str(details["retry_after"])}
+    return {}
+
+
+def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    headers = {"WWW-Authenticate": "ApiKey"} if status == 401 else retry_headers(status, extra)
+    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers or None)
 
 
 def _jsonable(value: Any) -> Any:

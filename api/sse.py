@@ -10,8 +10,11 @@ import json
 import logging
 from typing import Any, AsyncIterator, Awaitable, Callable
 
+from fastapi.responses import StreamingResponse
+
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import Event, JobStatus, User
+from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store, StoreUnavailable
 from signoff.service.access import visible_job
 from signoff.service.feed import EventFeed
@@ -22,6 +25,10 @@ log = logging.getLogger("signoff.api.sse")
 # else made it ask (the default of SIGNOFF_STREAM_RECHECK_SECONDS); it asks before every frame
 # that carries data too, and at once when the process's feed tells it (EventFeed.recheck)
 RECHECK_SECONDS = 5.0
+
+# a comment every so often while a stream has nothing to say (:func:`keepalive`)
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = b": keep-alive\n\n"
 
 ACTIVE = frozenset({JobStatus.queued, JobStatus.in_progress})
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -67,17 +74,62 @@ async def follow_job(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
             woken = await follower.wait(min(tick, max(0.001, read_at + safety - clock())))
 
 
-async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: int = 0, user_id: str | None = None,
-                     keepalive_seconds: float = 15.0) -> AsyncIterator[bytes]:
-    clock = asyncio.get_running_loop().time
-    sent = clock()
+async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: int = 0,
+                     user_id: str | None = None) -> AsyncIterator[bytes]:
+    """The job's log as SSE frames (keep-alives are :func:`sse_response`'s)."""
     async for events in follow_job(store, feed, job_id, after_seq=after_seq, user_id=user_id):
         if events:  # one chunk per batch: a stream's access is checked once per chunk with data
             yield b"".join(frame(ev) for ev in events)
-            sent = clock()
-        elif clock() - sent >= keepalive_seconds:
-            sent = clock()
-            yield b": keep-alive\n\n"
+
+
+async def keepalive(stream: AsyncIterator[Any], every: float | None = None) -> AsyncIterator[Any]:
+    """``stream``'s frames, and a keep-alive comment whenever ``every`` seconds pass without one
+    (so a proxy does not close a quiet stream, and a reader that left is noticed by the write).
+    The one keep-alive of every event stream (:func:`sse_response`): the streams themselves only
+    say what happened. The frames are pulled in a task of their own, so a keep-alive never
+    interrupts the stream's wait. ``every``: :data:`KEEPALIVE_SECONDS` unless given."""
+    every = KEEPALIVE_SECONDS if every is None else every
+    frames = stream.__aiter__()
+    pending: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(frames.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=every)
+            if not done:
+                yield KEEPALIVE
+                continue
+            finished, pending = pending, None
+            try:
+                chunk = finished.result()
+            except StopAsyncIteration:
+                return
+            yield chunk
+    finally:
+        await _stop(pending, stream)
+
+
+async def _stop(pending: asyncio.Future[Any] | None, stream: AsyncIterator[Any]) -> None:
+    """Stop the frame under way (the reader left, or may no longer read), then the stream."""
+    if pending is not None:
+        pending.cancel()
+        await asyncio.wait({pending})
+        if not pending.cancelled():
+            pending.exception()  # retrieved: the stream ends either way
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
+def sse_response(stream: AsyncIterator[Any], allowed: Callable[[], Awaitable[bool]], *, settings: Settings,
+                 feed: EventFeed, user_id: str, media_type: str = "text/event-stream",
+                 headers: dict[str, str] | None = None) -> StreamingResponse:
+    """The answer of every event stream (a run's events, a stream-mode submit, AG-UI, the pages'
+    live updates): ``stream``'s frames with a keep-alive every :data:`KEEPALIVE_SECONDS` of
+    quiet (:func:`keepalive`), for as long as ``allowed()`` says its reader may see them
+    (:func:`while_allowed`, every SIGNOFF_STREAM_RECHECK_SECONDS and at once when ``feed`` says
+    ``user_id``'s access changed)."""
+    frames = while_allowed(keepalive(stream), allowed, every=settings.stream_recheck_seconds, feed=feed,
+                           user_id=user_id)
+    return StreamingResponse(frames, media_type=media_type, headers={**SSE_HEADERS, **(headers or {})})
 
 
 def _carries_data(chunk: bytes | str) -> bool:
@@ -138,12 +190,7 @@ async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaita
                     return
                 yield chunk
         finally:
-            if pending is not None:  # the reader left, or may no longer read: stop the frame under way
-                pending.cancel()
-                await asyncio.wait({pending})
-                if not pending.cancelled():
-                    pending.exception()  # retrieved: the stream ends either way
-            await stream.aclose()  # type: ignore[attr-defined]
+            await _stop(pending, stream)
 
 
 def key_still_sees(store: Store, key: str | None, user: User, job_id: str | None) -> Callable[[], Awaitable[bool]]:

@@ -22,6 +22,29 @@ async def public_owner_id(store: Store) -> str | None:
     return user.id if user is not None else None
 
 
+async def runnable_flows(store: Store, user_id: str, public_owner: str | None) -> list[FlowRecord]:
+    """The flows ``user_id`` may run: their own, those shared with them (``execute``) and
+    SIGNOFF_FLOWS_DIR's (``public_owner``'s), each once. The one listing of the execute rule: the
+    API's flow list, the flows page and Run Flow's by-name lookup read it."""
+    flows = {f.id: f for f in await store.list_flows(user_id)}
+    if public_owner is not None and public_owner != user_id:
+        for f in await store.list_flows(public_owner):
+            if f.owner_id == public_owner:
+                flows.setdefault(f.id, f)
+    return list(flows.values())
+
+
+async def current_approvers(store: Store, job: Job) -> list[str]:
+    """The approver references of the request ``job`` waits for as they are now: the stored ones
+    (an escalation adds to them), else those it paused with; [] when it waits for nothing."""
+    pending = job.pending
+    if pending is None:
+        return []
+    if not (pending.approvers or pending.approver_refs or pending.escalate_to):
+        return []  # it names nobody and no escalation will: no approvers are stored for it
+    return list(await store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs)
+
+
 async def may_execute(store: Store, user_id: str, flow: FlowRecord, public_owner: str | None) -> bool:
     """Whether ``user_id`` may run ``flow`` and decide its runs' requests."""
     if flow.owner_id == user_id or (public_owner is not None and flow.owner_id == public_owner):
@@ -66,10 +89,7 @@ class Access:
         if user_id is None or not name:
             return None
         public = await self.public_owner()
-        candidates = list(await self.store.list_flows(user_id))
-        if public is not None and public != user_id:
-            candidates += [f for f in await self.store.list_flows(public) if f.owner_id == public]
-        named = [f for f in candidates if f.name == name]
+        named = [f for f in await runnable_flows(self.store, user_id, public) if f.name == name]
 
         def rank(f: FlowRecord) -> tuple[int, Any]:
             return (0 if f.owner_id == user_id else 1 if f.owner_id != public else 2, -f.created_at.timestamp())
@@ -140,9 +160,7 @@ class Access:
         pending = job.pending
         if pending is None or (request_id is not None and pending.request_id != request_id):
             return None
-        if not (pending.approvers or pending.approver_refs or pending.escalate_to):
-            return pending  # it names nobody and no escalation will: no approvers are stored for it
-        refs = await self.store.request_approvers(job.job_id, pending.request_id)
+        refs = await current_approvers(self.store, job)
         return pending.model_copy(update={"approver_refs": refs}) if refs else pending
 
     async def votes(self, job_id: str, request_id: str) -> list[Vote]:

@@ -5,11 +5,14 @@ never "forbidden" (403): a 403 would confirm that it exists (DESIGN §6)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from signoff.engine import access
+from signoff.engine.access import current_approvers
 from signoff.engine.decisions import group_ref, user_ref
 from signoff.engine.errors import FlowNotFound, JobNotFound, UserNotFound
-from signoff.engine.models import FlowRecord, Job, User
+from signoff.engine.models import FlowRecord, Job, Message, User
 from signoff.engine.store.base import Store
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]{0,199}$")
@@ -42,9 +45,7 @@ async def took_part(store: Store, user: User, job: Job) -> bool:
 
 async def assigned(store: Store, user: User, job: Job) -> bool:
     """Whether the job's waiting request names ``user`` (or a group of theirs) as an approver."""
-    if job.pending is None:
-        return False
-    refs = set(await store.request_approvers(job.job_id, job.pending.request_id) or job.pending.approver_refs)
+    refs = set(await current_approvers(store, job))
     if not refs:
         return False
     if user_ref(user.id) in refs:
@@ -57,6 +58,11 @@ async def may_execute(store: Store, user: User, flow: FlowRecord, public_owner: 
     return await access.may_execute(store, user.id, flow, public_owner)
 
 
+async def runnable_flows(store: Store, user: User, public_owner: str | None = None) -> list[FlowRecord]:
+    """The flows the caller may run (:func:`signoff.engine.access.runnable_flows`)."""
+    return await access.runnable_flows(store, user.id, public_owner)
+
+
 async def runnable_flow(store: Store, user: User, flow_id: str, public_owner: str | None = None) -> FlowRecord:
     """The flow if the caller may execute it; anything else is FlowNotFound."""
     if not valid_id(flow_id):
@@ -65,6 +71,68 @@ async def runnable_flow(store: Store, user: User, flow_id: str, public_owner: st
     if flow is None or not await may_execute(store, user, flow, public_owner):
         raise FlowNotFound(f"Flow {flow_id!r} not found")
     return flow
+
+
+@dataclass(frozen=True)
+class RunnableFlows:
+    """The flows a user may run over one store: their own, those shared with them, and
+    SIGNOFF_FLOWS_DIR's (``public_owner``'s, everyone's). What every surface asks (the API's
+    flow routes and submit, AG-UI, the flows page) goes through one of these: the API's from
+    its dependency (api/deps.py: FlowsDep), the service's as ``RunService.flows``."""
+
+    store: Store
+    public_owner: str | None = None
+
+    async def get(self, user: User, flow_id: str) -> FlowRecord:
+        """The flow if ``user`` may run it; anything else is FlowNotFound."""
+        return await runnable_flow(self.store, user, flow_id, self.public_owner)
+
+    async def all(self, user: User) -> list[FlowRecord]:
+        return await runnable_flows(self.store, user, self.public_owner)
+
+
+async def recent_runs(store: Store, user: User, *, flow_id: str | None = None,
+                      limit: int = 100) -> list[tuple[dict[str, Any], Job]]:
+    """The caller's own runs that have a trace, newest first (of ``flow_id`` only, when given),
+    each with its trace's row (Store.list_traces): the API's trace list, the flows page's recent
+    runs and the history page read them."""
+    runs = []
+    for row in await store.list_traces(flow_id=flow_id, user_id=user.id, limit=limit):
+        run_id = str(row.get("run_id") or row.get("trace_id") or "")
+        job = await store.get_job(run_id) if valid_id(run_id) else None
+        if job is not None and job.user_id == user.id:
+            runs.append((row, job))
+    return runs
+
+
+async def runs_taken_part(store: Store, user: User, *, limit: int = 200) -> list[Job]:
+    """The caller's own recent runs (:func:`recent_runs`), then others' runs they voted on or
+    decided (Store.participated_jobs), each once: what a person's history reads."""
+    jobs = {job.job_id: job for _row, job in await recent_runs(store, user, limit=limit)}
+    for job in await store.participated_jobs(user.id, limit=limit):
+        jobs.setdefault(job.job_id, job)
+    return list(jobs.values())
+
+
+async def run_messages(store: Store, user: User, job: Job) -> list[Message]:
+    """The chat history of ``job``'s session that ``user`` (who may see the job) reads beside it:
+    the messages of the run's owner's runs of the flow in that session; an approver (not the
+    owner) reads only this run's, not the owner's earlier runs'."""
+    if not job.effective_session:
+        return []
+    messages: list[Message] = []
+    owners: dict[str, bool] = {}
+    for m in await store.list_messages(job.effective_session, flow_id=job.flow_id):
+        if m.job_id is None:
+            continue
+        if m.job_id != job.job_id and job.user_id != user.id:
+            continue
+        if m.job_id not in owners:
+            other = job if m.job_id == job.job_id else await store.get_job(m.job_id)
+            owners[m.job_id] = other is not None and other.user_id == job.user_id
+        if owners[m.job_id]:
+            messages.append(m)
+    return messages
 
 
 async def named_user(store: Store, ref: str) -> User:

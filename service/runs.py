@@ -30,7 +30,7 @@ from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, 
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import sdk
-from signoff.service.access import assigned, may_execute, visible_job
+from signoff.service.access import RunnableFlows, assigned, may_execute, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
@@ -201,6 +201,11 @@ class RunService:
                 found.setdefault(job.job_id, job)
         return sorted(found.values(), key=lambda j: (j.pending.paused_at if j.pending else j.updated_at),
                       reverse=True)
+
+    @property
+    def flows(self) -> RunnableFlows:
+        """The flows a user may run (SIGNOFF_FLOWS_DIR's are everyone's: :attr:`public_owner`)."""
+        return RunnableFlows(self.store, self.public_owner)
 
     async def may_execute(self, user: User, flow_id: str) -> bool:
         flow = await self.store.get_flow(flow_id)

@@ -28,7 +28,6 @@ from signoff.engine.models import Event, Job, JobStatus, PendingRequest, SpanRec
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import A_COMPONENT, hex_span, root_span_id
 from signoff.service import RunService
-from signoff.service.access import runnable_flow
 
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
 from signoff.api.errors import _jsonable as jsonable  # an error detail as JSON, as the HTTP answers carry it
@@ -52,21 +51,18 @@ from signoff.api.agui.translate import (
 
 log = logging.getLogger("signoff.api.agui")
 
-KEEPALIVE_SECONDS = 15.0
 POLL_SECONDS = 0.1
 
 
 class AguiRun:
-    """One AG-UI run of a flow (see the module's docstring). :meth:`events` yields the events,
-    and None when a keep-alive is due (a comment, not an event)."""
+    """One AG-UI run of a flow (see the module's docstring). :meth:`events` yields the events (the
+    keep-alives between them are api/sse.py's, as for every event stream)."""
 
-    def __init__(self, *, store: Store, service: RunService, user: User, flow_id: str, public_owner: str | None,
-                 inp: RunAgentInput) -> None:
+    def __init__(self, *, store: Store, service: RunService, user: User, flow_id: str, inp: RunAgentInput) -> None:
         self.store = store
         self.service = service
         self.user = user
         self.flow_id = flow_id
-        self.public_owner = public_owner
         self.inp = inp
         self.job_id: str | None = None
         self.steps = Steps()  # the tool calls told so far, and how a span is told
@@ -74,7 +70,7 @@ class AguiRun:
 
     # ---- the run -------------------------------------------------------------------------
 
-    async def events(self) -> AsyncIterator[BaseEvent | None]:
+    async def events(self) -> AsyncIterator[BaseEvent]:
         yield RunStartedEvent(thread_id=self.inp.thread_id, run_id=self.inp.run_id, protocol_version=PROTOCOL_VERSION,
                               timestamp=_ms(), metadata={"flow_id": self.flow_id})
         try:
@@ -105,8 +101,8 @@ class AguiRun:
             meta["job_id"] = self.job_id
         return RunErrorEvent(message=err.message, code=err.code, timestamp=_ms(), metadata=meta or None)
 
-    async def _submit(self) -> AsyncIterator[BaseEvent | None]:
-        flow = await runnable_flow(self.store, self.user, self.flow_id, self.public_owner)
+    async def _submit(self) -> AsyncIterator[BaseEvent]:
+        flow = await self.service.flows.get(self.user, self.flow_id)
         # a retried POST of the same AG-UI run (same thread, run id and flow) is the same job
         key = "agui:" + _uid(self.flow_id, self.inp.thread_id, self.inp.run_id)
         job, _created = await self.service.submit(
@@ -116,7 +112,7 @@ class AguiRun:
         async for event in self._follow(job, after_seq=0, seen=set(), resumed=None):
             yield event
 
-    async def _resume(self) -> AsyncIterator[BaseEvent | None]:
+    async def _resume(self) -> AsyncIterator[BaseEvent]:
         entries = self.inp.resume or []
         if len(entries) != 1:
             raise InvalidRequest(f"resume has {len(entries)} entries: a signoff run waits for one decision at a time, "
@@ -184,10 +180,9 @@ class AguiRun:
     # ---- following the job ---------------------------------------------------------------
 
     async def _follow(self, job: Job, *, after_seq: int, seen: set[str],
-                      resumed: PendingRequest | None) -> AsyncIterator[BaseEvent | None]:
+                      resumed: PendingRequest | None) -> AsyncIterator[BaseEvent]:
         """The job's events and its trace's new spans as AG-UI events until the run pauses or
         ends, then the AG-UI run's end."""
-        idle = 0.0
         async for batch in follow_job(self.store, self.service.feed, job.job_id, after_seq=after_seq,
                                       user_id=self.user.id, tick=POLL_SECONDS):
             # what this poll found, in the order it happened (a step at its span's start)
@@ -197,13 +192,6 @@ class AguiRun:
             for _at, events in groups:
                 for event in events:
                     yield event
-            if groups:
-                idle = 0.0
-                continue
-            idle += POLL_SECONDS
-            if idle >= KEEPALIVE_SECONDS:
-                idle = 0.0
-                yield None
         for _at, events in await self._new_spans(job, seen):  # written before the status moved on
             for event in events:
                 yield event
@@ -314,7 +302,7 @@ async def _cancel_data(store: Store, job_id: str) -> dict[str, Any]:
     return data
 
 
-async def encode(events: AsyncIterator[BaseEvent | None], encoder: Any) -> AsyncIterator[str]:
-    """The events as the encoder writes them (SSE); a comment for each keep-alive."""
+async def encode(events: AsyncIterator[BaseEvent], encoder: Any) -> AsyncIterator[str]:
+    """The events as the encoder writes them (SSE)."""
     async for event in events:
-        yield ": keep-alive\n\n" if event is None else encoder.encode(event)
+        yield encoder.encode(event)

@@ -10,10 +10,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from signoff.api.agui import TEXT_FIELDS, AguiRun, AguiRunInput, encode
-from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep
+from signoff.api.deps import CurrentUser, ServiceDep, SettingsDep, StoreDep
 from signoff.api.limits import check_body
 from signoff.api.models import error_responses
-from signoff.api.sse import SSE_HEADERS, key_still_sees, while_allowed
+from signoff.api.sse import key_still_sees, sse_response
 
 router = APIRouter(prefix="/api/v1/agui", tags=["agui"])
 
@@ -53,7 +53,7 @@ AGUI_EVENT_SCHEMA: dict[str, Any] = {
     },
 )
 async def run_agent(flow_id: str, body: AguiRunInput, request: Request, store: StoreDep, service: ServiceDep,
-                    settings: SettingsDep, user: CurrentUser, public_owner: PublicOwner) -> StreamingResponse:
+                    settings: SettingsDep, user: CurrentUser) -> StreamingResponse:
     """Run the flow as an AG-UI agent (AG-UI 1.0). `threadId` is the session. Without `resume`, the
     last user message is the input of a new run (which supersedes the thread's suspended runs of
     the flow). With `resume` (one entry), the thread's waiting run gets the decision
@@ -62,9 +62,8 @@ async def run_agent(flow_id: str, body: AguiRunInput, request: Request, store: S
     id is the request id."""
     check_body(body, settings, text=TEXT_FIELDS)
     service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before anything runs
-    run = AguiRun(store=store, service=service, user=user, flow_id=flow_id, public_owner=public_owner, inp=body)
+    run = AguiRun(store=store, service=service, user=user, flow_id=flow_id, inp=body)
     encoder = EventEncoder(accept=request.headers.get("accept"))
     allowed = key_still_sees(store, request.headers.get("x-api-key", "").strip(), user, None)
-    stream = while_allowed(encode(run.events(), encoder), allowed, every=settings.stream_recheck_seconds,
-                           feed=service.feed, user_id=user.id)
-    return StreamingResponse(stream, media_type=encoder.get_content_type(), headers=SSE_HEADERS)
+    return sse_response(encode(run.events(), encoder), allowed, settings=settings, feed=service.feed, user_id=user.id,
+                        media_type=encoder.get_content_type())

@@ -12,6 +12,7 @@ from signoff.engine.models import SpanRecord
 from signoff.api.limits import ID_MAX_CHARS, NoNul
 from signoff.api.deps import CurrentUser, StoreDep, valid_id, visible_job
 from signoff.api.models import MessagePublic, SpanNode, TracePublic, TraceSummary, error_responses
+from signoff.service.access import recent_runs
 
 router = APIRouter(prefix="/api/v1/monitor", tags=["monitor"])
 
@@ -64,15 +65,12 @@ async def list_traces(
         return []
     out = []
     # filtered to the caller's runs in the query, before the limit
-    for row in await store.list_traces(flow_id=flow_id, user_id=user.id, limit=limit):
-        run_id = row.get("run_id") or row.get("trace_id")
-        job = await store.get_job(run_id) if run_id and valid_id(str(run_id)) else None
-        if job is not None and job.user_id == user.id:
-            summary = TraceSummary(**{k: row.get(k) for k in TraceSummary.model_fields if k in row})
-            if summary.start_time is not None and summary.end_time is not None:
-                summary.duration_ms = round((summary.end_time - summary.start_time).total_seconds() * 1000, 3)
-            summary.run_status = job.status.value
-            out.append(summary)
+    for row, job in await recent_runs(store, user, flow_id=flow_id, limit=limit):
+        summary = TraceSummary(**{k: row.get(k) for k in TraceSummary.model_fields if k in row})
+        if summary.start_time is not None and summary.end_time is not None:
+            summary.duration_ms = round((summary.end_time - summary.start_time).total_seconds() * 1000, 3)
+        summary.run_status = job.status.value
+        out.append(summary)
     return out
 
 

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from signoff.engine.errors import JobNotFound, NoPendingRequest
 
-from signoff.api.deps import CurrentUser, PublicOwner, ServiceDep, SettingsDep, StoreDep, runnable_flow, valid_id, visible_job
+from signoff.api.deps import CurrentUser, FlowsDep, ServiceDep, SettingsDep, StoreDep, valid_id, visible_job
 from signoff.api.limits import check_body
 from signoff.api.models import (
     JobPublic,
@@ -31,7 +31,7 @@ from signoff.api.models import (
     pending_item,
     workflow_response,
 )
-from signoff.api.sse import ACTIVE, SSE_HEADERS, SSE_RESPONSES, job_events, key_still_sees, while_allowed
+from signoff.api.sse import ACTIVE, SSE_RESPONSES, job_events, key_still_sees, sse_response
 from signoff.engine.models import Job, JobStatus
 
 router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
@@ -71,12 +71,12 @@ def _status_body(job: Job) -> JobPublic | WorkflowResponse:
 @router.post("", response_model=JobPublic | WorkflowResponse, responses=_SUBMIT_RESPONSES)
 async def submit(
     body: WorkflowCreate, request: Request, store: StoreDep, service: ServiceDep, settings: SettingsDep,
-    user: CurrentUser, public_owner: PublicOwner,
+    user: CurrentUser, flows: FlowsDep,
 ):
     """Run a flow. `background` returns the job, `sync` waits for the end or the first pause,
     `stream` returns the run's events as SSE until the end or a pause."""
     check_body(body, settings, text=("input_value", "tweaks"))
-    flow = await runnable_flow(store, user, body.flow_id, public_owner)
+    flow = await flows.get(user, body.flow_id)
     timeout = body.timeout or settings.sync_timeout_seconds
     deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
     if body.mode == "stream":
@@ -103,9 +103,7 @@ async def submit(
         return job_public(job) if job.status in ACTIVE else workflow_response(job)
     stream = job_events(store, service.feed, job.job_id, user_id=user.id)
     allowed = key_still_sees(store, _key(request), user, job.job_id)
-    return StreamingResponse(while_allowed(stream, allowed, every=settings.stream_recheck_seconds, feed=service.feed,
-                                           user_id=user.id),
-                             media_type="text/event-stream", headers=SSE_HEADERS)
+    return sse_response(stream, allowed, settings=settings, feed=service.feed, user_id=user.id)
 
 
 @router.get("", response_model=JobPublic | WorkflowResponse,
@@ -215,6 +213,4 @@ async def events(
     service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the stream starts
     stream = job_events(store, service.feed, job_id, after_seq=after_seq, user_id=user.id)
     allowed = key_still_sees(store, _key(request), user, job_id)
-    return StreamingResponse(while_allowed(stream, allowed, every=request.app.state.settings.stream_recheck_seconds,
-                                           feed=service.feed, user_id=user.id),
-                             media_type="text/event-stream", headers=SSE_HEADERS)
+    return sse_response(stream, allowed, settings=request.app.state.settings, feed=service.feed, user_id=user.id)
