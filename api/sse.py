@@ -82,41 +82,55 @@ async def job_events(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
             yield b"".join(frame(ev) for ev in events)
 
 
+class _Frames:
+    """A stream's frames pulled one at a time, each in a task of its own, so that a wait for the
+    next one can time out (or be woken) and the stream's own wait goes on undisturbed."""
+
+    def __init__(self, stream: AsyncIterator[Any]) -> None:
+        self.stream, self._frames = stream, stream.__aiter__()
+        self.pending: asyncio.Future[Any] | None = None
+
+    def next(self) -> asyncio.Future[Any]:
+        """The frame under way (started if none is)."""
+        if self.pending is None:
+            self.pending = asyncio.ensure_future(self._frames.__anext__())
+        return self.pending
+
+    def take(self) -> Any:
+        """The frame that came (StopAsyncIteration at the stream's end)."""
+        finished, self.pending = self.next(), None
+        return finished.result()
+
+    async def close(self) -> None:
+        """Stop the frame under way (the reader left, or may no longer read), then the stream."""
+        if self.pending is not None:
+            self.pending.cancel()
+            await asyncio.wait({self.pending})
+            if not self.pending.cancelled():
+                self.pending.exception()  # retrieved: the stream ends either way
+        await self.stream.aclose()  # type: ignore[attr-defined]
+
+
 async def keepalive(stream: AsyncIterator[Any], every: float | None = None) -> AsyncIterator[Any]:
-    """``stream``'s frames, and a keep-alive comment whenever ``every`` seconds pass without one
-    (so a proxy does not close a quiet stream, and a reader that left is noticed by the write).
-    The one keep-alive of every event stream (:func:`sse_response`): the streams themselves only
-    say what happened. The frames are pulled in a task of their own, so a keep-alive never
-    interrupts the stream's wait. ``every``: :data:`KEEPALIVE_SECONDS` unless given."""
+    """``stream``'s frames, and a keep-alive comment whenever ``every`` seconds
+    (:data:`KEEPALIVE_SECONDS` unless given) pass without one, so that a proxy does not close a
+    quiet stream and a reader that left is noticed by the write. The one keep-alive of every
+    event stream (:func:`sse_response`): the streams themselves only say what happened."""
     every = KEEPALIVE_SECONDS if every is None else every
-    frames = stream.__aiter__()
-    pending: asyncio.Future[Any] | None = None
+    frames = _Frames(stream)
     try:
         while True:
-            if pending is None:
-                pending = asyncio.ensure_future(frames.__anext__())
-            done, _ = await asyncio.wait({pending}, timeout=every)
+            done, _ = await asyncio.wait({frames.next()}, timeout=every)
             if not done:
                 yield KEEPALIVE
                 continue
-            finished, pending = pending, None
             try:
-                chunk = finished.result()
+                chunk = frames.take()
             except StopAsyncIteration:
                 return
             yield chunk
     finally:
-        await _stop(pending, stream)
-
-
-async def _stop(pending: asyncio.Future[Any] | None, stream: AsyncIterator[Any]) -> None:
-    """Stop the frame under way (the reader left, or may no longer read), then the stream."""
-    if pending is not None:
-        pending.cancel()
-        await asyncio.wait({pending})
-        if not pending.cancelled():
-            pending.exception()  # retrieved: the stream ends either way
-    await stream.aclose()  # type: ignore[attr-defined]
+        await frames.close()
 
 
 def sse_response(stream: AsyncIterator[Any], allowed: Callable[[], Awaitable[bool]], *, settings: Settings,
@@ -160,14 +174,12 @@ async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaita
     asks again next time. The frames are pulled one at a time, each in a task of its own, so the
     checks can run while the stream waits."""
     period = RECHECK_SECONDS if every is None else every
-    frames = stream.__aiter__()
-    pending: asyncio.Future[Any] | None = None
+    frames = _Frames(stream)
     with contextlib.ExitStack() as stack:
         told = stack.enter_context(feed.watch_access(user_id)) if feed is not None and user_id else asyncio.Event()
         try:
             while True:
-                if pending is None:
-                    pending = asyncio.ensure_future(frames.__anext__())
+                pending = frames.next()
                 waiter = asyncio.ensure_future(told.wait())
                 try:
                     done, _ = await asyncio.wait({pending, waiter}, timeout=period,
@@ -180,9 +192,8 @@ async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaita
                         log.info("a live stream closed: its reader may no longer see it")
                         return
                     continue
-                finished, pending = pending, None
                 try:
-                    chunk = finished.result()
+                    chunk = frames.take()
                 except StopAsyncIteration:
                     return
                 if _carries_data(chunk) and not await _still(allowed):
@@ -190,7 +201,7 @@ async def while_allowed(stream: AsyncIterator[Any], allowed: Callable[[], Awaita
                     return
                 yield chunk
         finally:
-            await _stop(pending, stream)
+            await frames.close()
 
 
 def key_still_sees(store: Store, key: str | None, user: User, job_id: str | None) -> Callable[[], Awaitable[bool]]:

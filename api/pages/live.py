@@ -15,8 +15,9 @@ request's event log.
 
 Everything is woken by the process's one tail of the store's events (service/feed.py), never by
 a poll of its own; each reads again after a few seconds whatever the tail says (a status that
-changes with no event, a tail that lost its place). Each stream sends a keep-alive comment every
-15 s while nothing happens, and counts against the person's SIGNOFF_MAX_STREAMS_PER_USER."""
+changes with no event, a tail that lost its place). Each stream counts against the person's
+SIGNOFF_MAX_STREAMS_PER_USER; its keep-alives are api/sse.py's (sse_response), as for every
+event stream."""
 
 from __future__ import annotations
 
@@ -28,17 +29,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+from signoff.engine.access import current_approvers
 from signoff.engine.models import EventNote, JobStatus, User
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.feed import EventFeed
 
-from signoff.api.pages import views
+from signoff.api.pages import formatting, views, waiting
 
 log = logging.getLogger(__name__)
 
 CLOSING = frozenset({"human_input_decision", "run_cancelled", "run_timed_out", "run_failed", "end"})
-KEEPALIVE = b": keep-alive\n\n"
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:
@@ -70,12 +71,12 @@ class InboxWatcher:
 
     def __init__(self, service: RunService, safety: float = 10.0) -> None:
         self.service, self.safety = service, safety
-        self._people: dict[str, tuple[User, set[asyncio.Queue[list[views.InboxItem]]]]] = {}
+        self._people: dict[str, tuple[User, set[asyncio.Queue[list[waiting.InboxItem]]]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()  # the task follows the feed: what commits now reaches it
         self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # what each person's streams were last given
         self._shows: dict[str, set[str]] = {}  # the runs each open inbox was last read with
-        self._reading: dict[str, asyncio.Future[list[views.InboxItem]]] = {}  # a read under way, per person
+        self._reading: dict[str, asyncio.Future[list[waiting.InboxItem]]] = {}  # a read under way, per person
         self.reads = 0  # reads of an inbox (tests)
 
     @property
@@ -83,10 +84,10 @@ class InboxWatcher:
         return sum(len(queues) for _, queues in self._people.values())
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[views.InboxItem]]]:
+    async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[waiting.InboxItem]]]:
         """The stream's queue; returns once the watcher follows the feed, so a stream that reads
         its inbox after this misses no change."""
-        queue: asyncio.Queue[list[views.InboxItem]] = asyncio.Queue(maxsize=1)
+        queue: asyncio.Queue[list[waiting.InboxItem]] = asyncio.Queue(maxsize=1)
         _, queues = self._people.get(user.id, (user, set()))
         self._last.pop(user.id, None)  # a new stream read for itself: the next read goes to everyone
         queues.add(queue)
@@ -108,7 +109,7 @@ class InboxWatcher:
                 self._task.cancel()  # no open inbox: nothing to watch (the next one starts another)
                 self._task = None
 
-    async def items(self, user: User) -> list[views.InboxItem]:
+    async def items(self, user: User) -> list[waiting.InboxItem]:
         """What waits for ``user``; one read at a time per person: a stream opening while a read
         of that person's inbox is under way (another stream's, the task's) shares it, so 100
         inboxes opened at once cost one read, not 100."""
@@ -119,9 +120,9 @@ class InboxWatcher:
                                       if self._reading.get(user.id) is done else None)
         return await asyncio.shield(reading)  # a stream that closes does not cancel the others' read
 
-    async def _read(self, user: User) -> list[views.InboxItem]:
+    async def _read(self, user: User) -> list[waiting.InboxItem]:
         self.reads += 1
-        items = await views.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
+        items = await waiting.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
         if user.id in self._people:
             self._shows[user.id] = {i.job.job_id for i in items}
         return items
@@ -137,8 +138,7 @@ class InboxWatcher:
             if job is None:
                 continue
             people.add(job.user_id)
-            if job.pending is not None and job.pending.approver_refs:
-                people.update(await self.service.access.people(list(job.pending.approver_refs)))
+            people.update(await self.service.access.people(await current_approvers(self.service.store, job)))
         return people & set(self._people)
 
     async def _run(self) -> None:
@@ -173,30 +173,29 @@ class InboxWatcher:
 
 
 async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, session: str | None, kind: str | None,
-                       add_rows: bool, render_row: Callable[[views.InboxItem], Awaitable[str]],
-                       since: datetime | None = None, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+                       add_rows: bool, render_row: Callable[[waiting.InboxItem], Awaitable[str]],
+                       since: datetime | None = None) -> AsyncIterator[bytes]:
     """``since``: when the page read what it shows (less a margin); the first snapshot adds only
     rows paused after it, not every row of every page of the inbox."""
     store = watcher.service.store
     shown: dict[str, str] = {}  # request id -> job id
     first = True
     total = -1
-    clock = asyncio.get_running_loop().time
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(watcher.service.feed.slot(user.id))  # one of the person's live streams
         # what changes after the read below reaches the queue
         updates = await stack.enter_async_context(watcher.subscribe(user))
         everything = await watcher.items(user)  # the first snapshot, at once
         while True:
-            items = views.filter_inbox(everything, flow=flow, session=session, kind=kind)
+            items = waiting.filter_inbox(everything, flow=flow, session=session, kind=kind)
             current = {i.key: i for i in items}
             changed = set(current) != set(shown) or len(everything) != total
             if first:
                 yield sse("snapshot", {"ids": list(current), "count": len(current), "total": len(everything)})
             for key, item in current.items():
                 if key not in shown and add_rows and (not first or since is None or
-                                                      (views.aware(item.request.paused_at) or since) >= since):
-                    yield sse("add", {"id": key, "paused_at": views.iso(item.request.paused_at),
+                                                      (formatting.aware(item.request.paused_at) or since) >= since):
+                    yield sse("add", {"id": key, "paused_at": formatting.iso(item.request.paused_at),
                                       "html": await render_row(item)})
             names = views.Names(store)
             for key, job_id in shown.items():
@@ -207,26 +206,16 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
                 yield sse("count", {"count": len(current), "total": len(everything)})
             total = len(everything)
             shown = {k: i.job.job_id for k, i in current.items()}
-            if first or changed:
-                last_sent = clock()
             first = False
-            while True:
-                try:
-                    everything = await asyncio.wait_for(updates.get(), timeout=max(0.0, last_sent + keepalive - clock()))
-                    break
-                except asyncio.TimeoutError:
-                    yield KEEPALIVE
-                    last_sent = clock()
+            everything = await updates.get()
 
 
 async def run_stream(store: Store, feed: EventFeed, job_id: str, *, after_seq: int, status: str | None,
-                     user_id: str | None = None, safety: float = 2.0, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+                     user_id: str | None = None, safety: float = 2.0) -> AsyncIterator[bytes]:
     """``change`` when the run's log grows or its status changes, ``end`` once it is over. The
     store is read when the event feed says the run got an event, and every ``safety`` seconds (a
     status that changes with no event, e.g. ``queued`` → ``in_progress``, shows within that)."""
     seq, last_status = after_seq, status
-    clock = asyncio.get_running_loop().time
-    sent = clock()
     async with feed.follow(job_id, user_id=user_id) as follower:
         while True:
             events = await store.read_events(job_id, after_seq=seq)
@@ -239,24 +228,19 @@ async def run_stream(store: Store, feed: EventFeed, job_id: str, *, after_seq: i
             if events or job.status.value != last_status:
                 last_status = job.status.value
                 yield sse("change", {"status": last_status, "seq": seq})
-                sent = clock()
             if job.status.terminal and not events:
                 yield sse("end", {"status": job.status.value, "seq": seq})
                 return
-            if not await follower.wait(safety) and clock() - sent >= keepalive:
-                yield KEEPALIVE
-                sent = clock()
+            await follower.wait(safety)
 
 
 async def request_stream(store: Store, feed: EventFeed, job_id: str, request_id: str, *, user_id: str | None = None,
-                         safety: float = 5.0, keepalive: float = 15.0) -> AsyncIterator[bytes]:
+                         safety: float = 5.0) -> AsyncIterator[bytes]:
     """``change`` when something happens to the request (a vote, a claim), ``closed`` once it is
     decided, superseded, expired or its run ended; read when the run gets an event (and every
     ``safety`` seconds)."""
     seq = 0
     waiting_seen = True
-    clock = asyncio.get_running_loop().time
-    sent = clock()
     async with feed.follow(job_id, user_id=user_id) as follower:
         while True:
             events = await store.read_events(job_id, after_seq=seq)
@@ -275,8 +259,4 @@ async def request_stream(store: Store, feed: EventFeed, job_id: str, request_id:
             if waiting != waiting_seen or any(ev.event == "human_input_vote" for ev in events):
                 waiting_seen = waiting
                 yield sse("change", {"status": job.status.value})
-                sent = clock()
             await follower.wait(safety)
-            if clock() - sent >= keepalive:  # also while events come that change nothing here
-                yield KEEPALIVE
-                sent = clock()

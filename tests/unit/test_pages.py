@@ -10,7 +10,8 @@ from datetime import datetime, timedelta, timezone
 import httpx
 from starlette.datastructures import FormData
 
-from signoff.api.pages import forms, markdown, views
+from signoff.api.pages import forms, markdown
+from signoff.api.pages.graph import layout, node_states
 from signoff.engine.models import Job, JobStatus, PendingRequest, SpanRecord
 
 
@@ -89,15 +90,15 @@ def test_node_states_come_from_the_spans_and_the_pending_request() -> None:
             "edges": [{"from": "a.x", "to": "b.y"}, {"from": "b.x", "to": "gate.prompt"},
                       {"from": "gate.branch_ok", "to": "c.y"}, {"from": "gate.branch_no", "to": "d.y"}]}
     pending = PendingRequest(request_id="gate:j1", paused_at=now)
-    states = views.node_states(_job(JobStatus.suspended, pending),
+    states = node_states(_job(JobStatus.suspended, pending),
                                [span("a"), span("b", **{"signoff.skipped": True})])
-    graph = views.layout(spec, states)
+    graph = layout(spec, states)
     by_id = {n.id: n for n in graph.nodes}
     assert {i: n.state for i, n in by_id.items()} == {"a": "built", "b": "skipped", "gate": "paused",
                                                        "c": "not_reached", "d": "not_reached"}
     assert by_id["a"].x < by_id["b"].x < by_id["gate"].x < by_id["c"].x == by_id["d"].x
     assert by_id["c"].y != by_id["d"].y
-    failed = views.node_states(_job(JobStatus.failed), [span("a", status="error", **{"signoff.error": "boom"})])
+    failed = node_states(_job(JobStatus.failed), [span("a", status="error", **{"signoff.error": "boom"})])
     assert failed["a"] == ("failed", "boom")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from signoff.api import sse
 from signoff.api.pages import live
 from signoff.engine.access import Access
 from signoff.engine.store.memory import MemoryStore
@@ -46,8 +47,10 @@ async def render(item: Any) -> str:
     return ""
 
 
-def inbox(watcher: live.InboxWatcher, who: Any, **kw: Any):
-    return live.inbox_stream(watcher, who, flow=None, session=None, kind=None, add_rows=True, render_row=render, **kw)
+def inbox(watcher: live.InboxWatcher, who: Any, keepalive: float | None = None, **kw: Any):
+    """An inbox stream; with ``keepalive``, as sse_response sends it (a keep-alive that often)."""
+    stream = live.inbox_stream(watcher, who, flow=None, session=None, kind=None, add_rows=True, render_row=render, **kw)
+    return sse.keepalive(stream, keepalive) if keepalive else stream
 
 
 async def settle(watcher: live.InboxWatcher, reads: int) -> None:
@@ -71,7 +74,7 @@ async def test_a_person_is_read_once_per_event_that_concerns_them_however_many_i
     reads = watcher.reads
     await asyncio.sleep(0.3)
     assert watcher.reads == reads  # nothing happens: nothing is read
-    assert await streams[0].__anext__() == live.KEEPALIVE
+    assert await streams[0].__anext__() == sse.KEEPALIVE
 
     job_id = await new_job(service.store, alice.id)
     await service.store.append_event(job_id, "human_input_required", {})  # alice's run paused

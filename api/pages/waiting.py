@@ -1,0 +1,63 @@
+"""What waits for a person, as the inbox lists it (the page and its live stream): one row per
+waiting request, and the inbox's filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from signoff.engine.decisions import deadline
+from signoff.engine.models import Job, PendingRequest
+
+from signoff.api.pages.views import Names
+
+
+@dataclass
+class InboxItem:
+    job: Job
+    request: PendingRequest
+    flow_name: str
+    owner_name: str
+    mine: bool
+    deadline: datetime | None
+
+    @property
+    def kind_label(self) -> str:
+        return "Tool approval" if self.request.kind == "tool_approval" else "Gate"
+
+    @property
+    def quick(self) -> bool:
+        """Whether its options can be chosen from the list (nothing to type)."""
+        if self.request.kind == "tool_approval":
+            return False
+        fields = self.request.fields or {}
+        return not any((fields.get(o.action_id) or {}).get("required") for o in self.request.options)
+
+    @property
+    def key(self) -> str:
+        return self.request.request_id
+
+
+async def inbox_items(names: Names, jobs: list[Job], me: str) -> list[InboxItem]:
+    out = []
+    for job in jobs:
+        if job.pending is None:
+            continue
+        out.append(InboxItem(job=job, request=job.pending, flow_name=await names.flow_name(job.flow_id),
+                             owner_name=await names.user(job.user_id), mine=job.user_id == me,
+                             deadline=deadline(job.pending)))
+    return out
+
+
+def filter_inbox(items: list[InboxItem], *, flow: str | None, session: str | None, kind: str | None) -> list[InboxItem]:
+    def keep(i: InboxItem) -> bool:
+        if flow and i.job.flow_id != flow:
+            return False
+        if session and (i.job.session_id or "") != session:
+            return False
+        if kind and i.request.kind != kind:
+            return False
+        return True
+
+    return [i for i in items if keep(i)]
+
