@@ -10,6 +10,8 @@ import nh3
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
+from signoff.engine.plaintext import one_line
+
 _TAGS = {"p", "br", "hr", "strong", "em", "del", "s", "code", "pre", "blockquote", "ul", "ol", "li",
          "a", "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td"}
 _ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
@@ -33,6 +35,6 @@ def render(text: str | None) -> Markup:
 
 
 def excerpt(text: str | None, limit: int = 160) -> str:
-    """One line of plain text for a list (the template escapes it)."""
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    """One line of plain text for a list, the Markdown read as the CLI reads it
+    (:func:`signoff.engine.plaintext.one_line`; the template escapes it)."""
+    return one_line(text, limit)

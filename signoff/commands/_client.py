@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import httpx
 
+from signoff.engine.plaintext import one_line
 from signoff.engine.settings import Settings
 from signoff.home import running_dev
 
@@ -122,39 +123,3 @@ def describe_event(ev: dict[str, Any]) -> str:
     if name == "end":
         return f"[{ev.get('seq')}] end: {data.get('status', 'completed')}"
     return f"[{ev.get('seq')}] {name}" + (f" {json.dumps(data, default=str)[:200]}" if data else "")
-
-
-def plain(markdown: str | None) -> str:
-    """A prompt (Markdown) as a person reads it in a terminal: the text without the markup,
-    paragraphs and list items on lines of their own, table rows as cells joined by " | "."""
-    from markdown_it import MarkdownIt
-
-    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(markdown or "")
-    lines: list[str] = []
-    line: list[str] = []
-    bullet = ""
-    for tok in tokens:
-        if tok.type == "list_item_open":
-            bullet = "- "
-        elif tok.type in ("th_open", "td_open") and line:
-            line.append(" | ")
-        elif tok.type == "inline":
-            for child in tok.children or []:
-                if child.type in ("text", "code_inline"):
-                    line.append(child.content)
-                elif child.type in ("softbreak", "hardbreak"):
-                    line.append(" ")
-        elif tok.type in ("code_block", "fence"):
-            lines.extend(tok.content.rstrip("\n").splitlines())
-        if tok.type in ("paragraph_close", "heading_close", "tr_close") and line:
-            lines.append(bullet + "".join(line).strip())
-            line, bullet = [], ""
-    if line:
-        lines.append(bullet + "".join(line).strip())
-    return "\n".join(lines)
-
-
-def one_line(markdown: str | None, limit: int = 120) -> str:
-    """``plain(markdown)`` on one line, cut to ``limit`` characters (for a list)."""
-    flat = " / ".join(part for part in plain(markdown).splitlines() if part)
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from signoff.commands._client import add_client_options, emit, one_line, request, run_handler
+from signoff.commands._client import add_client_options, emit, request, run_handler
+from signoff.engine.plaintext import one_line
 
 
 def _handle(args: argparse.Namespace) -> int:

@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from signoff.commands._client import plain
 from signoff.engine.errors import FlowInvalid, SignoffError
+from signoff.engine.plaintext import plain
 
 if TYPE_CHECKING:
     from signoff.engine.spec import FlowSpec

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from signoff.commands._client import add_client_options, describe_event, emit, plain, request, run_handler, sse_events
+from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events
+from signoff.engine.plaintext import plain
 
 
 def _handle(args: argparse.Namespace) -> int:
