@@ -110,6 +110,31 @@ async def test_an_approver_is_read_when_a_run_that_names_them_pauses() -> None:
     await service.feed.close()
 
 
+async def test_an_approver_an_escalation_added_is_read_when_it_happens() -> None:
+    """The approvers of a request are those stored now (engine.access.current_approvers), not
+    only those it paused with: the person an escalation adds sees it come into their open inbox
+    (the watcher asked only the pause's own approvers, so that inbox waited for the safety read)."""
+    from signoff.engine.models import JobStatus
+    from tests.store_conformance import pending
+
+    service = FakeService()
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
+    alice, dave = await service.store.create_user("alice"), await service.store.create_user("dave")
+    job_id = await new_job(service.store, alice.id)
+    assert await service.store.set_status(job_id, JobStatus.in_progress)
+    assert await service.store.mark_suspended(job_id, pending(f"gate:{job_id}", escalate_to=["dave"],
+                                                              escalate_after_seconds=60))
+    stream = inbox(watcher, dave)
+    await stream.__anext__()
+    reads = watcher.reads
+    await service.store.add_request_approvers(job_id, f"gate:{job_id}", [f"user:{dave.id}"])
+    await service.store.append_event(job_id, "human_input_escalated", {"request_id": f"gate:{job_id}"})
+    await settle(watcher, reads + 1)  # dave's inbox, though the pause named nobody
+    assert service.calls[dave.id] == 2
+    await stream.aclose()
+    await service.feed.close()
+
+
 async def test_every_open_inbox_is_read_after_the_safety_time_or_when_the_tail_may_have_missed_events() -> None:
     service = FakeService()
     watcher = live.InboxWatcher(service, safety=0.1)  # type: ignore[arg-type]

@@ -80,3 +80,30 @@ async def test_the_pages_forms_take_from_the_same_bucket(tmp_path):
             assert (await api.post("/api/v1/flows", json=FLOW)).status_code == 201
         r = await c.post("/runs/j/stop", data={"csrf": "x"})  # the bucket is empty: refused before anything
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+
+
+async def test_the_pages_and_the_api_say_when_to_try_again_alike(tmp_path):
+    """Retry-After comes from one place (api/errors.retry_headers) for the JSON answers and the
+    pages: a 503 (Temporal not connected: no service) and a 429 RATE_LIMITED."""
+    import re
+    from types import SimpleNamespace
+
+    store = MemoryStore()
+    await store.setup()
+    user = await store.create_user("mallory")
+    key = await store.create_api_key(user.id)
+    app = create_app(Settings(home=tmp_path, write_rate=0.01, write_burst=1), store=store)  # no service
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page, \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                              headers={"x-api-key": key}) as api:
+        token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
+        assert (await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})).status_code == 303
+        html, json_ = await page.get("/flows"), await api.get("/api/v2/workflows/pending")
+        assert html.status_code == json_.status_code == 503
+        assert html.headers["retry-after"] == json_.headers["retry-after"] == "2"
+        assert html.headers["content-type"].startswith("text/html") and json_.json()["detail"]["code"] == "UNAVAILABLE"
+        assert (await api.post("/api/v1/flows", json=FLOW)).status_code == 201  # the burst of one
+        app.state.service = SimpleNamespace()  # a page needs one; a refused form never reaches it
+        html, json_ = await page.post("/runs/j/stop", data={"csrf": "x"}), await api.post("/api/v1/flows", json=FLOW)
+        assert html.status_code == json_.status_code == 429
+        assert int(html.headers["retry-after"]) >= 1 and int(json_.headers["retry-after"]) >= 1

@@ -360,3 +360,37 @@ async def read_event(lines) -> tuple[str, str] | None:
         elif line.startswith("data: ") and name is not None:
             return name, line[6:]
     return None
+
+
+async def test_every_event_stream_keeps_alive_the_same_way(api: Harness, live: str, monkeypatch) -> None:
+    """A run's events (API), a run page's and the inbox's live streams (pages) all answer
+    through api/sse.sse_response: a quiet stream gets a keep-alive comment every
+    KEEPALIVE_SECONDS, from that one place (the pages' streams and the API's each counted idle
+    time themselves, every 15 s)."""
+    from signoff.api import sse
+    from tests.integration.api.test_trust import signed_in
+
+    monkeypatch.setattr(sse, "KEEPALIVE_SECONDS", 0.05)
+    user_id, key = api.users["alice"]
+    job = await queued_job(api, user_id)  # nothing happens to it: its streams stay quiet
+
+    async def keeps_alive(c: httpx.AsyncClient, path: str) -> httpx.Headers:
+        async with c.stream("GET", path) as stream:
+            assert stream.status_code == 200, path
+            async def comment() -> None:
+                async for line in stream.aiter_lines():
+                    if line == ": keep-alive":
+                        return
+                raise AssertionError(f"{path} ended without a keep-alive")
+            await asyncio.wait_for(comment(), 30)
+            return stream.headers
+
+    async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
+        headers = await keeps_alive(c, f"/api/v2/workflows/{job.job_id}/events")
+        assert headers["cache-control"] == "no-cache" and headers["x-accel-buffering"] == "no"
+    async with httpx.AsyncClient(base_url=live, timeout=httpx.Timeout(60)) as page:
+        await signed_in(page, key)
+        for path in (f"/runs/{job.job_id}/live", "/inbox/live"):
+            headers = await keeps_alive(page, path)
+            assert headers["cache-control"] == "no-store" and headers["x-accel-buffering"] == "no"
+    await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the streams to give their places back")
