@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                 await opened.setup()
                 the_store = MeteredStore(opened)  # type: ignore[assignment]  # signoff_store_seconds
             app.state.store = the_store
-            app.state.public_owner_id = await public_owner_id(the_store)  # SIGNOFF_FLOWS_DIR's: everyone's
+            app.state.public_owner_id = await public_owner_id(the_store)
             await sync_flows_dir(the_store, settings, app.state.public_owner_id)
 
             the_service = service
