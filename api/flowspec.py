@@ -6,6 +6,7 @@ YAML 1.2 without anchors or aliases, nesting bounded), the same one ``signoff ru
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from signoff.engine.errors import FlowInvalid
@@ -62,3 +63,11 @@ def validate_spec(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
     except RecursionError:
         raise FlowInvalid([{"where": "flow", "message": "the flow is nested too deeply"}]) from None
     return spec
+
+
+async def read_flow(raw: bytes, content_type: str | None, settings: Settings) -> dict[str, Any]:
+    """An uploaded flow (the API's body, the flows page's file or pasted text) parsed and
+    validated, off the event loop: parsing (YAML above all) takes time in proportion to the
+    text, so one upload never stalls the others (or /health)."""
+    return await asyncio.to_thread(lambda: validate_spec(parse_body(raw, content_type,
+                                                                    max_depth=settings.max_json_depth), settings))

@@ -4,7 +4,6 @@ upload is)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -17,7 +16,7 @@ from signoff.service.access import recent_runs
 
 from signoff.api.deps import get_flows
 from signoff.api.errors import FlowTooLarge, InvalidRequest, printable
-from signoff.api.flowspec import parse_body, validate_spec
+from signoff.api.flowspec import read_flow
 from signoff.api.limits import check_body
 from signoff.api.models import WorkflowCreate
 from signoff.api.pages import formatting
@@ -80,8 +79,7 @@ async def upload_flow(request: Request, page: PageContext = Page) -> Response:
     try:
         if len(raw) > settings.max_body_bytes:
             raise InvalidRequest(f"The flow is larger than {settings.max_body_bytes} bytes")
-        spec = await asyncio.to_thread(lambda: validate_spec(parse_body(raw, ctype, max_depth=settings.max_json_depth),
-                                                             settings))
+        spec = await read_flow(raw, ctype, settings)
     except (FlowInvalid, InvalidRequest, FlowTooLarge) as err:
         return await _flows_page(request, page, 422, upload_error=printable(err.message), problems=_problems(err),
                                  spec_text=pasted)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Annotated, Any, Literal
 
@@ -16,7 +15,7 @@ from signoff.engine.sharing import shared_view
 
 from signoff.api.deps import CurrentUser, FlowsDep, ServiceDep, SettingsDep, StoreDep
 from signoff.service.access import RunnableFlows, named_user
-from signoff.api.flowspec import parse_body, validate_spec
+from signoff.api.flowspec import read_flow
 from signoff.api.limits import check_body
 from signoff.api.models import (FlowPublic, FlowSummary, SharePublic, ShareCreate, error_responses, flow_public,
                                 flow_summary)
@@ -40,11 +39,7 @@ _FLOW_BODY = {
 async def create_flow(request: Request, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> FlowPublic:
     """Upload a flow spec as JSON or YAML, or a Langflow export (recognised by its shape: converted,
     or every component and setting signoff cannot run listed); a validation failure lists every problem."""
-    body, ctype = await request.body(), request.headers.get("content-type")
-    # parsing (YAML above all) takes time in proportion to the body: off the event loop, so one
-    # upload never stalls the others (or /health)
-    spec = await asyncio.to_thread(lambda: validate_spec(parse_body(body, ctype, max_depth=settings.max_json_depth),
-                                                         settings))
+    spec = await read_flow(await request.body(), request.headers.get("content-type"), settings)
     flow = await store.save_flow(user.id, spec["name"], spec)
     return flow_public(flow)
 
