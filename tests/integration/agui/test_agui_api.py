@@ -319,17 +319,19 @@ async def test_a_new_message_on_the_thread_supersedes_the_waiting_run(h: Harness
     assert [m.text for m in messages if m.sender == "User"] == ["refund 1", "refund 2"]
 
 
+def slow_flow(url: str) -> dict[str, Any]:
+    """ask -> an HTTP call to ``url`` (a BlockingHTTP gate: the run works until it is released) -> out."""
+    return {"name": "slow",
+            "nodes": [{"id": "ask", "type": "ChatInput"},
+                      {"id": "call", "type": "HTTPRequest", "params": {"url": url, "method": "POST"}},
+                      {"id": "out", "type": "ChatOutput"}],
+            "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}]}
+
+
 async def test_a_stop_while_the_run_streams_ends_it_with_the_cancelled_outcome(h: Harness, live: str):
     server = BlockingHTTP()
     h.egress.add(server)
-    flow = await upload(h, {
-        "name": "slow",
-        "nodes": [{"id": "ask", "type": "ChatInput"},
-                  {"id": "call", "type": "HTTPRequest", "params": {"url": f"{server.url}/block/agui",
-                                                                   "method": "POST"}},
-                  {"id": "out", "type": "ChatOutput"}],
-        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}],
-    })
+    flow = await upload(h, slow_flow(f"{server.url}/block/agui"))
     key = h.users["alice"][1]
     try:
         async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=60) as c:
@@ -464,14 +466,7 @@ async def test_a_revoked_key_ends_a_running_agui_stream_within_the_recheck(h: Ha
     server = BlockingHTTP()
     h.egress.add(server)
     name = f"revoke-{uuid.uuid4().hex[:6]}"
-    flow = await upload(h, {
-        "name": "slow",
-        "nodes": [{"id": "ask", "type": "ChatInput"},
-                  {"id": "call", "type": "HTTPRequest", "params": {"url": f"{server.url}/block/{name}",
-                                                                   "method": "POST"}},
-                  {"id": "out", "type": "ChatOutput"}],
-        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}],
-    })
+    flow = await upload(h, slow_flow(f"{server.url}/block/{name}"))
     key = await h.store.create_api_key(h.users["alice"][0])
     try:
         async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=60) as c:
