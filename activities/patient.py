@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from temporalio import activity
 
+from signoff.engine.models import as_utc
 from signoff.engine.store.base import Store, StoreUnavailable
 from signoff.engine.store.proxy import StoreProxy
 
@@ -81,8 +82,7 @@ def _left_in_activity() -> float:
     info = activity.info()
     if not info.start_to_close_timeout:
         return float("inf")
-    started = info.started_time if info.started_time.tzinfo else info.started_time.replace(tzinfo=timezone.utc)
-    elapsed = (datetime.now(timezone.utc) - started).total_seconds()
+    elapsed = (datetime.now(timezone.utc) - as_utc(info.started_time)).total_seconds()
     return max(0.0, info.start_to_close_timeout.total_seconds() - elapsed - 1.0)
 
 

@@ -33,13 +33,13 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from jsonschema.exceptions import best_match
 
 from signoff.engine.errors import AlreadyVoted, Forbidden, InvalidDecision, InvalidValues, NotAnApprover, NotResumable
-from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote
+from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote, as_utc
 from signoff.engine.state import RunState
 from signoff.engine.valueschema import ValuesValidator, too_many_items
 
@@ -226,8 +226,7 @@ def deadline(pending: PendingRequest) -> datetime | None:
     """When the request's answer becomes late (None: it never does)."""
     if not pending.timeout_seconds or pending.timeout_seconds <= 0:
         return None
-    paused = pending.paused_at if pending.paused_at.tzinfo else pending.paused_at.replace(tzinfo=timezone.utc)
-    return paused + timedelta(seconds=pending.timeout_seconds)
+    return pending.paused_at + timedelta(seconds=pending.timeout_seconds)
 
 
 def late_action(pending: PendingRequest) -> tuple[str, dict[str, Any] | None]:
@@ -266,8 +265,7 @@ def apply_decision(
     elif pending is None or pending.request_id != request_id or state.pending_vertex is None:
         raise NotResumable(f"The run is not waiting for request {request_id!r}")
     assert pending is not None and state.pending_vertex is not None
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
+    now = as_utc(now)
     action, values = decision.action_id, decision.values
     rerouted = timed_out
     due = deadline(pending)

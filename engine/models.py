@@ -10,13 +10,26 @@ from dataclasses import dataclass
 
 from datetime import datetime, timezone
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC; a naive datetime is UTC by signoff's convention (SQLite's text, a
+    timestamp without zone). The one place that rule is written: the models' datetimes are
+    :data:`UTCDateTime`, the store decodes through it, the rest take them as they come."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+#: A datetime that is always timezone-aware UTC once a model holds it (a naive one is read as UTC).
+UTCDateTime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class JobStatus(StrEnum):
@@ -57,7 +70,7 @@ class PendingRequest(BaseModel):
     allowed_decisions: list[str] = Field(default_factory=list)
     timeout_seconds: float = 0  # 0 = waits forever
     fallback_action: str | None = None
-    paused_at: datetime
+    paused_at: UTCDateTime
     # tool_approval only: the tool the model asked for and its arguments
     tool: dict[str, Any] | None = None
     # DESIGN §9 (a Human Input's params; absent, a gate behaves as before):
@@ -95,7 +108,7 @@ class Vote(BaseModel):
     user: str  # user id
     action_id: str
     values: dict[str, Any] | None = None
-    at: datetime
+    at: UTCDateTime
 
 
 class Decision(BaseModel):
@@ -113,7 +126,7 @@ class AppliedDecision(BaseModel):
     action_id: str  # after reroute
     values: dict[str, Any] | None = None
     decided_by: str | None = None
-    decided_at: datetime
+    decided_at: UTCDateTime
     rerouted: bool = False
     timeout_seconds: float = 0
     timed_out: bool = False  # applied by the deadline itself (on_timeout), nobody answered
@@ -126,7 +139,7 @@ class AppliedDecision(BaseModel):
 class User(BaseModel):
     id: str
     name: str
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 class FlowRecord(BaseModel):
@@ -135,8 +148,8 @@ class FlowRecord(BaseModel):
     name: str
     spec: dict[str, Any]
     version: int
-    created_at: datetime
-    updated_at: datetime
+    created_at: UTCDateTime
+    updated_at: UTCDateTime
 
 
 class SecretInfo(BaseModel):
@@ -144,8 +157,8 @@ class SecretInfo(BaseModel):
 
     owner_id: str
     name: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: UTCDateTime
+    updated_at: UTCDateTime
 
 
 class SecretRecord(BaseModel):
@@ -156,8 +169,8 @@ class SecretRecord(BaseModel):
     owner_id: str
     name: str
     ciphertext: bytes = Field(repr=False)
-    created_at: datetime
-    updated_at: datetime
+    created_at: UTCDateTime
+    updated_at: UTCDateTime
 
 
 class NewJob(BaseModel):
@@ -170,7 +183,7 @@ class NewJob(BaseModel):
     idempotency_key: str | None = None
     status: JobStatus = JobStatus.queued
     # an inline run's lease (docs/inline.md): set at creation so no crash leaves a job unleased
-    lease_until: datetime | None = None
+    lease_until: UTCDateTime | None = None
 
 
 class Job(BaseModel):
@@ -186,9 +199,9 @@ class Job(BaseModel):
     pending: PendingRequest | None = None
     run_id: str
     idempotency_key: str | None = None
-    created_at: datetime
-    updated_at: datetime
-    finished_at: datetime | None = None
+    created_at: UTCDateTime
+    updated_at: UTCDateTime
+    finished_at: UTCDateTime | None = None
 
     @property
     def effective_session(self) -> str:
@@ -200,7 +213,7 @@ class Event(BaseModel):
     seq: int
     event: str
     data: dict[str, Any]
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 # The dedupe keys of a decision's events are "{claim token}:{key}" (Store.claim_decision)
@@ -234,8 +247,8 @@ class CheckpointRecord(BaseModel):
     run_id: str
     job_id: str | None
     data: dict[str, Any]
-    created_at: datetime
-    expires_at: datetime | None = None
+    created_at: UTCDateTime
+    expires_at: UTCDateTime | None = None
 
 
 class Message(BaseModel):
@@ -251,7 +264,7 @@ class Message(BaseModel):
     text: str = ""
     kind: Literal["message", "card"] = "message"
     card: dict[str, Any] | None = None
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 class SpanRecord(BaseModel):
@@ -260,8 +273,8 @@ class SpanRecord(BaseModel):
     parent_id: str | None = None
     name: str
     type: str = "component"
-    start_time: datetime
-    end_time: datetime | None = None
+    start_time: UTCDateTime
+    end_time: UTCDateTime | None = None
     status: Literal["ok", "error", "unset"] = "unset"
     inputs: dict[str, Any] = Field(default_factory=dict)
     outputs: dict[str, Any] = Field(default_factory=dict)
@@ -278,7 +291,7 @@ class Group(BaseModel):
     owner_id: str
     name: str
     members: list[str] = Field(default_factory=list)
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 class Webhook(BaseModel):
@@ -289,7 +302,7 @@ class Webhook(BaseModel):
     owner_id: str
     url: str
     events: list[str]  # event names; "*" for every one
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 class WebhookRecord(BaseModel):
@@ -302,7 +315,7 @@ class WebhookRecord(BaseModel):
     url: str
     events: list[str]
     secret_ciphertext: bytes = Field(repr=False)
-    created_at: datetime
+    created_at: UTCDateTime
 
 
 class WebhookDelivery(BaseModel):
@@ -317,4 +330,4 @@ class WebhookDelivery(BaseModel):
     status_code: int | None = None
     error: str | None = None
     delivered: bool
-    at: datetime
+    at: UTCDateTime

@@ -11,12 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
 
+from signoff.engine.models import as_utc
 from signoff.engine.store.base import StoreError
 
 __all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "dumps", "hash_api_key", "unique_strings"]
@@ -60,11 +61,6 @@ def dumps(value: Any) -> str:
         raise StoreError(f"value is not JSON-serialisable: {exc}") from exc
 
 
-def as_utc(value: datetime) -> datetime:
-    if value.tzinfo is None:
-        # A naive datetime in signoff is always UTC by convention.
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
 
 
 

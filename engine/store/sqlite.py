@@ -27,7 +27,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -333,5 +333,4 @@ class SQLiteStore(SQLStore):
             return None
         if isinstance(value, datetime):
             return as_utc(value)
-        dt = datetime.fromisoformat(value)
-        return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+        return as_utc(datetime.fromisoformat(value))

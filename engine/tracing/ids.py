@@ -8,12 +8,14 @@ import hashlib
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Iterator
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from signoff.engine.models import as_utc
 
 TRACER_NAME = "signoff"
 
@@ -104,10 +106,4 @@ def requesting(trace_id: int | None, span_id: int | None) -> Iterator[None]:
 
 
 def ns(dt: datetime) -> int:
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1_000_000_000)
-
-
-def aware(dt: datetime) -> datetime:
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=timezone.utc)
+    return int(as_utc(dt).timestamp() * 1_000_000_000)

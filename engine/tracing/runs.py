@@ -7,10 +7,9 @@ from typing import Any, Callable
 
 from signoff.engine.graph import Graph
 from signoff.engine.state import RunState
-from signoff.engine.models import AppliedDecision
+from signoff.engine.models import AppliedDecision, as_utc
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.attributes import MAX_VALUE_CHARS
-from signoff.engine.tracing.ids import aware
 from signoff.engine.tracing.spans import close_run, flush, open_run, record_gate
 from signoff.engine.tracing.vertex import RunTracer
 
@@ -52,14 +51,14 @@ class RunTracing:
         if known is None:
             known = self._starts.get(state.run_id)
         if known is None:
-            times = [aware(d.decided_at) for d in state.decisions]
+            times = [d.decided_at for d in state.decisions]
             if state.pending is not None:
-                times.append(aware(state.pending.paused_at))
+                times.append(state.pending.paused_at)
             known = min(times) if times else None
-        return aware(known) if known is not None else datetime.now(timezone.utc)
+        return as_utc(known) if known is not None else datetime.now(timezone.utc)
 
     async def started(self, state: RunState, *, start: datetime) -> None:
-        self._starts.setdefault(state.run_id, aware(start))
+        self._starts.setdefault(state.run_id, as_utc(start))
         if self.store is not None:
             await open_run(self.store, run_id=state.run_id, job_id=state.job_id, flow_id=state.flow_id,
                            name=self.root_name(state), start=self.start_of(state))
@@ -73,7 +72,7 @@ class RunTracing:
         if state.pending is None:
             return
         # a resume in a new process: the run started before this pause at the latest
-        self._starts.setdefault(state.run_id, aware(state.pending.paused_at))
+        self._starts.setdefault(state.run_id, state.pending.paused_at)
         record_gate(run_id=state.run_id, pending=state.pending, applied=applied, vertex_id=state.pending_vertex,
                     job_id=state.job_id, flow_id=state.flow_id, limit=self.limit)
 
@@ -83,6 +82,6 @@ class RunTracing:
     async def ended(self, state: RunState, *, status: str, end: datetime,
                     error: dict[str, Any] | None = None) -> None:
         close_run(run_id=state.run_id, job_id=state.job_id, flow_id=state.flow_id, name=self.root_name(state),
-                  start=self.start_of(state), end=aware(end), status=status, error=error)
+                  start=self.start_of(state), end=as_utc(end), status=status, error=error)
         self._starts.pop(state.run_id, None)
         await flush()

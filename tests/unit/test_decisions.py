@@ -195,3 +195,22 @@ def test_the_check_and_the_published_schema_of_a_tool_approvals_values_agree(act
     branch = next(b for b in response_schema(tool())["oneOf"] if b["properties"]["action_id"] == {"const": action})
     assert branch["properties"]["values"] == TOOL_APPROVAL_VALUES[action]
     assert ("values" in branch["required"]) == bool(TOOL_APPROVAL_VALUES[action].get("required"))
+
+
+def test_every_datetime_a_model_holds_is_utc_whatever_it_was_given():
+    """One rule instead of a naive-to-UTC guard beside each use (issue 27): a naive datetime is
+    read as UTC, an aware one is converted to UTC, and arithmetic across models never meets a
+    naive value (``deadline`` subtracted naive from aware before)."""
+    from datetime import datetime, timedelta, timezone
+
+    from signoff.engine.decisions import deadline
+    from signoff.engine.models import PendingRequest
+
+    naive = PendingRequest(request_id="r", prompt="p", paused_at=datetime(2026, 1, 1, 12, 0), timeout_seconds=60)
+    assert naive.paused_at == datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert naive.paused_at.tzinfo is timezone.utc
+    paris = PendingRequest(request_id="r", prompt="p", paused_at=datetime(2026, 1, 1, 13, 0,
+                                                                          tzinfo=timezone(timedelta(hours=1))))
+    assert paris.paused_at.tzinfo is timezone.utc and paris.paused_at.hour == 12
+    assert deadline(naive) == datetime(2026, 1, 1, 12, 1, tzinfo=timezone.utc)
+    assert PendingRequest.model_validate_json(naive.model_dump_json()).paused_at == naive.paused_at

@@ -319,17 +319,19 @@ async def test_a_new_message_on_the_thread_supersedes_the_waiting_run(h: Harness
     assert [m.text for m in messages if m.sender == "User"] == ["refund 1", "refund 2"]
 
 
+def slow_flow(url: str) -> dict[str, Any]:
+    """ask -> an HTTP call to ``url`` (a BlockingHTTP gate: the run works until it is released) -> out."""
+    return {"name": "slow",
+            "nodes": [{"id": "ask", "type": "ChatInput"},
+                      {"id": "call", "type": "HTTPRequest", "params": {"url": url, "method": "POST"}},
+                      {"id": "out", "type": "ChatOutput"}],
+            "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}]}
+
+
 async def test_a_stop_while_the_run_streams_ends_it_with_the_cancelled_outcome(h: Harness, live: str):
     server = BlockingHTTP()
     h.egress.add(server)
-    flow = await upload(h, {
-        "name": "slow",
-        "nodes": [{"id": "ask", "type": "ChatInput"},
-                  {"id": "call", "type": "HTTPRequest", "params": {"url": f"{server.url}/block/agui",
-                                                                   "method": "POST"}},
-                  {"id": "out", "type": "ChatOutput"}],
-        "edges": [{"from": "ask.message", "to": "call.body"}, {"from": "call.response", "to": "out.input_value"}],
-    })
+    flow = await upload(h, slow_flow(f"{server.url}/block/agui"))
     key = h.users["alice"][1]
     try:
         async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=60) as c:
@@ -454,3 +456,34 @@ async def test_a_rejected_tool_call_never_runs_and_its_result_is_the_message(h: 
         assert result["metadata"] == {"outcome": "rejected"}
         assert texts(second) == ["I could not send that refund."]
         assert [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"] == ["too much"]
+
+
+async def test_a_revoked_key_ends_a_running_agui_stream_within_the_recheck(h: Harness, live: str, monkeypatch):
+    """The live-stream access re-check is one rule for every stream (api/sse.py: while_allowed):
+    an AG-UI run whose key is revoked while its flow is still running (in another process: the
+    store only) ends within SIGNOFF_STREAM_RECHECK_SECONDS, with no event after the revoke."""
+    monkeypatch.setattr(h.settings, "stream_recheck_seconds", 0.05)
+    server = BlockingHTTP()
+    h.egress.add(server)
+    name = f"revoke-{uuid.uuid4().hex[:6]}"
+    flow = await upload(h, slow_flow(f"{server.url}/block/{name}"))
+    key = await h.store.create_api_key(h.users["alice"][0])
+    try:
+        async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=60) as c:
+            async with c.stream("POST", f"/api/v1/agui/{flow}", json=run_input(thread(), text="go")) as r:
+                assert r.status_code == 200
+                body = ""
+                chunks = r.aiter_text()
+                while "STEP_FINISHED" not in body:
+                    body += await anext(chunks)
+                await helpers.eventually(lambda: name in server.seen, what="the run to make its call")
+                assert await h.store.revoke_api_key(key)
+
+                async def rest() -> str:
+                    return "".join([chunk async for chunk in chunks])
+
+                body += await asyncio.wait_for(rest(), 10)  # the stream ended, the call still waiting
+                assert name in server.seen and not server.gate(name).is_set()
+    finally:
+        server.close()
+    assert "RUN_FINISHED" not in body and "STEP_STARTED" in body  # nothing of the run after the revoke

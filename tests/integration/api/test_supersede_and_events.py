@@ -394,3 +394,38 @@ async def test_every_event_stream_keeps_alive_the_same_way(api: Harness, live: s
             headers = await keeps_alive(page, path)
             assert headers["cache-control"] == "no-store" and headers["x-accel-buffering"] == "no"
     await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the streams to give their places back")
+
+
+async def test_a_revoked_key_ends_a_stream_mode_submit_within_the_recheck(api: Harness, live: str,
+                                                                         monkeypatch) -> None:
+    """A stream-mode submit goes through the same re-check as /events (api/sse.py: while_allowed):
+    its key revoked in another process (the store only) while the run is still working, the
+    stream ends within SIGNOFF_STREAM_RECHECK_SECONDS and shows nothing of the run after it."""
+    monkeypatch.setattr(api.settings, "stream_recheck_seconds", 0.05)
+    blocking = BlockingHTTP()
+    api.egress.add(blocking)
+    user_id, _ = api.users["alice"]
+    key = await api.store.create_api_key(user_id)
+    try:
+        async with httpx.AsyncClient(base_url=live, headers={"x-api-key": key}, timeout=httpx.Timeout(60)) as c:
+            r = await c.post("/api/v1/flows", json=_slow_flow(blocking.url))
+            assert r.status_code == 201, r.text
+            body = {"flow_id": r.json()["id"], "input_value": "refund 7", "mode": "stream"}
+            async with c.stream("POST", "/api/v2/workflows", json=body) as stream:
+                assert stream.status_code == 200
+                lines = stream.aiter_lines()
+                await eventually(lambda: "first" in blocking.seen, what="the run to make its first call")
+                assert await api.store.revoke_api_key(key)
+
+                async def rest() -> list[dict]:
+                    frames = []
+                    while (frame := await read_frame(lines)) is not None:
+                        frames.append(frame)
+                    return frames
+
+                after = await asyncio.wait_for(rest(), 10)  # ended while the call still waits
+                assert not blocking.gate("first").is_set()
+                assert "human_input_required" not in [f["event"] for f in after]
+    finally:
+        blocking.close()
+    await eventually(lambda: api.service.feed.streams_of(user_id) == 0, what="the stream to give its place back")
