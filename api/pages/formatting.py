@@ -4,16 +4,15 @@ filters (api/pages/render.py) and what the page modules show with them. Formatti
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
-from signoff.engine.models import Job, utcnow
+from signoff.engine.models import Job, as_utc, utcnow
 
 
 def aware(when: datetime | None) -> datetime | None:
-    if when is None:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    """A template's datetime in UTC (the models' already are: engine.models.UTCDateTime)."""
+    return None if when is None else as_utc(when)
 
 
 def duration_text(seconds: float | None) -> str:
@@ -78,11 +77,8 @@ STATUS_TEXT = {
 
 
 def run_duration(job: Job) -> float | None:
-    end = aware(job.finished_at) if job.finished_at else (None if not job.status.terminal else aware(job.updated_at))
-    start = aware(job.created_at)
-    if start is None:
-        return None
-    return ((end or utcnow()) - start).total_seconds()
+    end = job.finished_at if job.finished_at else (None if not job.status.terminal else job.updated_at)
+    return ((end or utcnow()) - job.created_at).total_seconds()
 
 
 def output_text(job: Job) -> str | None:

@@ -11,7 +11,7 @@ from fastapi.responses import Response
 
 from signoff.service.access import runs_taken_part
 
-from signoff.api.pages import formatting, views
+from signoff.api.pages import views
 from signoff.api.pages.card import card_url
 from signoff.api.pages.page import Page, PageContext, clean, page_router, paginate, with_count
 from signoff.api.pages.render import render
@@ -45,7 +45,7 @@ async def history(request: Request, page: PageContext = Page, flow: str | None =
             if action and (view.outcome.action_label or view.outcome.state) != action:
                 continue
             decided.append(view)
-    decided.sort(key=lambda v: formatting.aware(v.outcome.decided_at or v.request.paused_at), reverse=True)
+    decided.sort(key=lambda v: v.outcome.decided_at or v.request.paused_at, reverse=True)
     shown, p, pages = paginate(decided, p)
     filters = {k: v for k, v in (("flow", flow), ("action", action)) if v}
     await with_count(request, page)

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.decisions import deadline, late_action
-from signoff.engine.models import EXPIRED_ACTION, Event, FlowRecord, Job, JobStatus, PendingRequest
+from signoff.engine.models import EXPIRED_ACTION, Event, FlowRecord, Job, JobStatus, PendingRequest, as_utc
 from signoff.engine.store.base import Store
 
 # ---- names -----------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ async def _outcome(names: Names, job: Job, request: PendingRequest, after: list[
             decided_at = None
             if d.get("decided_at"):
                 try:
-                    decided_at = datetime.fromisoformat(str(d["decided_at"]))
+                    decided_at = as_utc(datetime.fromisoformat(str(d["decided_at"])))
                 except ValueError:
                     decided_at = ev.created_at
             vote_list = d.get("votes") or votes
