@@ -6,6 +6,9 @@ PY ?= $(shell for p in python3.11 python3.12 python3.13 python3.14 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 VENV := .venv
+# The suite waits on Temporal and subprocesses more than it computes: one worker more than cores
+# (pytest-xdist; each worker has its own Temporal dev server and PostgreSQL database).
+TEST_WORKERS ?= $(shell $(PY) -c 'import os; print((os.cpu_count() or 1) + 1)' 2>/dev/null || echo 2)
 RUNTIME := $(VENV)/.installed
 TESTING := $(VENV)/.installed-test
 PIP = $(VENV)/bin/pip install -q --disable-pip-version-check
@@ -33,7 +36,8 @@ test: $(TESTING)
 	./scripts/ensure-postgres
 	./scripts/ensure-agui-client
 	./scripts/ensure-chromium
-	$(VENV)/bin/python -m pytest --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no serial test among PYTEST_ARGS
 
 bench: $(TESTING)
 	./scripts/ensure-postgres
