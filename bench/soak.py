@@ -56,7 +56,6 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from signoff.devserver import DevServer, free_port, temporal_binary  # noqa: E402
-from signoff.engine.models import JobStatus  # noqa: E402
 from signoff.engine.store import open_store  # noqa: E402
 from tests.fixtures.fake_openai import FakeOpenAI, call, say  # noqa: E402
 from tests.fixtures.own_postgres import OwnPostgres  # noqa: E402
@@ -375,15 +374,24 @@ async def audit(cluster: Cluster, expects: list[Expect]) -> dict[str, Any]:
 
 
 async def settle(cluster: Cluster, expects: list[Expect], timeout: float = 180) -> None:
-    """Until every run is where it must end (the last decisions and stops reach their end)."""
+    """Until every run is where it must end (the last decisions and stops reach their end) and an
+    ended run's cleanup, which follows its status (engine/lifecycle.py: end_run), is over: the
+    audit then finds what was left behind for good, not what is being removed."""
     store = open_store(cluster.pg.url)
     await store.setup()
+
+    async def unsettled(e: Expect) -> bool:
+        job = await store.get_job(e.job_id)
+        if job is None:
+            return False
+        if job.status.terminal:
+            return await store.load_latest_checkpoint(job.run_id) is not None
+        return job.status.value != e.end
+
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            pending = [e for e in expects if (j := await store.get_job(e.job_id)) is not None and j.status.value != e.end
-                       and not j.status.terminal]
-            if not pending:
+            if not [e for e in expects if await unsettled(e)]:
                 return
             await asyncio.sleep(0.5)
     finally:
