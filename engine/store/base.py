@@ -43,6 +43,15 @@ from signoff.engine.models import (
 )
 
 
+def run_of_blob(key: str) -> str | None:
+    """The job whose blob this is: run blobs live under ``runs/<job id>/`` (engine/lifecycle.py:
+    run_blob_prefix); other keys (e.g. the pages' sessions) are nobody's."""
+    if not key.startswith("runs/"):
+        return None
+    job_id, slash, _ = key[5:].partition("/")
+    return job_id if slash and job_id else None
+
+
 class StoreError(SignoffError):
     """A store operation failed."""
 
@@ -162,8 +171,32 @@ class Store(CheckpointStore, HistoryStore):
         user existed; the keys, shares and secrets recorded under that id go even when it did
         not. Also the user's group memberships, the groups the user owns (with their members)
         and the user's webhooks (with their deliveries), and the runs recorded as ones the user
-        took part in (add_participants), and the mutes by and of the user. Flows and jobs are the caller's to delete or keep: they
+        took part in (add_participants), and the mutes by and of the user, and the user's count of
+        stored bytes (stored_bytes: 0 afterwards). Flows and jobs are the caller's to delete or keep: they
         are not touched (nor the approver references of jobs)."""
+
+    # ---- stored bytes per user (docs/security.md, "Budgets per user")
+    @abc.abstractmethod
+    async def stored_bytes(self, user_id: str) -> int:
+        """The bytes the store keeps for the user: one number maintained in the transaction of
+        each write it counts (never a sum over the user's rows; concurrent writes lose no count),
+        read by the budget check at the door (engine/usage.py). Counted as stored, in bytes of UTF-8
+        JSON text (binary: its length), what the user's actions store:
+
+        - each version of a flow (its spec), to the flow's owner; delete_flow gives them back;
+        - a job's request (create_job), its result and error (set_status, fail_expired_leases),
+          its events (every append), the text and card of a message with its ``job_id``, to the
+          job's user (a job that does not exist counts to nobody);
+        - a checkpoint's data (its ``job_id``, else its ``run_id``: run_id = job_id), a span's
+          inputs, outputs and attributes (its ``run_id``), a blob's bytes (a run's blob: key
+          ``runs/<job id>/...``, engine/store/base.py: run_of_blob), to the job's user as it is
+          when written; a span or blob written again counts its new size instead of its old;
+          delete_checkpoints, delete_expired_checkpoints and delete_blobs give back what the
+          deleted rows counted.
+
+        Not counted: names, ids, timestamps, a job's pending request (replaced and cleared as the
+        run goes), the stamps of cards, approver references, secrets, webhooks and their log
+        (bounded by their own limits). A user who never stored anything has 0."""
 
     # ---- secrets: named credentials of a user, encrypted by the caller (DESIGN §13)
     @abc.abstractmethod

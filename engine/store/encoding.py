@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from signoff.engine.models import as_utc
 from signoff.engine.store.base import StoreError
 
-__all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "dumps", "hash_api_key", "unique_strings"]
+__all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "dumps", "hash_api_key", "octets",
+           "unique_strings"]
 
 
 def hash_api_key(key: str) -> str:
@@ -61,6 +62,11 @@ def dumps(value: Any) -> str:
         raise StoreError(f"value is not JSON-serialisable: {exc}") from exc
 
 
+def octets(text: str | None) -> int:
+    """The bytes a stored text takes (UTF-8), what Store.stored_bytes counts; None is 0."""
+    if text is None:
+        return 0
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
 
@@ -128,6 +128,9 @@ class PostgresStore(SQLStore):
         "serial": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
         "event_voter": "(data->>'user')",  # an event's data fields, read by a migration
         "event_decider": "(data->>'decided_by')",
+        "octets": "octet_length",
+        "octet_text": "TEXT",
+        "blob_job": "split_part(key, '/', 2)",  # runs/<job id>/...
     }
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 5.0) -> None:
@@ -252,6 +255,9 @@ class PostgresStore(SQLStore):
     def _enc_json(self, value: Any) -> Any:
         text = dumps(value)  # fail here, with a StoreError, rather than inside the driver
         return Json(value, dumps=lambda _: text)
+
+    def _json_octets(self, encoded: Any) -> int:
+        return octets(encoded.dumps(encoded.obj)) if encoded is not None else 0  # the text kept above
 
     def _dec_json(self, value: Any) -> Any:
         return value  # psycopg parses json columns

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
 
@@ -142,6 +142,9 @@ class SQLiteStore(SQLStore):
         "serial": "INTEGER PRIMARY KEY AUTOINCREMENT",
         "event_voter": "json_extract(data, '$.user')",  # an event's data fields, read by a migration
         "event_decider": "json_extract(data, '$.decided_by')",
+        "octets": "length",  # of a BLOB: its bytes (of TEXT it would count characters)
+        "octet_text": "BLOB",
+        "blob_job": "substr(key, 6, instr(substr(key, 6), '/') - 1)",  # runs/<job id>/...
     }
 
     def __init__(
@@ -319,6 +322,9 @@ class SQLiteStore(SQLStore):
 
     def _enc_json(self, value: Any) -> Any:
         return dumps(value)
+
+    def _json_octets(self, encoded: Any) -> int:
+        return octets(encoded)
 
     def _dec_json(self, value: Any) -> Any:
         return json.loads(value) if isinstance(value, (str, bytes)) else value

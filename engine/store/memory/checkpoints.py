@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import CheckpointRecord, utcnow
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.memory.core import _Checkpoint, MemoryCore
 
 
@@ -32,10 +32,13 @@ class MemoryCheckpoints(MemoryCore):
     ) -> str:
         body = dumps(data)
         t = self._tables()
+        user_id = self._job_user(t, job_id or run_id)  # run_id = job_id (DESIGN §1.5)
         row = _Checkpoint(
-            str(uuid.uuid4()), run_id, job_id, body, utcnow(), as_utc(expires_at) if expires_at is not None else None
+            str(uuid.uuid4()), run_id, job_id, body, utcnow(), as_utc(expires_at) if expires_at is not None else None,
+            octets(body), user_id,
         )
         t.checkpoints[row.id] = row
+        self._charge(t, user_id, row.size)
         return row.id
 
     async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
@@ -49,10 +52,12 @@ class MemoryCheckpoints(MemoryCore):
         return self._checkpoint(row) if row is not None else None
 
     def _delete_checkpoints(self, doomed: Callable[[_Checkpoint], bool]) -> int:
-        checkpoints = self._tables().checkpoints
+        t = self._tables()
+        checkpoints = t.checkpoints
         ids = [row.id for row in checkpoints.values() if doomed(row)]
         for checkpoint_id in ids:
-            del checkpoints[checkpoint_id]
+            row = checkpoints.pop(checkpoint_id)
+            self._charge(t, row.charged_to, -row.size)  # given back
         return len(ids)
 
     async def delete_checkpoints(self, run_id: str) -> int:

@@ -126,6 +126,8 @@ class _Checkpoint:
     data: str
     created_at: datetime
     expires_at: datetime | None
+    size: int = 0  # what it counts to charged_to (Store.stored_bytes)
+    charged_to: str | None = None
 
 
 @dataclass
@@ -160,6 +162,8 @@ class _Span:
     attributes: str
     run_id: str | None
     flow_id: str | None
+    size: int = 0  # what it counts to charged_to (Store.stored_bytes)
+    charged_to: str | None = None
 
 
 @dataclass
@@ -188,6 +192,8 @@ class _Tables:
     messages: dict[str, _Message] = field(default_factory=dict)
     spans: dict[tuple[str, str], _Span] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    blob_charges: dict[str, str] = field(default_factory=dict)  # key -> the user a run's blob counts to
+    stored: dict[str, int] = field(default_factory=dict)  # user id -> bytes (Store.stored_bytes)
 
 
 class MemoryCore(Store):
@@ -217,3 +223,21 @@ class MemoryCore(Store):
 
     async def ping(self) -> None:
         self._tables()
+
+    # ---- stored bytes per user (Store.stored_bytes), changed in the same step as the write
+
+    @staticmethod
+    def _charge(t: _Tables, user_id: str | None, n: int) -> None:
+        if n and user_id is not None:
+            t.stored[user_id] = t.stored.get(user_id, 0) + n
+
+    @staticmethod
+    def _job_user(t: _Tables, job_id: str | None) -> str | None:
+        row = t.jobs.get(job_id) if job_id is not None else None
+        return row.user_id if row is not None else None
+
+    def _charge_job(self, t: _Tables, job_id: str | None, n: int) -> None:
+        self._charge(t, self._job_user(t, job_id), n)
+
+    async def stored_bytes(self, user_id: str) -> int:
+        return self._tables().stored.get(user_id, 0)

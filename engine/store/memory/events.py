@@ -10,7 +10,7 @@ from typing import Any
 
 from signoff.engine.models import Event, EventNote, JobStatus, utcnow
 from signoff.engine.store.base import StoreError
-from signoff.engine.store.encoding import dumps, unique_strings
+from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, MemoryCore, _same, _Tables
 
 
@@ -29,6 +29,7 @@ class MemoryEvents(MemoryCore):
                 if e.dedupe_key == dedupe_key:
                     return e.seq
         events.append(_Event(len(events) + 1, event, body, utcnow(), dedupe_key))
+        self._charge_job(t, job_id, octets(body))
         for tail in self._tails:  # nothing in this store rolls back once appended
             tail.put_nowait(EventNote(job_id, len(events), event))
         return len(events)

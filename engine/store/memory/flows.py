@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from signoff.engine.models import FlowRecord, utcnow
-from signoff.engine.store.encoding import dumps
+from signoff.engine.store.encoding import dumps, octets
 from signoff.engine.store.memory.core import _Flow, _FlowVersion, MemoryCore
 
 
@@ -41,6 +41,7 @@ class MemoryFlows(MemoryCore):
         else:
             row.name, row.spec, row.version, row.updated_at = name, body, row.version + 1, now
         t.flow_versions[(flow_id, row.version)] = _FlowVersion(name, body, now)
+        self._charge(t, row.owner_id, octets(body))  # each version, to the flow's owner
         return self._flow(row)
 
     async def get_flow(self, flow_id: str, *, version: int | None = None) -> FlowRecord | None:
@@ -72,7 +73,9 @@ class MemoryFlows(MemoryCore):
     async def delete_flow(self, flow_id: str) -> bool:
         """The flow with its versions and shares."""
         t = self._tables()
+        owner = t.flows[flow_id].owner_id if flow_id in t.flows else None
         for version in [k for k in t.flow_versions if k[0] == flow_id]:
+            self._charge(t, owner, -octets(t.flow_versions[version].spec))  # given back
             del t.flow_versions[version]
         for share in [k for k in t.shares if k[0] == flow_id]:
             del t.shares[share]

@@ -21,7 +21,7 @@ from signoff.engine.models import (
     utcnow,
 )
 from signoff.engine.store.base import StoreConflict, StoreError
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same
 
 
@@ -72,6 +72,7 @@ class MemoryJobs(MemoryCore):
             )
             if job.idempotency_key is not None:
                 t.idempotency[(job.user_id, job.idempotency_key)] = job.job_id
+            self._charge(t, job.user_id, octets(request))
             return self._job(row), True
         if keyed is not None:
             return self._job(t.jobs[keyed]), False
@@ -119,6 +120,7 @@ class MemoryJobs(MemoryCore):
         if status.terminal:
             row.finished_at, row.pending, row.pending_request_id = now, None, None
             self._drop_approvers(t, job_id)
+        self._charge(t, row.user_id, octets(result_body) + octets(error_body))
         return True
 
     # ---- inline runs: lease, stop request, sweep (docs/inline.md)
@@ -158,6 +160,7 @@ class MemoryJobs(MemoryCore):
             row.status, row.error, row.updated_at, row.finished_at = JobStatus.failed, body, stamp, stamp
             row.pending, row.pending_request_id = None, None
             self._drop_approvers(t, row.job_id)
+            self._charge(t, row.user_id, octets(body))
         return [r.job_id for r in ended]
 
     async def list_unstarted(self, before: datetime, *, limit: int = 100) -> list[Job]:

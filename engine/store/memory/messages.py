@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from signoff.engine.models import Message
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.memory.core import MemoryCore, _Message, _same
 
 
@@ -61,6 +61,7 @@ class MemoryMessages(MemoryCore):
                 superseded=superseded,
                 created_at=as_utc(message.created_at),
             )
+            self._charge_job(t, message.job_id, octets(message.text) + octets(body))
         return self._message(row)
 
     async def list_messages(self, session_id: str, *, flow_id: str | None = None) -> list[Message]:

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from signoff.engine.models import SpanRecord
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.memory.core import _first, MemoryCore, _Span
 
 
@@ -55,7 +55,13 @@ class MemorySpans(MemoryCore):
             return
         t = self._tables()
         for row in rows:
+            row.size = octets(row.inputs) + octets(row.outputs) + octets(row.attributes)
+            row.charged_to = self._job_user(t, row.run_id)  # run_id = job_id (DESIGN §1.5)
+            old = t.spans.get((row.trace_id, row.span_id))
+            if old is not None:  # saved again (its end): its new size counts instead of the old
+                self._charge(t, old.charged_to, -old.size)
             t.spans[(row.trace_id, row.span_id)] = row
+            self._charge(t, row.charged_to, row.size)
 
     async def get_trace(self, trace_id: str) -> list[SpanRecord]:
         found = [r for r in self._tables().spans.values() if r.trace_id == trace_id]

@@ -94,4 +94,5 @@ class MemoryUsers(MemoryCore):
         t.participants = {p for p in t.participants if p[0] != user_id}
         for mute in [k for k in t.mutes if user_id in k]:
             del t.mutes[mute]
+        t.stored.pop(user_id, None)
         return user is not None

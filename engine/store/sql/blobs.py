@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from signoff.engine.models import utcnow
+from signoff.engine.store.base import run_of_blob
 from signoff.engine.store.sql.core import SQLCore
 from signoff.engine.store.sql.queries import Q
 
@@ -13,8 +14,16 @@ class SQLBlobs(SQLCore):
     """Part of SQLStore: blobs."""
 
     async def put_blob(self, key: str, data: bytes) -> None:
+        """See Store.put_blob: a run's blob (``runs/<job id>/...``) counts to the job's user, in
+        place of what the blob it replaces counted."""
+        data = bytes(data)
         async with self._tx(write=True) as tx:
-            await tx.execute(Q.put_blob, (key, bytes(data), self._enc_dt(utcnow())))
+            user_id = await self._job_user(tx, run_of_blob(key))
+            old = await tx.fetchone(Q.blob_stored, (key,))
+            await tx.execute(Q.put_blob, (key, data, self._enc_dt(utcnow()), len(data), user_id))
+            if old is not None:
+                await self._refund(tx, [old])
+            await self._charge(tx, user_id, len(data))
 
     async def get_blob(self, key: str) -> bytes | None:
         async with self._tx(write=False) as tx:
@@ -26,4 +35,6 @@ class SQLBlobs(SQLCore):
         if not prefix:
             raise ValueError("delete_blobs needs a non-empty prefix")
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_blobs, (len(prefix), prefix))
+            rows = await tx.fetchall(Q.delete_blobs, (len(prefix), prefix))
+            await self._refund(tx, rows)
+        return len(rows)

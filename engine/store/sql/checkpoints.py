@@ -30,16 +30,13 @@ class SQLCheckpoints(SQLCore):
         self, run_id: str, data: dict[str, Any], *, job_id: str | None = None, expires_at: datetime | None = None
     ) -> str:
         checkpoint_id = str(uuid.uuid4())
-        params = (
-            checkpoint_id,
-            run_id,
-            job_id,
-            self._enc_json(data),
-            self._enc_dt(utcnow()),
-            self._enc_dt(expires_at),
-        )
+        body = self._enc_json(data)
+        size = self._json_octets(body)
         async with self._tx(write=True) as tx:
-            await tx.execute(Q.insert_checkpoint, params)
+            user_id = await self._job_user(tx, job_id or run_id)  # run_id = job_id (DESIGN §1.5)
+            await tx.execute(Q.insert_checkpoint, (
+                checkpoint_id, run_id, job_id, body, self._enc_dt(utcnow()), self._enc_dt(expires_at), size, user_id))
+            await self._charge(tx, user_id, size)
         return checkpoint_id
 
     async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
@@ -54,8 +51,12 @@ class SQLCheckpoints(SQLCore):
 
     async def delete_checkpoints(self, run_id: str) -> int:
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_checkpoints, (run_id,))
+            rows = await tx.fetchall(Q.delete_checkpoints, (run_id,))
+            await self._refund(tx, rows)
+        return len(rows)
 
     async def delete_expired_checkpoints(self, now: datetime) -> int:
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_expired_checkpoints, (self._enc_dt(now),))
+            rows = await tx.fetchall(Q.delete_expired_checkpoints, (self._enc_dt(now),))
+            await self._refund(tx, rows)
+        return len(rows)

@@ -59,6 +59,10 @@ class SQLCore(Store):
     def _dec_json(self, value: Any) -> Any: ...
 
     @abc.abstractmethod
+    def _json_octets(self, encoded: Any) -> int:
+        """The stored size in bytes of a value ``_enc_json`` returned (its JSON text, UTF-8)."""
+
+    @abc.abstractmethod
     def _enc_dt(self, value: datetime | None) -> Any: ...
 
     @abc.abstractmethod
@@ -90,6 +94,40 @@ class SQLCore(Store):
                 for statement in migrations[version - 1]:
                     await tx.execute(statement.format(**self.ddl_types))
                 await tx.execute(Q.record_migration, (version, now))
+
+    # ---- stored bytes per user (Store.stored_bytes): the usage row is changed in the transaction
+    # of the write it counts. It is the last row such a transaction locks (or followed only by
+    # rows of the same job), so two transactions of one user never wait on each other in a cycle.
+
+    async def _charge(self, tx: Tx, user_id: str | None, n: int) -> None:
+        """Count ``n`` bytes (negative: give back) to the user."""
+        if n and user_id is not None:
+            await tx.execute(Q.charge_user, (user_id, n))
+
+    async def _charge_job(self, tx: Tx, job_id: str | None, n: int) -> None:
+        """Count ``n`` bytes to the user whose job it is (nobody's when there is no such job)."""
+        if n and job_id is not None:
+            await tx.execute(Q.charge_job, (n, job_id))
+
+    async def _job_user(self, tx: Tx, job_id: str | None) -> str | None:
+        if job_id is None:
+            return None
+        row = await tx.fetchone(Q.job_user, (job_id,))
+        return row["user_id"] if row else None
+
+    async def _refund(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
+        """Give back what deleted rows (``charged_to``, ``size``) had counted, one write per user."""
+        back: dict[str, int] = {}
+        for row in rows:
+            if row["charged_to"] is not None:
+                back[row["charged_to"]] = back.get(row["charged_to"], 0) + int(row["size"])
+        for user_id in sorted(back):
+            await self._charge(tx, user_id, -back[user_id])
+
+    async def stored_bytes(self, user_id: str) -> int:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.stored_bytes, (user_id,))
+        return int(row["bytes"]) if row else 0
 
     async def schema_version(self) -> int:
         """The schema version recorded by setup() (0 before the first setup())."""

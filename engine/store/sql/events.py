@@ -90,6 +90,7 @@ class SQLEvents(SQLCore):
         """Write the event under the ``seq`` taken from the job's counter row, and tell the tails."""
         await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
         await self._tell(tx, job_id, seq, event)
+        await self._charge_job(tx, job_id, self._json_octets(body))
 
     async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
         """Tell the store's tails of this append when it commits (PostgreSQL: NOTIFY). SQLite's

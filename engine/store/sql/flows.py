@@ -34,10 +34,12 @@ class SQLFlows(SQLCore):
         flow_id = flow_id or str(uuid.uuid4())
         now = self._enc_dt(utcnow())
         spec_json = self._enc_json(spec)
+        size = self._json_octets(spec_json)
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(Q.upsert_flow, (flow_id, owner_id, name, spec_json, now, now))
             assert row is not None
-            await tx.execute(Q.insert_flow_version, (flow_id, row["version"], name, spec_json, now))
+            await tx.execute(Q.insert_flow_version, (flow_id, row["version"], name, spec_json, now, size))
+            await self._charge(tx, row["owner_id"], size)  # each version, to the flow's owner
         return self._flow(row)
 
     async def get_flow(self, flow_id: str, *, version: int | None = None) -> FlowRecord | None:
@@ -56,10 +58,13 @@ class SQLFlows(SQLCore):
 
     async def delete_flow(self, flow_id: str) -> bool:
         async with self._tx(write=True) as tx:
-            deleted = await tx.execute(Q.delete_flow, (flow_id,))
+            deleted = await tx.fetchone(Q.delete_flow, (flow_id,))
+            stored = await tx.fetchone(Q.flow_stored, (flow_id,))
             await tx.execute(Q.delete_flow_versions, (flow_id,))
             await tx.execute(Q.delete_flow_shares, (flow_id,))
-        return deleted > 0
+            if deleted is not None and stored is not None:  # its versions' bytes, given back
+                await self._charge(tx, deleted["owner_id"], -int(stored["n"]))
+        return deleted is not None
 
     async def grant_share(self, flow_id: str, user_id: str, actions: Iterable[str]) -> None:
         """Add ``actions`` to what the user may do with the flow (earlier grants are kept)."""

@@ -76,6 +76,7 @@ class SQLJobs(SQLEvents):
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(insert, params)
             if row is not None:
+                await self._charge(tx, job.user_id, self._json_octets(params[6]))  # the request
                 return self._job(row), True
             if job.idempotency_key is not None:
                 row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
@@ -112,12 +113,15 @@ class SQLJobs(SQLEvents):
         now = self._enc_dt(utcnow())
         sets = ["status = ?", "updated_at = ?"]
         params: list[Any] = [status.value, now]
+        size = 0  # result and error are written once, with the terminal status (counted then)
         if result is not None:
             sets.append("result = ?")
             params.append(self._enc_json(result))
+            size += self._json_octets(params[-1])
         if error is not None:
             sets.append("error = ?")
             params.append(self._enc_json(error))
+            size += self._json_octets(params[-1])
         if status.terminal:
             # the claim token is kept: it records which resume claim led to this end (a retried
             # claimant learns that its run already ended); rollback needs in_progress anyway
@@ -131,6 +135,8 @@ class SQLJobs(SQLEvents):
                 await self._append(tx, job_id, event[0], body, None)
             if changed and status.terminal:  # an ended job waits for nobody (approvals.py)
                 await tx.execute(Q.delete_job_approvers, (job_id,))
+            if changed:
+                await self._charge_job(tx, job_id, size)
         return changed
 
     # ---- inline runs: lease, stop request, sweep (docs/inline.md)
@@ -165,6 +171,7 @@ class SQLJobs(SQLEvents):
                 if await tx.execute(Q.fail_expired, (body, stamp, stamp, row["job_id"], enc_now)) > 0:
                     await self._append(tx, row["job_id"], event, data, None)
                     await tx.execute(Q.delete_job_approvers, (row["job_id"],))
+                    await self._charge_job(tx, row["job_id"], self._json_octets(body))
                     ended.append(row["job_id"])
         return ended
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from signoff.engine.models import Message
+from signoff.engine.store.encoding import octets
 from signoff.engine.store.sql.core import SQLCore
 from signoff.engine.store.sql.queries import Q
 
@@ -60,7 +61,9 @@ class SQLMessages(SQLCore):
         )
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(Q.insert_message, params)
-            if row is None:
+            if row is not None:  # a run's message counts to the job's user (text and card)
+                await self._charge_job(tx, message.job_id, octets(message.text) + self._json_octets(params[8]))
+            else:
                 row = await tx.fetchone(Q.message_by_id, (message.id,))
         assert row is not None
         return self._message(row)

@@ -153,7 +153,10 @@ class Q:
         "ON CONFLICT (id) DO UPDATE SET name = excluded.name, spec = excluded.spec, "
         "version = flows.version + 1, updated_at = excluded.updated_at RETURNING *"
     )
-    insert_flow_version = "INSERT INTO flow_versions (flow_id, version, name, spec, created_at) VALUES (?, ?, ?, ?, ?)"
+    insert_flow_version = (
+        "INSERT INTO flow_versions (flow_id, version, name, spec, created_at, size) VALUES (?, ?, ?, ?, ?, ?)"
+    )
+    flow_stored = "SELECT COALESCE(SUM(size), 0) AS n FROM flow_versions WHERE flow_id = ?"
     flow_by_id = "SELECT * FROM flows WHERE id = ?"
     flow_version = (
         "SELECT f.id, f.owner_id, v.name, v.spec, v.version, f.created_at, v.created_at AS updated_at "
@@ -163,7 +166,7 @@ class Q:
         "SELECT f.* FROM flows f WHERE f.owner_id = ? OR EXISTS (SELECT 1 FROM flow_shares s "
         "WHERE s.flow_id = f.id AND s.user_id = ?) ORDER BY f.created_at, f.id"
     )
-    delete_flow = "DELETE FROM flows WHERE id = ?"
+    delete_flow = "DELETE FROM flows WHERE id = ? RETURNING owner_id"
     delete_flow_versions = "DELETE FROM flow_versions WHERE flow_id = ?"
     delete_flow_shares = "DELETE FROM flow_shares WHERE flow_id = ?"
     share = "SELECT actions FROM flow_shares WHERE flow_id = ? AND user_id = ?"
@@ -270,12 +273,15 @@ class Q:
     notify_event = "SELECT pg_notify('signoff_events', ?)"
 
     insert_checkpoint = (
-        "INSERT INTO checkpoints (id, run_id, job_id, data, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)"
+        "INSERT INTO checkpoints (id, run_id, job_id, data, created_at, expires_at, size, charged_to) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     )
     latest_checkpoint = "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY pos DESC LIMIT 1"
     checkpoint_by_id = "SELECT * FROM checkpoints WHERE id = ?"
-    delete_checkpoints = "DELETE FROM checkpoints WHERE run_id = ?"
-    delete_expired_checkpoints = "DELETE FROM checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ?"
+    delete_checkpoints = "DELETE FROM checkpoints WHERE run_id = ? RETURNING charged_to, size"
+    delete_expired_checkpoints = (
+        "DELETE FROM checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING charged_to, size"
+    )
 
     insert_message = (
         "INSERT INTO messages (id, session_id, flow_id, job_id, sender, sender_name, text, kind, card, "
@@ -292,12 +298,14 @@ class Q:
 
     upsert_span = (
         "INSERT INTO spans (trace_id, span_id, parent_id, name, type, start_time, end_time, status, inputs, "
-        "outputs, attributes, run_id, flow_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "outputs, attributes, run_id, flow_id, size, charged_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (trace_id, span_id) DO UPDATE SET parent_id = excluded.parent_id, name = excluded.name, "
         "type = excluded.type, start_time = excluded.start_time, end_time = excluded.end_time, "
         "status = excluded.status, inputs = excluded.inputs, outputs = excluded.outputs, "
-        "attributes = excluded.attributes, run_id = excluded.run_id, flow_id = excluded.flow_id"
+        "attributes = excluded.attributes, run_id = excluded.run_id, flow_id = excluded.flow_id, "
+        "size = excluded.size, charged_to = excluded.charged_to"
     )
+    span_stored = "SELECT charged_to, size FROM spans WHERE trace_id = ? AND span_id = ?"
     trace = "SELECT * FROM spans WHERE trace_id = ? ORDER BY start_time, span_id"
     list_traces = (
         "SELECT s.trace_id AS trace_id, MAX(s.run_id) AS run_id, MAX(s.flow_id) AS flow_id, "
@@ -323,11 +331,27 @@ class Q:
     traces_of_user = "COALESCE(MAX(s.run_id), s.trace_id) IN (SELECT j.run_id FROM jobs j WHERE j.user_id = ?)"
 
     put_blob = (
-        "INSERT INTO blobs (key, data, created_at) VALUES (?, ?, ?) "
-        "ON CONFLICT (key) DO UPDATE SET data = excluded.data, created_at = excluded.created_at"
+        "INSERT INTO blobs (key, data, created_at, size, charged_to) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET data = excluded.data, created_at = excluded.created_at, "
+        "size = excluded.size, charged_to = excluded.charged_to"
     )
+    blob_stored = "SELECT charged_to, size FROM blobs WHERE key = ?"
     get_blob = "SELECT data FROM blobs WHERE key = ?"
-    delete_blobs = "DELETE FROM blobs WHERE substr(key, 1, ?) = ?"
+    delete_blobs = "DELETE FROM blobs WHERE substr(key, 1, ?) = ? RETURNING charged_to, size"
+
+    # stored bytes per user (Store.stored_bytes): one row per user, changed in the transaction of
+    # each write it counts
+    charge_user = (
+        "INSERT INTO user_storage (user_id, bytes) VALUES (?, CAST(? AS BIGINT)) "
+        "ON CONFLICT (user_id) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
+    )
+    charge_job = (
+        "INSERT INTO user_storage (user_id, bytes) SELECT user_id, CAST(? AS BIGINT) FROM jobs WHERE job_id = ? "
+        "ON CONFLICT (user_id) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
+    )
+    job_user = "SELECT user_id FROM jobs WHERE job_id = ?"
+    stored_bytes = "SELECT bytes FROM user_storage WHERE user_id = ?"
+    delete_user_storage = "DELETE FROM user_storage WHERE user_id = ?"
 
     migrations_version = "SELECT MAX(version) AS version FROM signoff_migrations"
     record_migration = "INSERT INTO signoff_migrations (version, applied_at) VALUES (?, ?)"

@@ -14,6 +14,14 @@ __all__ = ["MIGRATIONS", "MIGRATIONS_TABLE"]
 # {json} JSON document (TEXT on SQLite, json on PostgreSQL: kept verbatim, key order preserved)
 # {ts}   timezone-aware UTC timestamp (ISO-8601 TEXT on SQLite, timestamptz on PostgreSQL)
 # {blob} bytes; {serial} an auto-increment primary key giving insertion order.
+# {octets}, {octet_text}: a byte length (see _octets); {blob_job} the job id in a run's blob key.
+
+
+def _octets(column: str) -> str:
+    """The stored size in bytes of a text or JSON column (UTF-8, as Store.stored_bytes counts it),
+    in each dialect's words: SQLite's length() of text counts characters, of a BLOB bytes."""
+    return f"{{octets}}(CAST({column} AS {{octet_text}}))"
+
 
 MIGRATIONS: list[list[str]] = [
     # 1: the initial schema
@@ -246,6 +254,48 @@ MIGRATIONS: list[list[str]] = [
             created_at {ts} NOT NULL,
             PRIMARY KEY (user_id, muted_id))""",
         "CREATE INDEX user_mutes_muted ON user_mutes (muted_id)",
+    ],
+    # 9: stored bytes per user (docs/security.md, "Budgets per user"): a usage row per user kept in
+    # the transaction of each write it counts (Store.stored_bytes); the rows that can be deleted
+    # or replaced keep their size and whom it was charged to, so a delete gives back what was
+    # counted. An existing database is counted once, here.
+    [
+        """CREATE TABLE user_storage (
+            user_id TEXT PRIMARY KEY,
+            bytes BIGINT NOT NULL)""",
+        "ALTER TABLE flow_versions ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE checkpoints ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE checkpoints ADD COLUMN charged_to TEXT",
+        "ALTER TABLE spans ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE spans ADD COLUMN charged_to TEXT",
+        "ALTER TABLE blobs ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE blobs ADD COLUMN charged_to TEXT",
+        f"UPDATE flow_versions SET size = {_octets('spec')}",
+        f"""UPDATE checkpoints SET size = {_octets('data')}, charged_to = (SELECT j.user_id FROM jobs j
+            WHERE j.job_id = COALESCE(checkpoints.job_id, checkpoints.run_id))""",
+        f"""UPDATE spans SET size = {_octets('inputs')} + {_octets('outputs')} + {_octets('attributes')},
+            charged_to = (SELECT j.user_id FROM jobs j WHERE j.job_id = spans.run_id)""",
+        "UPDATE blobs SET size = {octets}(data)",
+        """UPDATE blobs SET charged_to = (SELECT j.user_id FROM jobs j WHERE j.job_id = {blob_job})
+            WHERE substr(key, 1, 5) = 'runs/'""",
+        f"""INSERT INTO user_storage (user_id, bytes)
+            SELECT who, SUM(n) FROM (
+                SELECT f.owner_id AS who, v.size AS n FROM flow_versions v JOIN flows f ON f.id = v.flow_id
+                UNION ALL
+                SELECT user_id AS who, {_octets('request')} + COALESCE({_octets('result')}, 0)
+                    + COALESCE({_octets('error')}, 0) AS n FROM jobs
+                UNION ALL
+                SELECT j.user_id AS who, {_octets('e.data')} AS n FROM events e JOIN jobs j ON j.job_id = e.job_id
+                UNION ALL
+                SELECT j.user_id AS who, {_octets('m.text')} + COALESCE({_octets('m.card')}, 0) AS n
+                    FROM messages m JOIN jobs j ON j.job_id = m.job_id
+                UNION ALL
+                SELECT charged_to AS who, size AS n FROM checkpoints
+                UNION ALL
+                SELECT charged_to AS who, size AS n FROM spans
+                UNION ALL
+                SELECT charged_to AS who, size AS n FROM blobs
+            ) AS counted WHERE who IS NOT NULL GROUP BY who""",
     ],
 ]
 

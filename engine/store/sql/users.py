@@ -93,4 +93,5 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_owner_webhooks, (user_id,))
             await tx.execute(Q.delete_user_participation, (user_id,))
             await tx.execute(Q.delete_user_mutes, (user_id, user_id))
+            await tx.execute(Q.delete_user_storage, (user_id,))
         return existed
