@@ -21,6 +21,7 @@ other. The helpers (``new_job``, ``suspended_job``, ...) are for those modules t
 from __future__ import annotations
 
 import asyncio
+import json
 import contextlib
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -2045,3 +2046,124 @@ async def test_waiting_on_others_counts_suspended_requests_naming_someone_else(s
     assert await store.waiting_on_others(other.id, limit=10) == [theirs]
     assert await store.set_status(person, JobStatus.completed, expect=[JobStatus.suspended])
     assert await store.waiting_on_others(owner.id, limit=10) == [group]
+
+
+# ---- stored bytes per user (docs/security.md, "Budgets per user") -------------------------
+
+
+def octets_of(value) -> int:
+    """A JSON document's stored size: its text (as the store encodes it) in UTF-8 bytes."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+async def test_stored_bytes_count_what_a_users_flows_and_runs_store(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    assert await store.stored_bytes(alice.id) == 0
+    spec = {"name": "Remboursement — été", "nodes": [{"id": "a", "text": "€" * 100}]}  # bytes, not characters
+    flow = await store.save_flow(alice.id, "refund", spec)
+    expected = octets_of(spec)
+    assert await store.stored_bytes(alice.id) == expected
+    await store.save_flow(bob.id, "refund", {**spec, "v": 2}, flow_id=flow.id)  # a new version: the owner's
+    expected += octets_of({**spec, "v": 2})
+    assert await store.stored_bytes(alice.id) == expected
+
+    request = {"input_value": "ünïcode" * 10, "tweaks": {}}
+    job_id = await new_job(store, alice.id, request=request)
+    expected += octets_of(request)
+    data = {"output": "x" * 1000, "who": "Zoë"}
+    await store.append_event(job_id, "vertex_end", data)
+    await store.append_event(job_id, "vertex_end", data, dedupe_key="k")
+    await store.append_event(job_id, "vertex_end", data, dedupe_key="k")  # written once: counted once
+    expected += 2 * octets_of(data)
+    assert await store.stored_bytes(alice.id) == expected
+
+    card = {"prompt": "Approve?", "options": [{"action_id": "approve", "label": "Approve"}], "request_id": "r"}
+    message = Message(id=uid(), session_id=uid(), job_id=job_id, sender="Machine", sender_name="gate",
+                      text="approve the refund ✓", kind="card", card=card, created_at=utcnow())
+    await store.add_message(message)
+    await store.add_message(message)  # a retried write adds nothing
+    expected += len("approve the refund ✓".encode()) + octets_of(card)
+    checkpoint = {"outputs": {"a": "y" * 500}}
+    await store.save_checkpoint(job_id, checkpoint, job_id=job_id)
+    expected += octets_of(checkpoint)
+    span = SpanRecord(trace_id=job_id, span_id="root", name="run", type="flow", start_time=utcnow(), run_id=job_id,
+                      inputs={"q": "a" * 300}, outputs={}, attributes={"k": "v"})
+    await store.save_spans([span])
+    ended = span.model_copy(update={"end_time": utcnow(), "outputs": {"answer": "b" * 700}})
+    await store.save_spans([ended])  # the span saved again: its new size, not both
+    expected += octets_of(ended.inputs) + octets_of(ended.outputs) + octets_of(ended.attributes)
+    await store.put_blob(f"runs/{job_id}/out/1", b"z" * 4096)
+    await store.put_blob(f"runs/{job_id}/out/1", b"z" * 1024)  # replaced: the new size
+    expected += 1024
+    result = {"text": "done — ok"}
+    assert await store.set_status(job_id, JobStatus.completed, result=result, event=("end", {"ok": True}))
+    expected += octets_of(result) + octets_of({"ok": True})
+    assert await store.stored_bytes(alice.id) == expected
+    assert await store.stored_bytes(bob.id) == 0  # bob saved a version of alice's flow: hers
+
+    # what belongs to no user's run counts to nobody, and is no error
+    await store.append_event(uid("job-"), "e", {"x": 1})
+    await store.put_blob(f"pages/{alice.id}/session", b"p" * 100)
+    await store.put_blob(f"runs/{uid('job-')}/out/1", b"q" * 100)
+    await store.save_checkpoint(uid("run-"), {"x": 1})
+    assert await store.stored_bytes(alice.id) == expected
+
+
+async def test_deletes_give_back_what_was_counted(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    flow = await store.save_flow(alice.id, "f", {"name": "f", "pad": "p" * 200})
+    await store.save_flow(alice.id, "f", {"name": "f", "pad": "p" * 300}, flow_id=flow.id)
+    keep = await store.save_flow(alice.id, "kept", {"name": "kept"})
+    job_id = await new_job(store, alice.id)
+    theirs = await new_job(store, bob.id)
+    base = await store.stored_bytes(alice.id)
+    base_bob = await store.stored_bytes(bob.id)
+
+    await store.save_checkpoint(job_id, {"a": "1" * 100}, job_id=job_id)
+    await store.save_checkpoint(job_id, {"a": "2" * 100}, job_id=job_id, expires_at=utcnow() - timedelta(seconds=1))
+    await store.save_checkpoint(theirs, {"b": "3" * 100}, job_id=theirs, expires_at=utcnow() - timedelta(seconds=1))
+    await store.put_blob(f"runs/{job_id}/out/1", b"x" * 5000)
+    await store.put_blob(f"runs/{job_id}/state/2", b"y" * 3000)
+    await store.put_blob(f"runs/{theirs}/out/1", b"w" * 700)
+    assert await store.stored_bytes(alice.id) == base + 2 * octets_of({"a": "1" * 100}) + 8000
+    assert await store.stored_bytes(bob.id) == base_bob + octets_of({"b": "3" * 100}) + 700
+
+    assert await store.delete_expired_checkpoints(utcnow()) >= 2  # two users' at once: each gets theirs
+    assert await store.stored_bytes(alice.id) == base + octets_of({"a": "1" * 100}) + 8000
+    assert await store.stored_bytes(bob.id) == base_bob + 700
+    assert await store.delete_blobs(f"runs/{job_id}/") == 2
+    assert await store.delete_checkpoints(job_id) == 1
+    assert await store.stored_bytes(alice.id) == base
+    assert await store.stored_bytes(bob.id) == base_bob + 700
+
+    assert await store.delete_flow(flow.id)
+    assert not await store.delete_flow(flow.id)  # twice: nothing more given back
+    assert await store.stored_bytes(alice.id) == base - octets_of({"name": "f", "pad": "p" * 200}) - octets_of(
+        {"name": "f", "pad": "p" * 300})
+    assert await store.get_flow(keep.id) is not None
+    assert await store.delete_user(alice.id)
+    assert await store.stored_bytes(alice.id) == 0
+    assert await store.stored_bytes(bob.id) == base_bob + 700  # another user's count is untouched
+
+
+async def test_concurrent_writes_of_one_user_lose_no_count(store: Store) -> None:
+    """Every write changes the one usage row of its user in its own transaction: racing writes
+    (events of several runs, flows, blobs, checkpoints) all count, none overwrites another."""
+    user = await new_user(store)
+    jobs = [await new_job(store, user.id) for _ in range(4)]
+    base = await store.stored_bytes(user.id)
+    data = {"chunk": "d" * 333}
+    writes = [store.append_event(jobs[i % 4], "progress", {**data, "i": i}) for i in range(40)]
+    writes += [store.save_flow(user.id, f"flow-{i}", {"name": f"flow-{i}", "pad": "f" * 250}) for i in range(10)]
+    writes += [store.put_blob(f"runs/{jobs[i % 4]}/out/{i}", b"b" * 1000) for i in range(10)]
+    writes += [store.save_checkpoint(jobs[i % 4], data, job_id=jobs[i % 4]) for i in range(10)]
+    await asyncio.gather(*writes)
+    expected = (sum(octets_of({**data, "i": i}) for i in range(40))
+                + sum(octets_of({"name": f"flow-{i}", "pad": "f" * 250}) for i in range(10))
+                + 10 * 1000 + 10 * octets_of(data))
+    assert await store.stored_bytes(user.id) == base + expected
+    await asyncio.gather(*(store.delete_blobs(f"runs/{j}/") for j in jobs),
+                         *(store.delete_checkpoints(j) for j in jobs),
+                         *(store.append_event(jobs[0], "late", {"i": i}) for i in range(10)))
+    assert await store.stored_bytes(user.id) == base + expected - 10 * 1000 - 10 * octets_of(data) + sum(
+        octets_of({"i": i}) for i in range(10))

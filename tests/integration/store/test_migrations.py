@@ -5,6 +5,7 @@ change the schema get their own empty database."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -14,6 +15,28 @@ from signoff.engine.models import JobStatus, SpanRecord, utcnow
 from signoff.engine.store import Store, StoreError, open_store
 from signoff.engine.store.sql import schema
 from tests.store_conformance import new_job, new_user
+
+
+# What migration 9 adds that today's write methods need (its usage table, and the size and
+# charge of rows a delete gives back). The tests of older schemas write their rows with today's
+# methods; they have these for the writes and lose them again before the upgrade, which then
+# finds the database as that older signoff left it (without any count).
+_LATER_COLUMNS = [("flow_versions", "size"), ("checkpoints", "size"), ("checkpoints", "charged_to"),
+                  ("spans", "size"), ("spans", "charged_to"), ("blobs", "size"), ("blobs", "charged_to")]
+
+
+@contextlib.asynccontextmanager
+async def writing_today(store: Store):
+    async with store._tx(write=True) as tx:  # type: ignore[attr-defined]
+        await tx.execute("CREATE TABLE user_storage (user_id TEXT PRIMARY KEY, bytes BIGINT NOT NULL)")
+        for table, column in _LATER_COLUMNS:
+            kind = "TEXT" if column == "charged_to" else "BIGINT NOT NULL DEFAULT 0"
+            await tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    yield
+    async with store._tx(write=True) as tx:  # type: ignore[attr-defined]
+        await tx.execute("DROP TABLE user_storage")
+        for table, column in _LATER_COLUMNS:
+            await tx.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
 
 
 async def test_setup_twice_is_safe_and_records_the_version(store: Store) -> None:
@@ -82,7 +105,8 @@ async def test_schema_1_database_gains_event_dedupe_keeping_its_events(
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
     old = open_store(fresh_db_url)
     await old.setup()
-    job_id = await new_job(old)
+    async with writing_today(old):
+        job_id = await new_job(old)
     async with old._tx(write=True) as tx:  # an event as schema 1 wrote it (no dedupe_key column)
         await tx.execute("INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1)", (job_id,))
         await tx.execute("INSERT INTO events (job_id, seq, event, data, created_at) VALUES (?, 1, ?, ?, ?)",
@@ -115,16 +139,18 @@ async def test_schema_4_database_gains_secrets_and_the_new_indexes_keeping_its_r
     old = open_store(fresh_db_url)
     await old.setup()
     assert await old.schema_version() == 4
-    user, guest = await new_user(old), await new_user(old)
-    key = await old.create_api_key(user.id)
-    flow = await old.save_flow(user.id, "Refund", {"nodes": []})
-    await old.grant_share(flow.id, guest.id, ["execute"])
-    job_id = await new_job(old, user.id, flow_id=flow.id)
-    # a job that ended (made ended: this code's set_status also clears schema 6's approver rows)
-    await new_job(old, user.id, flow_id=flow.id, status=JobStatus.completed)
-    t0 = utcnow()
-    await old.save_spans([SpanRecord(trace_id=job_id, span_id="root", name="run", start_time=t0,
-                                     end_time=t0 + timedelta(seconds=1), status="ok", run_id=job_id, flow_id=flow.id)])
+    async with writing_today(old):
+        user, guest = await new_user(old), await new_user(old)
+        key = await old.create_api_key(user.id)
+        flow = await old.save_flow(user.id, "Refund", {"nodes": []})
+        await old.grant_share(flow.id, guest.id, ["execute"])
+        job_id = await new_job(old, user.id, flow_id=flow.id)
+        # a job that ended (made ended: this code's set_status also clears schema 6's approver rows)
+        await new_job(old, user.id, flow_id=flow.id, status=JobStatus.completed)
+        t0 = utcnow()
+        await old.save_spans([SpanRecord(trace_id=job_id, span_id="root", name="run", start_time=t0,
+                                         end_time=t0 + timedelta(seconds=1), status="ok", run_id=job_id,
+                                         flow_id=flow.id)])
     await old.close()
     monkeypatch.undo()
 
@@ -157,11 +183,12 @@ async def test_schema_5_database_gains_groups_approvers_and_webhooks_keeping_its
     old = open_store(fresh_db_url)
     await old.setup()
     assert await old.schema_version() == 5
-    owner, approver = await new_user(old), await new_user(old)
-    job_id = await new_job(old, owner.id)
-    assert await old.set_status(job_id, JobStatus.in_progress)
-    assert await old.mark_suspended(job_id, pending("gate"), event=("human_input_required", {"request_id": "gate"}))
-    await old.put_secret(owner.id, "token", b"c")
+    async with writing_today(old):
+        owner, approver = await new_user(old), await new_user(old)
+        job_id = await new_job(old, owner.id)
+        assert await old.set_status(job_id, JobStatus.in_progress)
+        assert await old.mark_suspended(job_id, pending("gate"), event=("human_input_required", {"request_id": "gate"}))
+        await old.put_secret(owner.id, "token", b"c")
     await old.close()
     monkeypatch.undo()
 
@@ -198,17 +225,18 @@ async def test_schema_6_database_learns_who_took_part_from_the_events_of_its_run
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:6])
     old = open_store(fresh_db_url)
     await old.setup()
-    owner, voter, decider, bystander = [await new_user(old) for _ in range(4)]
-    voted, decided = await new_job(old, owner.id), await new_job(old, owner.id)
-    await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"})
-    await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"},
-                           dedupe_key="again")  # twice: one row
-    await old.append_event(decided, "human_input_decision", {"request_id": "gate", "action_id": "approve",
-                                                             "decided_by": decider.id})
-    await old.append_event(decided, "human_input_decision", {"request_id": "later", "decided_by": None})  # the clock
-    # what earlier versions recorded as a Temporal caller sent it: no user's id, or far too long
-    await old.append_event(voted, "human_input_decision", {"request_id": "x", "decided_by": "nobody-" + "z" * 9000})
-    await old.append_event(voted, "human_input_vote", {"request_id": "x", "user": {"not": "an id"}})
+    async with writing_today(old):
+        owner, voter, decider, bystander = [await new_user(old) for _ in range(4)]
+        voted, decided = await new_job(old, owner.id), await new_job(old, owner.id)
+        await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"})
+        await old.append_event(voted, "human_input_vote", {"request_id": "gate", "user": voter.id, "action_id": "approve"},
+                               dedupe_key="again")  # twice: one row
+        await old.append_event(decided, "human_input_decision", {"request_id": "gate", "action_id": "approve",
+                                                                 "decided_by": decider.id})
+        await old.append_event(decided, "human_input_decision", {"request_id": "later", "decided_by": None})  # the clock
+        # what earlier versions recorded as a Temporal caller sent it: no user's id, or far too long
+        await old.append_event(voted, "human_input_decision", {"request_id": "x", "decided_by": "nobody-" + "z" * 9000})
+        await old.append_event(voted, "human_input_vote", {"request_id": "x", "user": {"not": "an id"}})
     await old.close()
     monkeypatch.undo()
 
@@ -220,5 +248,69 @@ async def test_schema_6_database_learns_who_took_part_from_the_events_of_its_run
         assert not await new.took_part(voted, "nobody-" + "z" * 9000)  # only users' ids are taken
         assert [j.job_id for j in await new.participated_jobs(voter.id)] == [voted]
         assert [j.job_id for j in await new.participated_jobs(decider.id)] == [decided]
+    finally:
+        await new.close()
+
+
+async def test_schema_8_database_counts_each_users_stored_bytes_once(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 9 counts what a database already holds, per user, as the live writes count it
+    (Store.stored_bytes), and records each deletable row's size and user so deletes give back.
+    The rows are written as a schema-8 signoff wrote them (its statements, not today's code)."""
+    from tests.store_conformance import octets_of, uid
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:8])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    alice, bob = await new_user(old), await new_user(old)
+    spec = {"name": "été", "pad": "€" * 50}
+    request, result, data = {"input_value": "ü" * 20}, {"text": "done ✓"}, {"out": "x" * 100}
+    card, checkpoint = {"prompt": "Approve?", "request_id": "r"}, {"outputs": {"a": "é" * 30}}
+    inputs, outputs, attributes = {"q": "a"}, {"answer": "ö" * 40}, {"k": "v"}
+    flow_id, job_id, bobs_job = uid("flow-"), uid("job-"), uid("job-")
+    now = old._enc_dt(utcnow())
+    enc = old._enc_json
+    async with old._tx(write=True) as tx:
+        await tx.execute("INSERT INTO flows (id, owner_id, name, spec, version, created_at, updated_at) "
+                         "VALUES (?, ?, ?, ?, 2, ?, ?)", (flow_id, alice.id, "f", enc(spec), now, now))
+        for version in (1, 2):
+            await tx.execute("INSERT INTO flow_versions (flow_id, version, name, spec, created_at) VALUES (?, ?, ?, ?, ?)",
+                             (flow_id, version, "f", enc(spec), now))
+        for jid, owner in ((job_id, alice.id), (bobs_job, bob.id)):
+            await tx.execute("INSERT INTO jobs (job_id, flow_id, flow_version, user_id, status, request, result, run_id, "
+                             "created_at, updated_at) VALUES (?, ?, 1, ?, 'completed', ?, ?, ?, ?, ?)",
+                             (jid, flow_id, owner, enc(request), enc(result), jid, now, now))
+        await tx.execute("INSERT INTO events (job_id, seq, event, data, created_at) VALUES (?, 1, 'e', ?, ?)",
+                         (job_id, enc(data), now))
+        await tx.execute("INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1)", (job_id,))
+        await tx.execute("INSERT INTO messages (id, session_id, job_id, sender, sender_name, text, kind, card, created_at) "
+                         "VALUES (?, 's', ?, 'Machine', 'gate', ?, 'card', ?, ?)", (uid(), job_id, "ok ✓", enc(card), now))
+        await tx.execute("INSERT INTO checkpoints (id, run_id, job_id, data, created_at) VALUES (?, ?, NULL, ?, ?)",
+                         (uid(), job_id, enc(checkpoint), now))
+        await tx.execute("INSERT INTO spans (trace_id, span_id, name, type, start_time, status, inputs, outputs, "
+                         "attributes, run_id) VALUES (?, 'root', 'run', 'flow', ?, 'ok', ?, ?, ?, ?)",
+                         (job_id, now, enc(inputs), enc(outputs), enc(attributes), job_id))
+        for key, size in ((f"runs/{job_id}/out/1", 3000), (f"runs/{bobs_job}/out/1", 50), ("pages/x/session", 70)):
+            await tx.execute("INSERT INTO blobs (key, data, created_at) VALUES (?, ?, ?)", (key, b"b" * size, now))
+    await old.close()
+    monkeypatch.undo()
+
+    runs = octets_of(request) + octets_of(result)
+    alices = (2 * octets_of(spec) + runs + octets_of(data) + len("ok ✓".encode()) + octets_of(card)
+              + octets_of(checkpoint) + octets_of(inputs) + octets_of(outputs) + octets_of(attributes) + 3000)
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        assert await new.stored_bytes(alice.id) == alices
+        assert await new.stored_bytes(bob.id) == runs + 50
+        # the counted rows give back what they counted
+        assert await new.delete_blobs(f"runs/{job_id}/") == 1
+        assert await new.delete_checkpoints(job_id) == 1
+        assert await new.delete_flow(flow_id)
+        assert await new.stored_bytes(alice.id) == alices - 3000 - octets_of(checkpoint) - 2 * octets_of(spec)
+        await new.append_event(job_id, "later", data)  # and the live count goes on from there
+        assert await new.stored_bytes(alice.id) == alices - 3000 - octets_of(checkpoint) - 2 * octets_of(spec) + \
+            octets_of(data)
     finally:
         await new.close()
