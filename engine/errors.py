@@ -171,6 +171,13 @@ class IdempotencyMismatch(SignoffError):
     code = "IDEMPOTENCY_MISMATCH"
 
 
+class StorageLimit(SignoffError):
+    """You keep as many bytes in signoff as this deployment allows (SIGNOFF_USER_MAX_STORED_BYTES):
+    delete flows you no longer need, or ask the operator for more."""
+
+    code = "STORAGE_LIMIT"
+
+
 class RateLimited(SignoffError):
     """Too many requests; wait ``retry_after`` seconds and send again."""
 

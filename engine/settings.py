@@ -155,6 +155,15 @@ class Settings(BaseSettings):
         "submit answers at once with the job running, as after its timeout).",
     )
 
+    # What one user may keep in signoff's database (docs/security.md, "Budgets per user")
+    user_max_stored_bytes: int = Field(
+        1024 ** 3, ge=0,
+        description="The bytes one user may keep in signoff's database in all (their flows' versions, their runs' "
+        "requests, results, events, messages, checkpoints, spans and blobs; Store.stored_bytes); at or past it "
+        "saving a flow or submitting a run is 409 STORAGE_LIMIT (runs already going finish, each bounded by "
+        "SIGNOFF_RUN_MAX_OUTPUT_BYTES). 0 = no limit.",
+    )
+
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
     max_webhooks_per_user: int = Field(
         20, ge=1,

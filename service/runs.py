@@ -29,6 +29,7 @@ from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
+from signoff.engine.usage import check_stored_bytes
 from signoff.engine.tracing import sdk
 from signoff.service.access import RunnableFlows, assigned, may_execute, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
@@ -92,8 +93,11 @@ class RunService:
         returns once it ended or ``sync_timeout`` (default ``sync_timeout_seconds``) passed.
 
         Tweaks are checked first: a user the flow is shared with may set only what its owner
-        marked tweakable (Forbidden), and the tweaked flow must be valid (FlowInvalid)."""
+        marked tweakable (Forbidden), and the tweaked flow must be valid (FlowInvalid). A user who
+        keeps SIGNOFF_USER_MAX_STORED_BYTES or more is refused (StorageLimit), a retry of an
+        accepted submit included (engine/usage.py)."""
         self.check_tweaks(user, flow, tweaks)
+        await check_stored_bytes(self.store, user.id, self.settings.user_max_stored_bytes)  # 409 STORAGE_LIMIT
         inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
         backend: RunBackend = self.inline if inline else self.temporal
         new = NewJob(

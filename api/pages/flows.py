@@ -11,7 +11,8 @@ from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
-from signoff.engine.errors import FlowInvalid
+from signoff.engine.errors import FlowInvalid, StorageLimit
+from signoff.engine.usage import check_stored_bytes, stored_size
 from signoff.service.access import recent_runs
 
 from signoff.api.deps import get_flows
@@ -83,6 +84,10 @@ async def upload_flow(request: Request, page: PageContext = Page) -> Response:
     except (FlowInvalid, InvalidRequest, FlowTooLarge) as err:
         return await _flows_page(request, page, 422, upload_error=printable(err.message), problems=_problems(err),
                                  spec_text=pasted)
+    try:
+        await check_stored_bytes(page.store, page.user.id, settings.user_max_stored_bytes, adding=stored_size(spec))
+    except StorageLimit as err:
+        return await _flows_page(request, page, 409, upload_error=err.message, spec_text=pasted)
     flow = await page.store.save_flow(page.user.id, spec["name"], spec)
     return RedirectResponse("/flows?" + urlencode({"added": flow.id}), status_code=303)
 

@@ -12,6 +12,7 @@ from signoff.engine.errors import FlowNotFound, Forbidden
 from signoff.engine.langflow import to_langflow
 from signoff.engine.models import FlowRecord, User
 from signoff.engine.sharing import shared_view
+from signoff.engine.usage import check_stored_bytes, stored_size
 
 from signoff.api.deps import CurrentUser, FlowsDep, ServiceDep, SettingsDep, StoreDep
 from signoff.service.access import RunnableFlows, named_user
@@ -35,11 +36,14 @@ _FLOW_BODY = {
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FlowPublic, openapi_extra=_FLOW_BODY,
              responses=error_responses({422: "`INVALID_REQUEST` (not one JSON or YAML object), `FLOW_INVALID` (every "
-                                             "problem listed), `FLOW_TOO_LARGE`"}, body=True))
+                                             "problem listed), `FLOW_TOO_LARGE`",
+                                             409: "`STORAGE_LIMIT`: you keep SIGNOFF_USER_MAX_STORED_BYTES (with this "
+                                             "flow you would): delete flows first"}, body=True))
 async def create_flow(request: Request, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> FlowPublic:
     """Upload a flow spec as JSON or YAML, or a Langflow export (recognised by its shape: converted,
     or every component and setting signoff cannot run listed); a validation failure lists every problem."""
     spec = await read_flow(await request.body(), request.headers.get("content-type"), settings)
+    await check_stored_bytes(store, user.id, settings.user_max_stored_bytes, adding=stored_size(spec))
     flow = await store.save_flow(user.id, spec["name"], spec)
     return flow_public(flow)
 

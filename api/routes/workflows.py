@@ -43,6 +43,7 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": sse_content(),
     },
     **error_responses({404: "`FLOW_NOT_FOUND`: no such flow you may run",
+                       409: "`STORAGE_LIMIT`: you keep SIGNOFF_USER_MAX_STORED_BYTES in signoff",
                        422: "`INVALID_REQUEST` (with `problems`); `IDEMPOTENCY_MISMATCH`: the idempotency key was "
                             "used with a different request",
                        429: "`TOO_MANY_STREAMS` (mode `stream`): the user holds SIGNOFF_MAX_STREAMS_PER_USER live "

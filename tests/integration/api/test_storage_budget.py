@@ -1,0 +1,108 @@
+"""The budget of stored bytes per user (SIGNOFF_USER_MAX_STORED_BYTES, docs/security.md "Budgets
+per user"), through real HTTP (uvicorn on 127.0.0.1) against the real app, worker and Temporal dev
+server: a user at their budget is refused a new flow or a new run with 409 STORAGE_LIMIT saying
+what they keep and what is allowed, while another user is not; the run they have going still
+takes its decision and ends; deleting a flow gives its bytes back. SQLite only: the count is the
+store's, tested on every store by tests/store_conformance.py."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest_asyncio
+
+from signoff.engine.models import JobStatus
+from tests.integration.api.conftest import REFUND, Harness, harness, serving
+
+LIMIT = 6000
+
+
+def padded(pad: int) -> dict:
+    """The refund flow, made bigger by its description (what an owner may write at length)."""
+    spec = copy.deepcopy(REFUND)
+    spec["description"] = "p" * pad
+    return spec
+
+
+@pytest_asyncio.fixture(scope="module")
+async def world(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[tuple[Harness, str]]:
+    async with harness(store_backend, tmp_path_factory.mktemp("stored"), temporal_client,
+                       user_max_stored_bytes=LIMIT) as h:
+        async with serving(h.app) as url:
+            yield h, url
+
+
+def client(world: tuple[Harness, str], user: str) -> httpx.AsyncClient:
+    h, url = world
+    return httpx.AsyncClient(base_url=url, headers={"x-api-key": h.users[user][1]}, timeout=60)
+
+
+async def used(c: httpx.AsyncClient) -> int:
+    r = await c.get("/api/v1/users/me")
+    assert r.status_code == 200, r.text
+    assert r.json()["max_stored_bytes"] == LIMIT
+    return r.json()["stored_bytes"]
+
+
+async def test_a_user_at_their_budget_is_refused_new_flows_and_runs_and_another_user_is_not(world) -> None:
+    h, _ = world
+    async with client(world, "alice") as alice, client(world, "bob") as bob:
+        start = await used(alice)
+        assert start > 0  # the refund flow the harness uploaded as alice
+        r = await alice.post("/api/v1/flows", json=padded(LIMIT - start - 1500))
+        assert r.status_code == 201, r.text
+        padded_id = r.json()["id"]
+        now = await used(alice)
+        assert LIMIT - 1500 < now < LIMIT  # the spec as stored (normalised): its description counted
+        flows = len((await alice.get("/api/v1/flows")).json())
+
+        # one more such flow would pass the budget: refused, saying used and allowed, not saved
+        r = await alice.post("/api/v1/flows", json=padded(3000))
+        assert r.status_code == 409, r.text
+        detail = r.json()["detail"]
+        assert detail["code"] == "STORAGE_LIMIT"
+        assert detail["used"] == now and detail["limit"] == LIMIT and detail["adding"] > 3000
+        assert "SIGNOFF_USER_MAX_STORED_BYTES" in detail["message"]
+        assert len((await alice.get("/api/v1/flows")).json()) == flows and await used(alice) == now
+
+        # runs push alice past her budget (a run going is bounded by its own budget, not stopped)
+        waiting = []
+        for _ in range(20):
+            if await used(alice) >= LIMIT:
+                break
+            r = await alice.post("/api/v2/workflows", json={"flow_id": h.flows["refund"], "mode": "sync",
+                                                            "input_value": "refund 42 " + "x" * 200})
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "suspended", r.text
+            waiting.append(r.json())
+        over = await used(alice)
+        assert over >= LIMIT and waiting
+
+        jobs = len(await h.store.list_user_active_jobs(h.users["alice"][0]))
+        r = await alice.post("/api/v2/workflows", json={"flow_id": h.flows["refund"], "input_value": "refund 43"})
+        assert r.status_code == 409, r.text
+        assert r.json()["detail"]["code"] == "STORAGE_LIMIT" and r.json()["detail"]["used"] == over
+        assert len(await h.store.list_user_active_jobs(h.users["alice"][0])) == jobs  # nothing created
+
+        # another user is not alice: bob saves the same flow and runs it
+        r = await bob.post("/api/v1/flows", json=padded(3000))
+        assert r.status_code == 201, r.text
+        r = await bob.post("/api/v2/workflows", json={"flow_id": r.json()["id"], "input_value": "refund 44"})
+        assert r.status_code == 200, r.text
+        assert await used(bob) > 3000  # his own count (his run may take him past the budget too)
+
+        # alice's run that waits still takes its decision and ends, over her budget
+        first = waiting[0]
+        r = await alice.post(f"/api/v2/workflows/{first['job_id']}/resume",
+                             json={"request_id": first["human_request"]["request_id"],
+                                   "decision": {"action_id": "approve"}})
+        assert r.status_code == 200, r.text
+        assert (await h.wait_status(first["job_id"], JobStatus.completed)).status == JobStatus.completed
+
+        # deleting a flow gives its bytes back: alice may run again
+        assert (await alice.delete(f"/api/v1/flows/{padded_id}")).status_code == 204
+        assert await used(alice) < LIMIT
+        r = await alice.post("/api/v2/workflows", json={"flow_id": h.flows["refund"], "input_value": "refund 45"})
+        assert r.status_code == 200, r.text
