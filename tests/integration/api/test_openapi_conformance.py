@@ -273,6 +273,17 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 422, path={"person": "x" * 201})
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 204, path={"person": bob_id})
 
+        # stored bytes: what the caller keeps, and 409 STORAGE_LIMIT at the budget
+        r = await A("GET", "/api/v1/users/me", 200)
+        assert r.json()["id"] == alice_id and r.json()["stored_bytes"] > 0
+        budget = api.settings.user_max_stored_bytes
+        api.settings.user_max_stored_bytes = r.json()["stored_bytes"]
+        try:
+            await A("POST", "/api/v1/flows", 409, json=REFUND)
+            await A("POST", "/api/v2/workflows", 409, json={"flow_id": api.flows["refund"], "input_value": "x"})
+        finally:
+            api.settings.user_max_stored_bytes = budget
+
     # 503: a process without Temporal, and a database that does not answer
     down = create_app(api.settings, store=api.store)  # no service: its lifespan is not run
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=down), base_url="http://api",
