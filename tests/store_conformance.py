@@ -2156,14 +2156,27 @@ async def test_concurrent_writes_of_one_user_lose_no_count(store: Store) -> None
     writes = [store.append_event(jobs[i % 4], "progress", {**data, "i": i}) for i in range(40)]
     writes += [store.save_flow(user.id, f"flow-{i}", {"name": f"flow-{i}", "pad": "f" * 250}) for i in range(10)]
     writes += [store.put_blob(f"runs/{jobs[i % 4]}/out/{i}", b"b" * 1000) for i in range(10)]
+    writes += [store.put_blob(f"runs/{jobs[0]}/out/same", b"s" * 500) for _ in range(5)]  # one key at once
     writes += [store.save_checkpoint(jobs[i % 4], data, job_id=jobs[i % 4]) for i in range(10)]
+    # batches of spans of two runs each, each span saved twice (its start, then its end)
+    spans = [[SpanRecord(trace_id=jobs[k], span_id=f"s{i}", name="n", type="t", start_time=utcnow(), run_id=jobs[k],
+                         outputs={"o": "s" * (100 * (i + 1) + n)}) for k in (i % 4, (i + 1) % 4)]
+             for i in range(5) for n in (0, 50)]
+    writes += [store.save_spans(batch) for batch in spans]
     await asyncio.gather(*writes)
     expected = (sum(octets_of({**data, "i": i}) for i in range(40))
                 + sum(octets_of({"name": f"flow-{i}", "pad": "f" * 250}) for i in range(10))
-                + 10 * 1000 + 10 * octets_of(data))
+                + 10 * 1000 + 500 + 10 * octets_of(data))
+    stored = {}  # the last save of each span is what it keeps (which one is last: the race's)
+    for trace in jobs:
+        for span in await store.get_trace(trace):
+            stored[(trace, span.span_id)] = octets_of(span.inputs) + octets_of(span.outputs) + octets_of(
+                span.attributes)
+    assert len(stored) == 10
+    expected += sum(stored.values())
     assert await store.stored_bytes(user.id) == base + expected
     await asyncio.gather(*(store.delete_blobs(f"runs/{j}/") for j in jobs),
                          *(store.delete_checkpoints(j) for j in jobs),
                          *(store.append_event(jobs[0], "late", {"i": i}) for i in range(10)))
-    assert await store.stored_bytes(user.id) == base + expected - 10 * 1000 - 10 * octets_of(data) + sum(
+    assert await store.stored_bytes(user.id) == base + expected - 10 * 1000 - 500 - 10 * octets_of(data) + sum(
         octets_of({"i": i}) for i in range(10))

@@ -17,13 +17,16 @@ class SQLBlobs(SQLCore):
         """See Store.put_blob: a run's blob (``runs/<job id>/...``) counts to the job's user, in
         place of what the blob it replaces counted."""
         data = bytes(data)
+        job_id = run_of_blob(key)
         async with self._tx(write=True) as tx:
-            user_id = await self._job_user(tx, run_of_blob(key))
+            if job_id is not None:
+                await tx.execute(Q.lock_job, (job_id,))  # two puts of one key at once: one after the other
+            user_id = await self._job_user(tx, job_id)
             old = await tx.fetchone(Q.blob_stored, (key,))
             await tx.execute(Q.put_blob, (key, data, self._enc_dt(utcnow()), len(data), user_id))
-            if old is not None:
-                await self._refund(tx, [old])
-            await self._charge(tx, user_id, len(data))
+            # one usage row per user: what the old blob counted and the new one's size together
+            await self._refund(tx, [*([old] if old is not None else []), {"charged_to": user_id, "size": -len(data)}],
+                               key)
 
     async def get_blob(self, key: str) -> bytes | None:
         async with self._tx(write=False) as tx:
@@ -36,5 +39,5 @@ class SQLBlobs(SQLCore):
             raise ValueError("delete_blobs needs a non-empty prefix")
         async with self._tx(write=True) as tx:
             rows = await tx.fetchall(Q.delete_blobs, (len(prefix), prefix))
-            await self._refund(tx, rows)
+            await self._refund(tx, rows, prefix)
         return len(rows)

@@ -36,7 +36,7 @@ class SQLCheckpoints(SQLCore):
             user_id = await self._job_user(tx, job_id or run_id)  # run_id = job_id (DESIGN §1.5)
             await tx.execute(Q.insert_checkpoint, (
                 checkpoint_id, run_id, job_id, body, self._enc_dt(utcnow()), self._enc_dt(expires_at), size, user_id))
-            await self._charge(tx, user_id, size)
+            await self._charge(tx, user_id, size, job_id or run_id)
         return checkpoint_id
 
     async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:
@@ -52,11 +52,11 @@ class SQLCheckpoints(SQLCore):
     async def delete_checkpoints(self, run_id: str) -> int:
         async with self._tx(write=True) as tx:
             rows = await tx.fetchall(Q.delete_checkpoints, (run_id,))
-            await self._refund(tx, rows)
+            await self._refund(tx, rows, run_id)
         return len(rows)
 
     async def delete_expired_checkpoints(self, now: datetime) -> int:
         async with self._tx(write=True) as tx:
             rows = await tx.fetchall(Q.delete_expired_checkpoints, (self._enc_dt(now),))
-            await self._refund(tx, rows)
+            await self._refund(tx, rows, "expired checkpoints")
         return len(rows)

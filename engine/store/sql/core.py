@@ -9,6 +9,7 @@ them is written against these hooks only and never against a driver.
 from __future__ import annotations
 
 import abc
+import zlib
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -19,7 +20,14 @@ from signoff.engine.store.base import Store, StoreError
 from signoff.engine.store.sql import schema
 from signoff.engine.store.sql.queries import Q
 
-__all__ = ["SQLCore", "Tx"]
+__all__ = ["SQLCore", "Tx", "USAGE_SHARDS", "usage_shard"]
+
+USAGE_SHARDS = 16
+
+
+def usage_shard(key: str) -> int:
+    """The usage row (of USAGE_SHARDS per user) that a write keyed ``key`` counts in."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % USAGE_SHARDS
 
 
 class Tx(abc.ABC):
@@ -95,19 +103,22 @@ class SQLCore(Store):
                     await tx.execute(statement.format(**self.ddl_types))
                 await tx.execute(Q.record_migration, (version, now))
 
-    # ---- stored bytes per user (Store.stored_bytes): the usage row is changed in the transaction
-    # of the write it counts. It is the last row such a transaction locks (or followed only by
-    # rows of the same job), so two transactions of one user never wait on each other in a cycle.
+    # ---- stored bytes per user (Store.stored_bytes): a usage row is changed in the transaction of
+    # the write it counts. A user's count is spread over USAGE_SHARDS rows, the shard chosen by
+    # what is written (its job, flow or key), so that one user's concurrent runs do not queue on
+    # one row until they commit; the count is their sum. A transaction changes one usage row per
+    # user (one shard: its key's), users in order, after (or, for the events of one job, among)
+    # the rows of that job: two transactions never wait on each other's usage rows in a cycle.
 
-    async def _charge(self, tx: Tx, user_id: str | None, n: int) -> None:
-        """Count ``n`` bytes (negative: give back) to the user."""
+    async def _charge(self, tx: Tx, user_id: str | None, n: int, key: str) -> None:
+        """Count ``n`` bytes (negative: give back) to the user, in the shard of ``key``."""
         if n and user_id is not None:
-            await tx.execute(Q.charge_user, (user_id, n))
+            await tx.execute(Q.charge_user, (user_id, usage_shard(key), n))
 
     async def _charge_job(self, tx: Tx, job_id: str | None, n: int) -> None:
         """Count ``n`` bytes to the user whose job it is (nobody's when there is no such job)."""
         if n and job_id is not None:
-            await tx.execute(Q.charge_job, (n, job_id))
+            await tx.execute(Q.charge_job, (usage_shard(job_id), n, job_id))
 
     async def _job_user(self, tx: Tx, job_id: str | None) -> str | None:
         if job_id is None:
@@ -115,19 +126,20 @@ class SQLCore(Store):
         row = await tx.fetchone(Q.job_user, (job_id,))
         return row["user_id"] if row else None
 
-    async def _refund(self, tx: Tx, rows: Sequence[dict[str, Any]]) -> None:
-        """Give back what deleted rows (``charged_to``, ``size``) had counted, one write per user."""
+    async def _refund(self, tx: Tx, rows: Sequence[dict[str, Any]], key: str) -> None:
+        """Give back what deleted rows (``charged_to``, ``size``) had counted, one write per user
+        (users in order, the shard of ``key``)."""
         back: dict[str, int] = {}
         for row in rows:
             if row["charged_to"] is not None:
                 back[row["charged_to"]] = back.get(row["charged_to"], 0) + int(row["size"])
         for user_id in sorted(back):
-            await self._charge(tx, user_id, -back[user_id])
+            await self._charge(tx, user_id, -back[user_id], key)
 
     async def stored_bytes(self, user_id: str) -> int:
         async with self._tx(write=False) as tx:
-            row = await tx.fetchone(Q.stored_bytes, (user_id,))
-        return int(row["bytes"]) if row else 0
+            row = await tx.fetchone(Q.stored_bytes, (user_id,))  # its USAGE_SHARDS rows at most
+        return int(row["bytes"] or 0) if row else 0
 
     async def schema_version(self) -> int:
         """The schema version recorded by setup() (0 before the first setup())."""

@@ -39,7 +39,7 @@ class SQLFlows(SQLCore):
             row = await tx.fetchone(Q.upsert_flow, (flow_id, owner_id, name, spec_json, now, now))
             assert row is not None
             await tx.execute(Q.insert_flow_version, (flow_id, row["version"], name, spec_json, now, size))
-            await self._charge(tx, row["owner_id"], size)  # each version, to the flow's owner
+            await self._charge(tx, row["owner_id"], size, flow_id)  # each version, to the flow's owner
         return self._flow(row)
 
     async def get_flow(self, flow_id: str, *, version: int | None = None) -> FlowRecord | None:
@@ -63,7 +63,7 @@ class SQLFlows(SQLCore):
             await tx.execute(Q.delete_flow_versions, (flow_id,))
             await tx.execute(Q.delete_flow_shares, (flow_id,))
             if deleted is not None and stored is not None:  # its versions' bytes, given back
-                await self._charge(tx, deleted["owner_id"], -int(stored["n"]))
+                await self._charge(tx, deleted["owner_id"], -int(stored["n"]), flow_id)
         return deleted is not None
 
     async def grant_share(self, flow_id: str, user_id: str, actions: Iterable[str]) -> None:

@@ -76,7 +76,7 @@ class SQLJobs(SQLEvents):
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(insert, params)
             if row is not None:
-                await self._charge(tx, job.user_id, self._json_octets(params[6]))  # the request
+                await self._charge(tx, job.user_id, self._json_octets(params[6]), job.job_id)  # the request
                 return self._job(row), True
             if job.idempotency_key is not None:
                 row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))

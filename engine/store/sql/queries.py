@@ -305,7 +305,7 @@ class Q:
         "attributes = excluded.attributes, run_id = excluded.run_id, flow_id = excluded.flow_id, "
         "size = excluded.size, charged_to = excluded.charged_to"
     )
-    span_stored = "SELECT charged_to, size FROM spans WHERE trace_id = ? AND span_id = ?"
+    spans_stored = "SELECT charged_to, size FROM spans WHERE trace_id = ? AND span_id IN ({ids})"
     trace = "SELECT * FROM spans WHERE trace_id = ? ORDER BY start_time, span_id"
     list_traces = (
         "SELECT s.trace_id AS trace_id, MAX(s.run_id) AS run_id, MAX(s.flow_id) AS flow_id, "
@@ -339,18 +339,21 @@ class Q:
     get_blob = "SELECT data FROM blobs WHERE key = ?"
     delete_blobs = "DELETE FROM blobs WHERE substr(key, 1, ?) = ? RETURNING charged_to, size"
 
-    # stored bytes per user (Store.stored_bytes): one row per user, changed in the transaction of
-    # each write it counts
+    # stored bytes per user (Store.stored_bytes): a few rows per user (shards, core.py), changed in
+    # the transaction of each write they count
     charge_user = (
-        "INSERT INTO user_storage (user_id, bytes) VALUES (?, CAST(? AS BIGINT)) "
-        "ON CONFLICT (user_id) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
+        "INSERT INTO user_storage (user_id, shard, bytes) VALUES (?, ?, CAST(? AS BIGINT)) "
+        "ON CONFLICT (user_id, shard) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
     )
     charge_job = (
-        "INSERT INTO user_storage (user_id, bytes) SELECT user_id, CAST(? AS BIGINT) FROM jobs WHERE job_id = ? "
-        "ON CONFLICT (user_id) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
+        "INSERT INTO user_storage (user_id, shard, bytes) SELECT user_id, ?, CAST(? AS BIGINT) FROM jobs "
+        "WHERE job_id = ? ON CONFLICT (user_id, shard) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
     )
     job_user = "SELECT user_id FROM jobs WHERE job_id = ?"
-    stored_bytes = "SELECT bytes FROM user_storage WHERE user_id = ?"
+    # a span or blob replaced: the job's row is locked first (a no-op UPDATE), so two saves of one
+    # run's span or blob at once read each other's size, and neither counts it twice
+    lock_job = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ?"
+    stored_bytes = "SELECT SUM(bytes) AS bytes FROM user_storage WHERE user_id = ?"
     delete_user_storage = "DELETE FROM user_storage WHERE user_id = ?"
 
     migrations_version = "SELECT MAX(version) AS version FROM signoff_migrations"

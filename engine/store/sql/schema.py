@@ -260,9 +260,13 @@ MIGRATIONS: list[list[str]] = [
     # or replaced keep their size and whom it was charged to, so a delete gives back what was
     # counted. An existing database is counted once, here.
     [
+        # a user's count is the sum of a few rows (engine/store/sql/core.py: USAGE_SHARDS), so
+        # concurrent runs of one user do not queue on one row
         """CREATE TABLE user_storage (
-            user_id TEXT PRIMARY KEY,
-            bytes BIGINT NOT NULL)""",
+            user_id TEXT NOT NULL,
+            shard INTEGER NOT NULL,
+            bytes BIGINT NOT NULL,
+            PRIMARY KEY (user_id, shard))""",
         "ALTER TABLE flow_versions ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE checkpoints ADD COLUMN size BIGINT NOT NULL DEFAULT 0",
         "ALTER TABLE checkpoints ADD COLUMN charged_to TEXT",
@@ -278,8 +282,8 @@ MIGRATIONS: list[list[str]] = [
         "UPDATE blobs SET size = {octets}(data)",
         """UPDATE blobs SET charged_to = (SELECT j.user_id FROM jobs j WHERE j.job_id = {blob_job})
             WHERE substr(key, 1, 5) = 'runs/'""",
-        f"""INSERT INTO user_storage (user_id, bytes)
-            SELECT who, SUM(n) FROM (
+        f"""INSERT INTO user_storage (user_id, shard, bytes)
+            SELECT who, 0, SUM(n) FROM (
                 SELECT f.owner_id AS who, v.size AS n FROM flow_versions v JOIN flows f ON f.id = v.flow_id
                 UNION ALL
                 SELECT user_id AS who, {_octets('request')} + COALESCE({_octets('result')}, 0)

@@ -37,22 +37,26 @@ class SQLSpans(SQLCore):
         spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # one span twice: the last
         encoded = [(self._enc_json(s.inputs), self._enc_json(s.outputs), self._enc_json(s.attributes)) for s in spans]
         sizes = [sum(self._json_octets(v) for v in e) for e in encoded]
+        traces: dict[str, list[str]] = {}
+        for s in spans:
+            traces.setdefault(s.trace_id, []).append(s.span_id)
         async with self._tx(write=True) as tx:
             users: dict[str | None, str | None] = {None: None}
-            old: list[dict[str, Any]] = []
-            rows = []
-            for s, (inputs, outputs, attributes), size in zip(spans, encoded, sizes):
-                if s.run_id not in users:
-                    users[s.run_id] = await self._job_user(tx, s.run_id)  # run_id = job_id (DESIGN §1.5)
-                before = await tx.fetchone(Q.span_stored, (s.trace_id, s.span_id))
-                if before is not None:
-                    old.append(before)
-                rows.append((s.trace_id, s.span_id, s.parent_id, s.name, s.type, self._enc_dt(s.start_time),
-                             self._enc_dt(s.end_time), s.status, inputs, outputs, attributes, s.run_id, s.flow_id,
-                             size, users[s.run_id]))
+            for run_id in sorted({s.run_id for s in spans} - {None}):  # in order: no lock cycle
+                await tx.execute(Q.lock_job, (run_id,))  # saves of the run's spans at once queue here
+                users[run_id] = await self._job_user(tx, run_id)  # run_id = job_id (DESIGN §1.5)
+            old: list[dict[str, Any]] = []  # what the spans saved before counted (a span's end)
+            for trace_id, span_ids in traces.items():
+                for i in range(0, len(span_ids), 500):
+                    chunk = span_ids[i:i + 500]
+                    old += await tx.fetchall(Q.spans_stored.format(ids=", ".join("?" for _ in chunk)),
+                                             (trace_id, *chunk))
+            rows = [(s.trace_id, s.span_id, s.parent_id, s.name, s.type, self._enc_dt(s.start_time),
+                     self._enc_dt(s.end_time), s.status, inputs, outputs, attributes, s.run_id, s.flow_id, size,
+                     users[s.run_id]) for s, (inputs, outputs, attributes), size in zip(spans, encoded, sizes)]
             await tx.executemany(Q.upsert_span, rows)
-            # a span saved again (its end) replaces what it counted; one write per user
-            await self._refund(tx, old + [{"charged_to": r[-1], "size": -r[-2]} for r in rows])
+            # the new sizes in place of the old, one usage row per user
+            await self._refund(tx, old + [{"charged_to": r[-1], "size": -r[-2]} for r in rows], spans[0].trace_id)
 
     async def get_trace(self, trace_id: str) -> list[SpanRecord]:
         async with self._tx(write=False) as tx:

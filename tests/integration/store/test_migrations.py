@@ -28,7 +28,8 @@ _LATER_COLUMNS = [("flow_versions", "size"), ("checkpoints", "size"), ("checkpoi
 @contextlib.asynccontextmanager
 async def writing_today(store: Store):
     async with store._tx(write=True) as tx:  # type: ignore[attr-defined]
-        await tx.execute("CREATE TABLE user_storage (user_id TEXT PRIMARY KEY, bytes BIGINT NOT NULL)")
+        await tx.execute("CREATE TABLE user_storage (user_id TEXT NOT NULL, shard INTEGER NOT NULL, "
+                         "bytes BIGINT NOT NULL, PRIMARY KEY (user_id, shard))")
         for table, column in _LATER_COLUMNS:
             kind = "TEXT" if column == "charged_to" else "BIGINT NOT NULL DEFAULT 0"
             await tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
