@@ -7,14 +7,17 @@ store's, tested on every store by tests/store_conformance.py."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest_asyncio
 
 from signoff.engine.models import JobStatus
-from tests.integration.api.conftest import REFUND, Harness, harness, serving
+from tests.integration.api.conftest import REFUND, ROOT, Harness, harness, serving
 
 LIMIT = 6000
 
@@ -106,3 +109,17 @@ async def test_a_user_at_their_budget_is_refused_new_flows_and_runs_and_another_
         assert await used(alice) < LIMIT
         r = await alice.post("/api/v2/workflows", json={"flow_id": h.flows["refund"], "input_value": "refund 45"})
         assert r.status_code == 200, r.text
+
+
+async def test_signoff_whoami_says_what_you_keep_against_your_budget(world) -> None:
+    h, url = world
+    async with client(world, "bob") as bob:
+        kept = await used(bob)
+    name = (await h.store.get_user(h.users["bob"][0])).name
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "signoff.cli", "whoami", "--api-url", url,
+                                                    "--api-key", h.users["bob"][1]],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"{name} ({h.users['bob'][0]})"
+    shown = f"{kept} bytes" if kept < 1024 else f"{kept / 1024:.1f} KiB"
+    assert done.stdout.splitlines()[1] == f"stored: {shown} of 5.9 KiB ({100 * kept / LIMIT:.0f}%)"
