@@ -57,3 +57,34 @@ async def test_the_flows_page_adds_a_flow_as_the_api_does(tmp_path) -> None:
         assert "NoSuchComponent" in r.text and "NoSuchComponent" in refused.text
         r = await page.post("/flows", data={"csrf": csrf, "spec": "  "})
         assert r.status_code == 422 and "Choose a file or paste a flow" in r.text
+
+
+async def test_the_flows_page_refuses_a_flow_past_the_users_stored_bytes_as_the_api_does(tmp_path) -> None:
+    store = MemoryStore()
+    await store.setup()
+    user = await store.create_user("alice")
+    key = await store.create_api_key(user.id)
+    app = create_app(Settings(home=tmp_path, user_max_stored_bytes=400), store=store)
+
+    async def nothing_waits(user, flow_id=None):
+        return []
+
+    app.state.service = SimpleNamespace(pending_for=nothing_waits)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page, \
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
+                              headers={"x-api-key": key}) as api:
+        token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
+        assert (await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})).status_code == 303
+        csrf = re.search(r'name="csrf" value="([^"]+)"', (await page.get("/flows")).text).group(1)
+        r = await page.post("/flows", data={"csrf": csrf, "spec": YAML})
+        assert r.status_code == 303  # within the budget
+        kept = await store.stored_bytes(user.id)
+        assert 0 < kept < 400
+        app.state.settings.user_max_stored_bytes = kept + 10  # room for less than one more such flow
+        r = await page.post("/flows", data={"csrf": csrf, "spec": YAML.replace("pasted", "again")})
+        refused = await api.post("/api/v1/flows", content=YAML, headers={"content-type": "application/yaml"})
+        assert r.status_code == refused.status_code == 409
+        assert refused.json()["detail"]["code"] == "STORAGE_LIMIT"
+        assert "SIGNOFF_USER_MAX_STORED_BYTES" in r.text and "again" in r.text  # the pasted flow shown again
+        assert [f.name for f in await store.list_flows(user.id)] == ["pasted"]
+        assert await store.stored_bytes(user.id) == kept
