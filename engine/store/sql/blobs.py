@@ -19,9 +19,9 @@ class SQLBlobs(SQLCore):
         data = bytes(data)
         job_id = run_of_blob(key)
         async with self._tx(write=True) as tx:
-            if job_id is not None:
-                await tx.execute(Q.lock_job, (job_id,))  # two puts of one key at once: one after the other
-            user_id = await self._job_user(tx, job_id)
+            # two puts of one key at once: one after the other
+            job = await tx.fetchone(Q.lock_job_user, (job_id,)) if job_id is not None else None
+            user_id = job["user_id"] if job else None
             old = await tx.fetchone(Q.blob_stored, (key,))
             await tx.execute(Q.put_blob, (key, data, self._enc_dt(utcnow()), len(data), user_id))
             # one usage row per user: what the old blob counted and the new one's size together

@@ -350,9 +350,9 @@ class Q:
         "WHERE job_id = ? ON CONFLICT (user_id, shard) DO UPDATE SET bytes = user_storage.bytes + excluded.bytes"
     )
     job_user = "SELECT user_id FROM jobs WHERE job_id = ?"
-    # a span or blob replaced: the job's row is locked first (a no-op UPDATE), so two saves of one
-    # run's span or blob at once read each other's size, and neither counts it twice
-    lock_job = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ?"
+    # a span or blob replaced: the job's row is locked first (a no-op UPDATE, as lock_job), so two
+    # saves of one run's span or blob at once read each other's size, and neither counts it twice
+    lock_job_user = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? RETURNING user_id"
     stored_bytes = "SELECT SUM(bytes) AS bytes FROM user_storage WHERE user_id = ?"
     delete_user_storage = "DELETE FROM user_storage WHERE user_id = ?"
 

@@ -43,8 +43,9 @@ class SQLSpans(SQLCore):
         async with self._tx(write=True) as tx:
             users: dict[str | None, str | None] = {None: None}
             for run_id in sorted({s.run_id for s in spans} - {None}):  # in order: no lock cycle
-                await tx.execute(Q.lock_job, (run_id,))  # saves of the run's spans at once queue here
-                users[run_id] = await self._job_user(tx, run_id)  # run_id = job_id (DESIGN §1.5)
+                # saves of the run's spans at once queue here; run_id = job_id (DESIGN §1.5)
+                job = await tx.fetchone(Q.lock_job_user, (run_id,))
+                users[run_id] = job["user_id"] if job else None
             old: list[dict[str, Any]] = []  # what the spans saved before counted (a span's end)
             for trace_id, span_ids in traces.items():
                 for i in range(0, len(span_ids), 500):
