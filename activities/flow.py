@@ -24,8 +24,6 @@ from signoff.activities.types import (
     FinishOutput,
     GateTimerInput,
     GateTimerOutput,
-    PersistPauseInput,
-    PersistPauseOutput,
     RecordEventInput,
     RecordVoteInput,
     RecordVoteOutput,
@@ -84,15 +82,16 @@ class FlowActivities:
         self.vault = Vault(store, settings)
 
     def all(self) -> list[Any]:
-        return [self.run_layer, self.persist_pause, self.resume_run, self.rollback_resume, self.finish,
+        return [self.run_layer, self.resume_run, self.rollback_resume, self.finish,
                 self.record_event, self.record_vote, self.gate_timer, self.deliver_webhook]
 
     # ---- activities ----------------------------------------------------------------------
 
     @activity.defn(name="run_layer")
     async def run_layer(self, inp: RunLayerInput) -> RunLayerOutput:
-        """Build the next layer. On a pause the checkpoint is saved (the workflow then persists
-        the pending request); after the last layer the completion is recorded."""
+        """Build the next layer (and the instant ones after it, ``inp.inline``). On a pause the
+        checkpoint is saved and, with ``inp.persist``, the pause persisted; after the last layer
+        the completion is recorded."""
         try:
             if inp.state is None:
                 job = await self._job(inp.job_id)
@@ -131,16 +130,6 @@ class FlowActivities:
                                             charge=True)
         except SignoffError as err:
             raise to_failure(err) from None
-
-    @activity.defn(name="persist_pause")
-    async def persist_pause(self, inp: PersistPauseInput) -> PersistPauseOutput | None:
-        """After the checkpoint (run_layer) and once the workflow waits: who may decide (the
-        request's approvers), the ``human_input_required`` event, then the pending request with
-        ``suspended``; returns the webhook deliveries of the event."""
-        job = await self.store.get_job(inp.job_id)
-        if job is None or job.status.terminal:
-            return None
-        return PersistPauseOutput(deliveries=await self._persist_pause(job, inp.pending, inp.dedupe_key))
 
     @activity.defn(name="resume_run")
     async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
@@ -351,7 +340,7 @@ class FlowActivities:
                                         job=job)
 
     @activity.defn(name="rollback_resume")
-    async def rollback_resume(self, inp: RollbackResumeInput) -> bool | None:
+    async def rollback_resume(self, inp: RollbackResumeInput) -> bool:
         """The claim let go of (the job waits again, its request pending): True, also when there
         was nothing of this claim's to let go of (never taken, the run moved on to its next
         pause, another claim, the job ended). False only when a decision recorded under the
@@ -629,8 +618,7 @@ class FlowActivities:
                             job: Job | None = None, charge: bool = False) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
         pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
-        pause persisted (the job ``suspended``: the workflow then waits without a ``persist_pause``
-        activity); at the end the completion recorded. With ``charge`` (a layer's activity), a
+        pause persisted (the job ``suspended``: the workflow then waits); at the end the completion recorded. With ``charge`` (a layer's activity), a
         state stored as a blob counts against the run's output bytes (StateCodec.dump)."""
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
@@ -660,7 +648,7 @@ class FlowActivities:
             await self.store.delete_blobs(run_blob_prefix(job_id))
             return RunLayerOutput(step=step, state=ref, built=built, cancelled=True, status=job.status.value)
         if persist and job is not None and state.pending is not None:
-            # the same dedupe key as the workflow's persist_pause: one event, retries included
+            # one event, retries included (its dedupe key)
             deliveries = await self._persist_pause(job, state.pending, f"pause:{step}:{state.pending.request_id}")
             return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
                                   deliveries=deliveries)

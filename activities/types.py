@@ -35,8 +35,7 @@ class RunLayerInput(BaseModel):
     now: datetime
     # The round trips a run saves (docs/temporal.md, "Round trips per run"): build the layers that
     # follow while they are instant (``inline``), and on a pause persist it here (``persist``:
-    # approvers, ``human_input_required``, ``suspended``) instead of in a ``persist_pause``
-    # activity. Both False for a workflow that started before they existed (its history replays).
+    # approvers, ``human_input_required``, ``suspended``). FlowRun sets both; a test may not.
     inline: bool = False
     persist: bool = False
 
@@ -50,16 +49,6 @@ class RunLayerOutput(BaseModel):
     cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
     status: str | None = None  # when done or cancelled: what the job really is
     persisted: bool = False  # the pause is persisted (``persist``): the job shows ``suspended``
-    deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
-
-
-class PersistPauseInput(BaseModel):
-    job_id: str
-    pending: PendingRequest
-    dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
-
-
-class PersistPauseOutput(BaseModel):
     deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
 
 

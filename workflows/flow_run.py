@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         FinishOutput,
         GateTimerInput,
         GateTimerOutput,
-        PersistPauseInput,
         RecordVoteInput,
         RecordVoteOutput,
         RecordEventInput,
@@ -94,49 +93,15 @@ WEBHOOK_RETRY = RetryPolicy(
     maximum_attempts=12,
 )
 
-# Patch id (workflow.patched): a layer's activity builds the instant layers that follow and
-# persists the pause it reaches (RunLayerInput.inline/persist), so a gate flow reaches its pause
-# in one activity instead of three (docs/temporal.md, "Round trips per run"). Histories recorded
-# before it replay the old path.
-PAUSE_IN_LAYER = "pause-in-layer"
-
-# Patch id: a decision is applied by a *local* activity (``resume_run`` in the workflow task that
-# took the decision: no activity dispatch, no second workflow task before the Update answers),
-# under a claim token that names the run's n-th decision attempt, whichever Update or Signal
-# makes it, so that an attempt run again after its workflow task was lost finds what the lost
-# one did (docs/temporal.md, "Round trips per run"). Histories recorded before it replay the
-# old path.
-RESUME_LOCAL = "resume-local"
-
 # How long a run that is over waits for an Update whose decision it took from the store (its own
-# workflow task was lost) to come again for its answer, before it closes (FlowRun.run).
+# workflow task was lost) to come again for its answer, before it closes (FlowRun.run); also how
+# long a run stopped while its decision was applied waits, in a task of its own, for the stop's
+# cancel (FlowRun._drive).
 ANSWER_WAIT = timedelta(seconds=10)
-# Patch id: when the wait is over (maximum suspension, a deadline that fails the run) and the end
-# loses to a claim this workflow did not make, it catches up with the store (_catch_up) instead
-# of waiting on with no timer.
-CATCH_UP_ON_END = "catch-up-on-end"
 # After a catch-up that found nothing to go on from, the wait's end is tried again at once (the
 # catch-up may have let go of a claim with nothing recorded), then, if it loses again, this much
 # later each time.
 CATCH_UP_RETRY = timedelta(seconds=60)
-# Patch id: that first retry at once (histories recorded before it slept first).
-END_AGAIN_AT_ONCE = "end-again-at-once"
-# Patch id: a decision attempt that failed is settled by a look at the store under its token
-# (_settle) instead of a bare rollback: it may have recorded the decision before a later write
-# failed past its retries (the next pause, the completion), and rolling that back left the job
-# suspended with its pending request cleared. The run goes on from such a record.
-SETTLE_FAILED_DECISION = "settle-failed-decision"
-# Patch id: an ``on_timeout: fail`` deadline whose request did not wait (the expiry not written)
-# while no decision of this workflow's was under way catches up with the store: a claim it did not
-# make (a lost attempt's) held the job, and held the deadline off until the maximum suspension.
-DEADLINE_CATCH_UP = "deadline-catch-up"
-# Patch id: a decision whose run was ended meanwhile (a stop ended the job while the decision was
-# applied: the completion it reached was refused) does not close the workflow in the task that
-# answers its Update: the stop's cancel request, arriving during that task, would fail it (a task
-# that closes the workflow with an event it did not handle is refused, UnhandledCommand) and the
-# Update's answer with it, although its decision was recorded. The run waits for that cancel (at
-# most ANSWER_WAIT) in a task of its own, then ends as stopped.
-CLOSE_AFTER_ANSWER = "close-after-answer"
 # Catch-up Updates let in per pending request (each runs a look at the store); more are refused
 # without history, so a client cannot grow the run's history with them.
 MAX_CATCH_UPS = 10
@@ -217,7 +182,7 @@ class FlowRun:
             await self._cancelled(inp)
             raise
         except ActivityError as err:
-            # The stop came while a bookkeeping activity ran (persist_pause, finish): its
+            # The stop came while a bookkeeping activity ran (finish, a gate's timer): its
             # cancellation surfaces as an ActivityError. Record it as a stop too, or the job stays
             # in_progress with no workflow left.
             if not _stopped(err):
@@ -246,13 +211,12 @@ class FlowRun:
         out: RunLayerOutput | None = None
         while True:
             if out is None:
-                folded = workflow.patched(PAUSE_IN_LAYER)
-                self._layer_running = folded
+                self._layer_running = True
                 try:
                     out = await workflow.execute_activity_method(
                         FlowActivities.run_layer,
                         RunLayerInput(job_id=inp.job_id, step=self._step, state=self._state, now=workflow.now(),
-                                      inline=folded, persist=folded),
+                                      inline=True, persist=True),
                         start_to_close_timeout=timedelta(seconds=inp.layer_timeout_seconds),
                         retry_policy=LAYER_RETRY,
                         heartbeat_timeout=LAYER_HEARTBEAT,
@@ -280,35 +244,30 @@ class FlowRun:
             if out.pending is None:
                 out = None  # next layer
                 continue
-            ended = await self._wait_for_decision(inp, out.pending, persisted=out.persisted,
-                                                  deliveries=out.deliveries)
+            ended = await self._wait_for_decision(inp, out.pending, deliveries=out.deliveries)
             if ended is not None:
                 return ended
             out = self._take_decision()  # where the decision left the run (maybe further layers on)
-            if (out.cancelled or out.done) and out.status == JobStatus.cancelled.value \
-                    and workflow.patched(CLOSE_AFTER_ANSWER):
-                # stopped while the decision was applied: answer it in this task, close in another
-                # (the stop's cancel request ends this wait; run() records the stop)
+            if (out.cancelled or out.done) and out.status == JobStatus.cancelled.value:
+                # Stopped while the decision was applied (the completion it reached was refused):
+                # answer it in this task, close in another. The stop's cancel request, arriving
+                # during this task, would fail a task that closes the workflow (UnhandledCommand)
+                # and the Update's answer with it, although its decision was recorded; it ends
+                # this wait instead (run() records the stop).
                 with contextlib.suppress(asyncio.TimeoutError):
                     await workflow.wait_condition(lambda: False, timeout=ANSWER_WAIT)
 
-    async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest, *, persisted: bool = False,
-                                 deliveries: list[Delivery] | None = None) -> str | None:
+    async def _wait_for_decision(self, inp: FlowRunInput, pending: PendingRequest,
+                                 deliveries: list[Delivery]) -> str | None:
         """Wait until a decision has been applied; None then, else the terminal status.
 
-        ``persisted``: the layer's activity already made the pause visible (the job shows
-        ``suspended``), and a decision that came before this workflow had the layer's result was
-        held (``_layer_running``), so it finds the run waiting now. Otherwise (a history from
-        before PAUSE_IN_LAYER) the job becomes ``suspended`` only after this workflow knows its
-        pending request, by ``persist_pause``."""
+        The layer's activity already made the pause visible (the job shows ``suspended``), and a
+        decision that came before this workflow had the layer's result was held
+        (``_layer_running``), so it finds the run waiting now. ``deliveries``: the webhooks of
+        its ``human_input_required``."""
         self._pending = pending
         self._votes = []
-        if persisted:
-            self._deliver(deliveries or [])
-        else:
-            out = await self._store_activity(FlowActivities.persist_pause, PersistPauseInput(
-                job_id=inp.job_id, pending=pending, dedupe_key=f"pause:{self._step}:{pending.request_id}"))
-            self._deliver(out.deliveries if out is not None else [])
+        self._deliver(deliveries)
         self._set_status(JobStatus.suspended.value, request_id=pending.request_id)
         workflow.set_current_details(self._details(pending))
         if pending.acts_on_timeout or pending.remind_every_seconds or pending.escalate_after_seconds:
@@ -359,14 +318,12 @@ class FlowRun:
             # finish again once that decision is settled.
             if self._decision is not before or self._applying:
                 continue
-            if not workflow.patched(CATCH_UP_ON_END):
-                return None
             # No decision of this workflow's: the store is ahead of it (a decision recorded in a
             # workflow task lost with its Update). Go on from it, or, a claim with nothing
             # recorded being let go of, end the wait again; nothing at all: ask again later.
             if await self._catch_up(locked=locked):
                 return None
-            if not caught_up and workflow.patched(END_AGAIN_AT_ONCE):
+            if not caught_up:
                 caught_up = True
                 continue
             await workflow.sleep(CATCH_UP_RETRY)
@@ -382,9 +339,8 @@ class FlowRun:
         if pending.acts_on_timeout and due is not None:
             wakes["deadline"] = due
         reminders = 1
-        # at most inp.max_reminders reminders (None: a run started before that cap, no cap)
-        cap = inp.max_reminders
-        if pending.remind_every_seconds and (cap is None or cap > 0):
+        cap = inp.max_reminders  # at most this many reminders
+        if pending.remind_every_seconds and cap > 0:
             wakes["reminder"] = base + timedelta(seconds=pending.remind_every_seconds)
         if pending.escalate_after_seconds and pending.escalate_to:
             wakes["escalation"] = base + timedelta(seconds=pending.escalate_after_seconds)
@@ -399,7 +355,7 @@ class FlowRun:
             if kind == "reminder":
                 await self._gate_timer(inp, pending, "reminder", n=reminders)
                 reminders += 1
-                if cap is not None and reminders > cap:
+                if reminders > cap:
                     del wakes["reminder"]  # the cap is reached: the request waits on, unreminded
                     continue
                 # the next period after now: a run that waited for a worker (an outage) sends one
@@ -434,7 +390,7 @@ class FlowRun:
                 return None
             if pending.on_timeout == "fail":
                 out = await self._gate_timer(inp, pending, "expired")
-                if not out.written and workflow.patched(DEADLINE_CATCH_UP):
+                if not out.written:
                     # not waiting, and this workflow applies nothing (it holds the lock): a claim it
                     # did not make holds the job. Go on from its decision, or, let go of, expire.
                     if await self._catch_up(locked=True):
@@ -521,7 +477,7 @@ class FlowRun:
         """One decision at a time (the votes of a quorum queue here, in the order they came):
         checked again now that the ones before it have settled, then one vote more, or the
         decision applied."""
-        if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
+        if self._layer_running:  # (only then: no extra yield)
             await workflow.wait_condition(lambda: not self._layer_running)
         async with self._lock:
             answered = self._answered.pop(_update_id() or "", None)
@@ -611,7 +567,7 @@ class FlowRun:
 
     @workflow.signal(name=RESUME)
     async def resume_signal(self, inp: ResumeInput) -> None:
-        if self._layer_running:  # (only then: no extra yield, recorded histories replay as they were)
+        if self._layer_running:  # (only then: no extra yield)
             await workflow.wait_condition(lambda: not self._layer_running)
         try:
             self._check(inp)
@@ -640,42 +596,38 @@ class FlowRun:
         ))
 
     async def _apply(self, inp: ResumeInput, *, timed_out: bool = False, vote: Vote | None = None) -> ResumeResult:
-        """Claim + apply (+ the instant layers that follow) in one activity, a local one since
-        RESUME_LOCAL. The claim token is deterministic (:func:`_claim_token`), so a retried or
+        """Claim + apply (+ the instant layers that follow) in one local activity (in the workflow
+        task that took the decision: no activity dispatch, no second workflow task before the
+        Update answers). The claim token is deterministic (:func:`_claim_token`), so a retried or
         re-run activity finds its own claim and the dedupe keys of its events; the store's
         conditional claim lets exactly one decision win, whichever surface (API, CLI, Web UI)
         sent it, or the deadline."""
         assert self._inp is not None
         job_id = self._inp.job_id
-        local = workflow.patched(RESUME_LOCAL)
-        token = _claim_token(self._attempts) if local else f"wf-{workflow.uuid4().hex}"
+        token = _claim_token(self._attempts)
         decision = self._decision = _Decision()
         run = ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
                              decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
                              step=self._step, votes=list(self._votes), timed_out=timed_out,
-                             update_id=_update_id(), vote=vote, persist=workflow.patched(PAUSE_IN_LAYER),
+                             update_id=_update_id(), vote=vote, persist=True,
                              client_identity=caller())
         try:
-            if local:
-                try:
-                    res: ResumeRunOutput = await workflow.execute_local_activity_method(
-                        FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT,
-                        retry_policy=LAYER_RETRY)
-                finally:
-                    self._attempts += 1
-            else:
-                res = await workflow.execute_activity_method(
+            try:
+                res: ResumeRunOutput = await workflow.execute_local_activity_method(
                     FlowActivities.resume_run, run, start_to_close_timeout=STORE_TIMEOUT, retry_policy=LAYER_RETRY)
-        except FailureError as err:  # a regular activity's failure is an ActivityError; a local one's, its cause
-            settled, settling = None, workflow.patched(SETTLE_FAILED_DECISION)
-            try:  # settled, or the claim goes back; until then, the run takes no other decision
-                if settling:
-                    settled = await self._settle(inp.request_id, token, err, inp.decision.action_id)
-                else:
-                    await self._rollback(token)
+            finally:
+                self._attempts += 1
+        except FailureError as err:  # a local activity's failure: its cause, or an ActivityError
+            # Settled by a look at the store under its token, not a bare rollback: the attempt may
+            # have recorded the decision before a later write failed past its retries (the next
+            # pause, the completion), and rolling that back would leave the job suspended with its
+            # pending request cleared. The run goes on from such a record.
+            settled = None
+            try:  # until settled, the run takes no other decision
+                settled = await self._settle(inp.request_id, token, err, inp.decision.action_id)
             finally:
                 decision.failed = settled is None
-            if settling and _stopped(err):
+            if _stopped(err):
                 # the run's own task (a deadline's decision) was cancelled by a stop: settled, and
                 # still a stop (run() records it), not a failed decision the deadline passes over
                 raise err
@@ -701,7 +653,7 @@ class FlowRun:
         result = ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
                               votes=len(self._votes) + (vote is not None),
                               required=self._pending.required_approvals if self._pending else 1)
-        if local and res.update_id != _update_id():
+        if res.update_id != _update_id():
             # the store recorded another Update's (or a Signal's) decision for this attempt, made in
             # a workflow task that was lost: the run goes on from it; that Update gets its answer
             # when it comes again, this one is refused as any decision that came second
@@ -738,7 +690,7 @@ class FlowRun:
 
     async def _rollback(self, token: str) -> bool | None:
         """The claim ``token`` let go of. False only when a decision recorded under it holds the
-        job, which no rollback undoes (activities: rollback_resume); None from older workers."""
+        job, which no rollback undoes (activities: rollback_resume)."""
         assert self._inp is not None
         return await self._store_activity(FlowActivities.rollback_resume,
                                           RollbackResumeInput(job_id=self._inp.job_id, claim_token=token))
