@@ -89,7 +89,7 @@ class ResumeRunOutput(BaseModel):
     # the decision applied: the Update that sent it (None: a Signal, the deadline), its action.
     # Not always the one asked: when the workflow task that applied another Update's decision (a
     # local activity) was lost, the workflow may take another Update first; the run goes on
-    # from the decision the store recorded (activities/flow.py, FlowActivities._go_on_from)
+    # from the decision the store recorded (activities/decision.py, DecisionActivities._go_on_from)
     update_id: str | None = None
     action_id: str | None = None
     # refused before anything was claimed (not an approver, no execute permission...): {code,
