@@ -23,7 +23,8 @@ from signoff.worker import STRICT_SANDBOX, build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from signoff.workflows.flow_run import SA_STATUS, FlowRun
+from signoff.workflows.flow_run import FlowRun
+from signoff.workflows.types import SA_STATUS
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.helpers import event_names, eventually, wait_status
