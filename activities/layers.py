@@ -33,7 +33,7 @@ from signoff.engine.errors import (
     WaitingOnOthersLimit,
 )
 from signoff.engine.graph import Graph
-from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
+from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix, to_the_end
 from signoff.engine.liveness import is_finished, plan_next
 from signoff.engine.models import Job, JobStatus, PendingRequest, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
@@ -71,6 +71,9 @@ class LayerActivities(WebhookActivities):
                 # which may already have scheduled this layer)
                 job = await self._job(inp.job_id)
                 if job.status.terminal:
+                    # an earlier attempt of this layer may have written its pause after the run's
+                    # cleanup and died (its worker killed) before it looked at the job
+                    await self._drop_leftovers(job)
                     return RunLayerOutput(step=inp.step, state=inp.state, cancelled=True, status=job.status.value)
             if ids:
                 # the run's budgets go on from what an earlier attempt of this layer spent
@@ -196,7 +199,10 @@ class LayerActivities(WebhookActivities):
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
         if state.pending is not None and state.pending.approver_refs:
             await self._may_wait_on_others(job_id, state.user_id, state.pending.approver_refs)
-        return await (self._write_layer_output(job_id, graph, state, step, now, built, blob_step,
+        # The writes below run to their end, a cancel (a stop's, of the activity) honoured after
+        # them: cancelled between the checkpoint and the look at the job, the layer of a run that
+        # ended meanwhile left its checkpoint for good (the run's cleanup was over by then).
+        return await to_the_end(self._write_layer_output(job_id, graph, state, step, now, built, blob_step,
                                                          persist=persist, job=job, charge=charge))
 
     async def _write_layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
