@@ -7,7 +7,6 @@ go of. ``rollback_resume`` lets a claim go when the workflow's look at the store
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from temporalio import activity
@@ -55,17 +54,6 @@ class DecisionActivities(LayerActivities):
         (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
         applied; the workflow then settles the attempt with a probe (``inp.probe``: go on from
         the decision it recorded, or let its claim go)."""
-        # who sent it is read from Temporal's history while the store is asked the rest (a probe
-        # sends nothing: it goes on from what was recorded)
-        sending = None if inp.timed_out or inp.probe else asyncio.ensure_future(sender(inp.job_id, inp))
-        try:
-            return await self._resume_run(inp, sending)
-        finally:
-            if sending is not None and not sending.done():
-                sending.cancel()
-
-    async def _resume_run(self, inp: ResumeRunInput, sending: asyncio.Future[dict[str, Any]] | None
-                          ) -> ResumeRunOutput:
         if inp.probe:
             try:
                 return await self._probe(inp)
@@ -98,7 +86,7 @@ class DecisionActivities(LayerActivities):
                 return ResumeRunOutput(claimed=False)
             if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
                 return _not_applied(job)
-            sent = None if sending is None else await sending
+            sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
             paused, graph = await self._paused_state(job, inp.state)
             votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
             state, applied = apply_decision(paused, inp.request_id, inp.decision, inp.now,

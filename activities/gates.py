@@ -53,7 +53,7 @@ class GateActivities(WebhookActivities):
                 if inp.check_only:
                     return RecordVoteOutput(vote=mine)
                 data = {**_vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
-                        **await sender(job.job_id, inp)}
+                        **sender(inp)}
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)

@@ -72,8 +72,7 @@ class ResumeRunInput(BaseModel):
     timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
     update_id: str | None = None  # the Update that sent it (None: a Signal, or the deadline)
     # the identity of the Temporal client that sent it, as Temporal recorded it (workflows/caller.py;
-    # "" when it sent none); None: not given (a workflow task of an older worker), read from the
-    # workflow's history instead (activities/sender.py)
+    # "" or None when it sent none)
     client_identity: str | None = None
     # the vote that completes the quorum (checked by record_vote with ``check_only``): recorded
     # (``human_input_vote``) with the resolution, under its claim, so a vote whose resolution
