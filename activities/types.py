@@ -35,8 +35,7 @@ class RunLayerInput(BaseModel):
     now: datetime
     # The round trips a run saves (docs/temporal.md, "Round trips per run"): build the layers that
     # follow while they are instant (``inline``), and on a pause persist it here (``persist``:
-    # approvers, ``human_input_required``, ``suspended``) instead of in a ``persist_pause``
-    # activity. Both False for a workflow that started before they existed (its history replays).
+    # approvers, ``human_input_required``, ``suspended``). FlowRun sets both; a test may not.
     inline: bool = False
     persist: bool = False
 
@@ -50,16 +49,6 @@ class RunLayerOutput(BaseModel):
     cancelled: bool = False  # the job had already ended (e.g. superseded before it started)
     status: str | None = None  # when done or cancelled: what the job really is
     persisted: bool = False  # the pause is persisted (``persist``): the job shows ``suspended``
-    deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
-
-
-class PersistPauseInput(BaseModel):
-    job_id: str
-    pending: PendingRequest
-    dedupe_key: str | None = None  # for the human_input_required event (a retry appends once)
-
-
-class PersistPauseOutput(BaseModel):
     deliveries: list[Delivery] = Field(default_factory=list)  # webhooks to tell (human_input_required)
 
 
@@ -83,8 +72,7 @@ class ResumeRunInput(BaseModel):
     timed_out: bool = False  # made by the deadline itself (on_timeout), nobody answered
     update_id: str | None = None  # the Update that sent it (None: a Signal, or the deadline)
     # the identity of the Temporal client that sent it, as Temporal recorded it (workflows/caller.py;
-    # "" when it sent none); None: not given (a workflow task of an older worker), read from the
-    # workflow's history instead (activities/sender.py)
+    # "" or None when it sent none)
     client_identity: str | None = None
     # the vote that completes the quorum (checked by record_vote with ``check_only``): recorded
     # (``human_input_vote``) with the resolution, under its claim, so a vote whose resolution
@@ -100,7 +88,7 @@ class ResumeRunOutput(BaseModel):
     # the decision applied: the Update that sent it (None: a Signal, the deadline), its action.
     # Not always the one asked: when the workflow task that applied another Update's decision (a
     # local activity) was lost, the workflow may take another Update first; the run goes on
-    # from the decision the store recorded (activities/flow.py, FlowActivities._go_on_from)
+    # from the decision the store recorded (activities/decision.py, DecisionActivities._go_on_from)
     update_id: str | None = None
     action_id: str | None = None
     # refused before anything was claimed (not an approver, no execute permission...): {code,

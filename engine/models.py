@@ -207,6 +207,14 @@ class Job(BaseModel):
     def effective_session(self) -> str:
         return self.session_id or self.flow_id
 
+    def waits_for(self, request_id: str) -> bool:
+        """Whether the job waits for the request ``request_id``: ``suspended`` with that request
+        pending. A job under a decision's claim (``in_progress``, its request still set) or at
+        another request does not; the store's conditional writes check the same
+        (``Store.append_event_if_waiting``)."""
+        return self.status == JobStatus.suspended and self.pending is not None \
+            and self.pending.request_id == request_id
+
 
 class Event(BaseModel):
     job_id: str

@@ -21,14 +21,13 @@ import asyncio
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from signoff.engine import tracing
 from signoff.engine.access import Access
 from signoff.engine.errors import NotResumable, SignoffError
-from signoff.engine.lifecycle import RunEnd, end_run, settle_ended
+from signoff.engine.lifecycle import RunEnd, end_run, settle_ended, to_the_end
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner, RunOutcome
 from signoff.engine.secrets import Vault
@@ -197,15 +196,15 @@ class InlineBackend(RunBackend):
                 )
             except asyncio.CancelledError:
                 beat.cancel()
-                await _to_the_end(self._cancelled(job, flow))
+                await to_the_end(self._cancelled(job, flow))
                 raise
             except Exception as err:  # noqa: BLE001 - e.g. the database: the run fails, said so
                 beat.cancel()
-                await _to_the_end(self._failed(job, flow, _error(err)))
+                await to_the_end(self._failed(job, flow, _error(err)))
                 return
             finally:
                 beat.cancel()
-            await _to_the_end(self._ended(job, flow, outcome))
+            await to_the_end(self._ended(job, flow, outcome))
 
     async def _ended(self, job: Job, flow: FlowRecord, outcome: RunOutcome) -> None:
         # the runner emitted and flushed the root span before returning: the trace is whole
@@ -234,23 +233,6 @@ class InlineBackend(RunBackend):
                           expect=[JobStatus.queued, JobStatus.in_progress], name=flow.name)
         else:
             await self._failed(job, flow, dict(LEASE_ERROR))
-
-
-async def _to_the_end(write: Coroutine[Any, Any, None]) -> None:
-    """Run the write of how the run ended to its end, even when a stop cancels the task meanwhile:
-    a cancel in the middle would roll it back and leave the job ``in_progress`` until the sweep
-    marks it ``failed``, although it completed. The cancel is honoured (raised) once it is written."""
-    task = asyncio.ensure_future(write)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        task.result()  # the write's own error first, if it failed
-        raise asyncio.CancelledError
-    task.result()
 
 
 # ---- the sweep ---------------------------------------------------------------------------------

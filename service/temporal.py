@@ -242,8 +242,7 @@ class TemporalBackend(RunBackend):
     async def _behind(self, job_id: str, request_id: str) -> bool:
         """Whether the run caught up with its job, which waits for ``request_id``."""
         now = await self.store.get_job(job_id)
-        if now is None or now.status != JobStatus.suspended or now.pending is None \
-                or now.pending.request_id != request_id:
+        if now is None or not now.waits_for(request_id):
             return False
         try:
             return bool(await self.client.get_workflow_handle(job_id).execute_update(

@@ -38,9 +38,7 @@ class FlowRunInput(BaseModel):
     user_id: str
     session_id: str | None = None
     max_suspend_seconds: int = 0  # 0 = wait forever
-    # reminders one request sends at most (SIGNOFF_MAX_REMINDERS); None, as in the input of a run
-    # started before the setting: no cap (its history replays as it ran)
-    max_reminders: int | None = None
+    max_reminders: int = 24  # reminders one request sends at most (SIGNOFF_MAX_REMINDERS, its default)
     layer_timeout_seconds: float = 3600.0
 
 

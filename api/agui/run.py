@@ -166,7 +166,7 @@ class AguiRun:
         not found (404 rule); a run of another flow or thread, or an id naming no run, is not
         resumable here. Nothing is changed."""
         for job in await self.store.find_suspended(self.flow_id, self.user.id, self.inp.thread_id):
-            if job.pending is not None and job.pending.request_id == interrupt_id:
+            if job.waits_for(interrupt_id):
                 return job
         for candidate in reversed(_UUID.findall(interrupt_id)):
             if await self.store.get_job(candidate) is not None:

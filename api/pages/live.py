@@ -250,8 +250,7 @@ async def request_stream(store: Store, feed: EventFeed, job_id: str, request_id:
             if job is None:
                 yield sse("closed", {})
                 return
-            waiting = job.status == JobStatus.suspended and job.pending is not None and \
-                job.pending.request_id == request_id
+            waiting = job.waits_for(request_id)
             closing = any(ev.event in CLOSING and ev.data.get("request_id", request_id) == request_id for ev in events)
             if job.status.terminal or closing and not waiting:
                 yield sse("closed", {"status": job.status.value})

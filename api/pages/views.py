@@ -114,15 +114,14 @@ async def request_view(store: Store, names: Names, job: Job, request_id: str,
                        events: list[Event] | None = None) -> RequestView | None:
     """The request ``request_id`` of ``job``: as it waits, or what became of it. None when the
     job never asked it."""
-    current = job.pending if job.pending is not None and job.pending.request_id == request_id else None
+    current = job.pending if job.waits_for(request_id) else None
     if events is None:
         events = await store.read_events(job.job_id, limit=100_000)
     asked, after = _request_events(events, request_id)
     request = current or asked
     if request is None:
         return None
-    outcome = await _outcome(names, job, request, after, waiting=current is not None and
-                             job.status == JobStatus.suspended)
+    outcome = await _outcome(names, job, request, after, waiting=current is not None)
     due = deadline(request)
     late = None
     if due is not None:

@@ -77,7 +77,7 @@ async def test_a_decision_that_failed_after_its_record_goes_on_from_it(client, s
     decided = [e for e in await store.read_events(job.job_id) if e.event == "human_input_decision"][0]
     assert decided.data["action_id"] == "approve" and decided.data["request_id"] == request_id
     assert scheduled(history) == ["run_layer", "resume_run"]  # the look at the store, no rollback
-    await replayer().replay_workflow(history)  # with its patch marker
+    await replayer().replay_workflow(history)
 
 
 async def test_a_decision_that_failed_before_its_record_is_let_go_and_decided_again(client, store, settings, user,

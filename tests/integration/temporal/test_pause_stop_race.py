@@ -59,4 +59,4 @@ async def test_a_stop_while_the_pause_is_persisted_leaves_no_event_after_run_can
     names = await event_names(store, job.job_id)
     assert names[-1] == "run_cancelled" and names.count("run_cancelled") == 1
     assert "human_input_required" not in names
-    await replayer().replay_workflow(history)  # with its patch marker (cancel-during-bookkeeping)
+    await replayer().replay_workflow(history)

@@ -23,7 +23,8 @@ from signoff.worker import STRICT_SANDBOX, build_worker
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
-from signoff.workflows.flow_run import SA_STATUS, FlowRun
+from signoff.workflows.flow_run import FlowRun
+from signoff.workflows.types import SA_STATUS
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.helpers import event_names, eventually, wait_status
@@ -171,7 +172,7 @@ async def test_a_decision_answered_after_the_run_was_stopped_leaves_the_status_c
     assert desc.typed_search_attributes.get(SA_STATUS) == "cancelled"  # the Web UI lists it as what it is
     assert http_counter.counts["/after"] == 0  # nothing ran after the stop
     assert (await event_names(store, job.job_id))[-1] == "run_cancelled"
-    # its history (with the patch marker) replays
+    # its history replays
     await replayer().replay_workflow(history)
 
 
@@ -233,7 +234,7 @@ async def test_a_failed_decision_racing_the_maximum_suspension_still_ends_the_ru
     updates = [e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
                for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED]
     assert updates == ["resume"]
-    await replayer().replay_workflow(history)  # with its patch marker
+    await replayer().replay_workflow(history)
 
 
 class StaleFirstRead(StoreProxy):
@@ -419,4 +420,4 @@ async def test_a_stop_after_the_record_answers_the_decision_as_applied(client, s
     names = await event_names(store, job.job_id)
     assert names.count("human_input_decision") == 1 and "end" not in names
     assert names[-1] == "run_cancelled" and names.count("run_cancelled") == 1
-    await replayer().replay_workflow(history)  # with its patch marker (close-after-answer)
+    await replayer().replay_workflow(history)

@@ -1,0 +1,276 @@
+"""A decision attempt in one activity (``resume_run``): the single-flight claim under the
+workflow's token, the decision checked, applied and recorded in one store write, then the
+instant layers that follow; or, finding an earlier attempt's record under the same token, the
+run goes on from it (``_go_on_from``); or, as a probe, a claim left with nothing recorded let
+go of. ``rollback_resume`` lets a claim go when the workflow's look at the store failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from signoff.activities.failures import refused, to_failure
+from signoff.activities.gates import _vote_data
+from signoff.activities.layers import LayerActivities, _aware, _blob_step
+from signoff.activities.sender import sender
+from signoff.activities.types import (
+    ResumeRunInput,
+    ResumeRunOutput,
+    RollbackResumeInput,
+    RunLayerOutput,
+    StateRef,
+)
+from signoff.engine import metrics, tracing
+from signoff.engine.decisions import (
+    apply_decision,
+    decision_event,
+    expired_event,
+    recorded_decision,
+    with_decision,
+)
+from signoff.engine.errors import (
+    NotResumable,
+    SignoffError,
+)
+from signoff.engine.graph import Graph
+from signoff.engine.models import AppliedDecision, DecisionClaim, Job, JobStatus, utcnow
+from signoff.engine.state import RunState
+from signoff.engine.store.base import StoreError
+
+
+class DecisionActivities(LayerActivities):
+    @activity.defn(name="resume_run")
+    async def resume_run(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        """A decision in one activity: the single-flight claim under the workflow's token, the
+        decision applied, then the following layers built here while they are instant
+        (``Component.instant``), up to the next pause or the end of the run.
+
+        Safe to retry: the claim is idempotent for its token, the decision events carry dedupe
+        keys derived from it, and a retry that finds the run already ended reports that. A
+        failure while building the instant layers is not a failure of the decision: the state
+        after the decision is returned and the workflow builds that layer with ``run_layer``
+        (its retry policy, its ``run_failed``). Raises only when the decision itself cannot be
+        applied; the workflow then settles the attempt with a probe (``inp.probe``: go on from
+        the decision it recorded, or let its claim go)."""
+        if inp.probe:
+            try:
+                return await self._probe(inp)
+            except SignoffError as err:
+                raise to_failure(err) from None
+        try:
+            job = await self._job(inp.job_id)
+            person, request = None, await self.access.current_request(job, inp.request_id)
+            if not inp.timed_out:  # the deadline decides for nobody
+                # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
+                # checks as that person's HTTP resume: an approver, who may (still) decide it
+                try:
+                    person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by,
+                                                            request)
+                except SignoffError as err:
+                    if err.retryable:
+                        raise
+                    # refused before any claim: an answer, not a failure (nothing to roll back)
+                    return ResumeRunOutput(claimed=False, refused=refused(err))
+            claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token)
+            if claim.job is None:
+                raise NotResumable(f"job {inp.job_id} not found")
+            job = claim.job
+            if "decision" in claim.recorded:
+                # An earlier attempt under this token applied a decision: this one's (a retried
+                # activity), or, when the workflow task that ran it as a local activity was lost,
+                # that of another Update the workflow takes first now. Go on from its record.
+                return await self._go_on_from(inp, claim)
+            if not claim.won:
+                return ResumeRunOutput(claimed=False)
+            if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
+                return _not_applied(job)
+            sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
+            paused, graph = await self._paused_state(job, inp.state)
+            votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
+            state, applied = apply_decision(paused, inp.request_id, inp.decision, inp.now,
+                                            person.id if person else None, votes=votes, timed_out=inp.timed_out)
+            self._trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
+            # whoever decided (and voted, for a quorum) keeps the run in their history and sight
+            written = await self._record(job, paused, applied, inp, sent, _took_part(person, inp))
+            if written is None:
+                # Not recorded: another run of this attempt recorded its own decision first (a lost
+                # task's local activity still running beside the one that runs it again), or a
+                # stop ended the job after the claim. Never go on from a decision not recorded.
+                claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
+                if "decision" in claim.recorded and claim.job is not None:
+                    return await self._go_on_from(inp, claim)
+                return _not_applied(claim.job or job)
+            paused_at = job.pending.paused_at if job.pending is not None else None
+            metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
+                            if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
+                            via=(sent or {}).get("via"))
+            deliveries = await self._decision_deliveries(job, request or job.pending, written)
+            out = await self._after_decision(inp, graph, state, job)
+        except SignoffError as err:
+            raise to_failure(err) from None
+        return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
+                               deliveries=deliveries)
+
+    async def _probe(self, inp: ResumeRunInput) -> ResumeRunOutput:
+        """The workflow's catch-up (no decision of its own): go on from what an earlier attempt
+        under ``inp.token`` recorded; an attempt that claimed and recorded nothing (it died
+        between the two) has its claim let go of, so the run waits (or ends) as it was."""
+        claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
+        if claim.job is None:
+            return ResumeRunOutput(claimed=False)
+        if "decision" in claim.recorded:
+            return await self._go_on_from(inp, claim)
+        if claim.won:
+            await self.store.rollback_resume_claim(inp.job_id, inp.token)
+        return ResumeRunOutput(claimed=False)
+
+    async def _go_on_from(self, inp: ResumeRunInput, claim: DecisionClaim) -> ResumeRunOutput:
+        """Report what an earlier attempt under the same token did, and finish what it left
+        undone, writing nothing twice: the decision it recorded (``update_id``: the Update that
+        sent it, which may not be this one), where the run is now (ended; at its next pause,
+        with the step and state reference that attempt returned; or still running after the
+        decision: the instant layers built again from the record, as that attempt built them),
+        and the webhook deliveries of the decision (and of the next pause): a workflow task that
+        was lost took that attempt's with it, and a receiver dedupes them by the delivery id."""
+        job, decided = claim.job, claim.recorded["decision"]
+        assert job is not None
+        expired = claim.recorded.get("expired")
+        update_id, action_id = decided.data.get("update_id"), str(decided.data.get("action_id"))
+        before = await self.codec.load(inp.state) if inp.state is not None else None
+        request = before.pending if before is not None else None
+        written = [*([("human_input_expired", expired.seq)] if expired is not None else []),
+                   ("human_input_decision", decided.seq)]
+        deliveries = await self._decision_deliveries(job, request, written)
+        if decided.data.get("votes"):  # the vote that completed a quorum: the request's last one
+            deliveries += await self._deliveries(job, "human_input_vote", inp.request_id, request)
+        if job.status.terminal:
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=_where_it_was(inp, job.status, done=True))
+        if job.status == JobStatus.suspended and job.pending is not None and before is not None:
+            # it reached the run's next pause (persisted, so the claim is cleared)
+            cp = await self.store.load_latest_checkpoint(job.run_id)
+            if cp is None:
+                raise StoreError("The run waits at its next pause without its checkpoint; asked again")
+            state = await self.codec.internalize(cp.data)
+            step = inp.step + state.layers - before.layers  # one step per layer built after the decision
+            ref, _ = await self.codec.dump(state, _blob_step(state))
+            pause = await self._deliveries(job, "human_input_required", job.pending.request_id, job.pending)
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=RunLayerOutput(step=step, state=ref, pending=job.pending, persisted=True,
+                                                      deliveries=pause))
+        if not claim.won:  # neither its claim nor a pause of the run after it: nothing to go on from
+            return ResumeRunOutput(claimed=False)
+        # still running after the decision: from the run's latest checkpoint
+        latest, graph = await self._paused_state(job, inp.state)
+        if latest.pending is None:
+            raise StoreError("The run's checkpoint holds no pause; asked again")
+        if latest.pending.request_id != decided.data.get("request_id"):
+            # a later pause: that attempt reached the next gate and saved its checkpoint, and did
+            # not persist it (its worker died, a write failed): persist it now, never apply the
+            # decision again to it (the next gate is decided by its own decision)
+            step = inp.step + latest.layers - before.layers if before is not None else inp.step
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=await self._layer_output(
+                                       inp.job_id, graph, latest, step, inp.now, [],
+                                       blob_step=_blob_step(latest),
+                                       persist=inp.persist, job=job))
+        # the pause of this decision: the state it made, from the record
+        applied = recorded_decision(latest.pending, decided.data, expired.data if expired is not None else None)
+        self._trace_gate(job, graph, latest, applied)
+        return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                               out=await self._after_decision(inp, graph, with_decision(latest, applied), job))
+
+    async def _paused_state(self, job: Job, fallback: StateRef | None) -> tuple[RunState, Graph]:
+        """The run's state at its pause (the checkpoint; the workflow's copy if it is gone) and
+        its graph."""
+        cp = await self.store.load_latest_checkpoint(job.run_id)
+        if cp is not None:
+            state = await self.codec.internalize(cp.data)
+        elif fallback is not None:
+            state = await self.codec.load(fallback)
+        else:
+            raise NotResumable("the checkpoint is gone")
+        return state, self.graph(state)
+
+    @staticmethod
+    def _trace_gate(job: Job, graph: Graph, paused: RunState, applied: AppliedDecision) -> None:
+        """The gate's span, "Human In The Loop — {label}" (its id is the same each time: a decision
+        applied again writes it again, not twice)."""
+        assert paused.pending is not None and paused.pending_vertex is not None
+        tracing.record_gate(run_id=paused.run_id, pending=paused.pending, applied=applied,
+                            vertex_id=paused.pending_vertex, job_id=job.job_id, flow_id=paused.flow_id,
+                            component_type=graph.vertices[paused.pending_vertex].type)
+
+    async def _record(self, job: Job, paused: RunState, applied: AppliedDecision, inp: ResumeRunInput,
+                      sent: dict[str, Any] | None, participants: list[str]) -> list[tuple[str, int]] | None:
+        """The decision's records in one store write under the claim (Store.record_decision): the
+        vote that completed a quorum (``human_input_vote``, with the resolution),
+        ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
+        ``sent``: :mod:`~signoff.activities.sender`), the card stamped, the pending request
+        cleared, the ``participants`` recorded. Returns each event's (name, seq); None when the
+        claim is no longer the decision's (a stop ended the job), and nothing was written."""
+        assert paused.pending is not None
+        events: list[tuple[str, dict[str, Any], str]] = []
+        if inp.vote is not None:  # the same dedupe key as record_vote's: one event per person, retries included
+            events.append(("human_input_vote", {
+                **_vote_data(inp.request_id, inp.vote, len(applied.votes), paused.pending.required_approvals),
+                **(sent or {})}, f"vote:{inp.request_id}:{inp.vote.user}"))
+        if applied.rerouted:
+            events.append(("human_input_expired", expired_event(applied), f"{inp.token}:expired"))
+        events.append(("human_input_decision", {**decision_event(applied), **(sent or {})}, f"{inp.token}:decision"))
+        seqs = await self.store.record_decision(job.job_id, events, token=inp.token, request_id=applied.request_id,
+                                                action_id=applied.action_id, participants=participants)
+        return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
+
+    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState, job: Job) -> RunLayerOutput:
+        """The layers that follow the decision, built here while they are instant, up to the next
+        pause (persisted with ``inp.persist``) or the end of the run (recorded). ``job``: as the
+        claim read it."""
+        step, built = inp.step, []
+        # Layers built here happen after the decision, in real time: a pause reached here is
+        # stamped now (the workflow's time when that is later, e.g. under time skipping).
+        clock = lambda: max(inp.now, utcnow())  # noqa: E731
+        if inp.inline:
+            state, step, built = await self._instant_layers(graph, state, step, built, clock)
+        return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
+                                        blob_step=_blob_step(state), persist=inp.persist,
+                                        job=job)
+
+    @activity.defn(name="rollback_resume")
+    async def rollback_resume(self, inp: RollbackResumeInput) -> bool:
+        """The claim let go of (the job waits again, its request pending): True, also when there
+        was nothing of this claim's to let go of (never taken, the run moved on to its next
+        pause, another claim, the job ended). False only when a decision recorded under the
+        claim holds the job (running under it, its request cleared: Store.rollback_resume_claim
+        refuses to undo it), which the workflow cannot carry on: it fails the run."""
+        if await self.store.rollback_resume_claim(inp.job_id, inp.claim_token):
+            return True
+        claim = await self.store.claim_decision(inp.job_id, "", inp.claim_token, claim=False)
+        return not (claim.won and "decision" in claim.recorded and claim.job is not None
+                    and not claim.job.status.terminal)
+
+
+def _where_it_was(inp: ResumeRunInput, status: JobStatus, *, done: bool = False, cancelled: bool = False
+                  ) -> RunLayerOutput:
+    """The run left where the decision found it (nothing built): it ended (``done``: a stop got in
+    after the claim) or the decision was not recorded (``cancelled``); ``status``: the job's."""
+    return RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=done, cancelled=cancelled,
+                          status=status.value)
+
+
+def _not_applied(job: Job) -> ResumeRunOutput:
+    """A decision that claimed the job and was not recorded: the job ended first (a stop, after
+    the claim) or the claim was let go of. Refused, never answered as applied: the decision
+    took no effect (DESIGN §1: a decision answered as applied is a decision recorded). Nothing
+    to roll back (the claim is no longer the job's, or the job is over)."""
+    why = f"was {job.status.value}" if job.status.terminal else "let go of the decision's claim"
+    return ResumeRunOutput(claimed=False, refused=refused(NotResumable(
+        f"The run {why} before the decision was recorded: it was not applied", job_id=job.job_id)))
+
+
+def _took_part(person: Any, inp: ResumeRunInput) -> list[str]:
+    """Who took part in a decision: the decider and every voter of its quorum."""
+    return [*([person.id] if person else []), *(v.user for v in inp.votes), *([inp.vote.user] if inp.vote else [])]
+

@@ -1,0 +1,89 @@
+"""Webhooks: which webhooks get an event of a run (its owner's, and those of the people who may
+decide the request, but those who muted the owner), and the delivery of one event to one
+webhook (``deliver_webhook``, retried by the workflow's policy, every attempt logged).
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from signoff.activities.base import ActivityBase
+from signoff.activities.failures import to_failure
+from signoff.activities.types import (
+    Delivery,
+)
+from signoff.engine import webhooks
+from signoff.engine.context import egress_policy
+from signoff.engine.models import Job, PendingRequest
+
+
+class WebhookActivities(ActivityBase):
+    @activity.defn(name="deliver_webhook")
+    async def deliver_webhook(self, inp: Delivery) -> None:
+        """One event to one webhook (retried with backoff by the workflow's policy); every
+        attempt is logged. A webhook deleted meanwhile gets nothing."""
+        hook = await self.store.get_webhook(inp.webhook_id)
+        job = await self.store.get_job(inp.job_id)
+        events = await self.store.read_events(inp.job_id, after_seq=inp.seq - 1, limit=1)
+        if hook is None or job is None or not events:
+            return
+        event = events[0]
+        body = webhooks.payload(event, job, webhooks.card_url(self.settings.effective_api_url, job.job_id,
+                                                              event.data.get("request_id")))
+        attempt = activity.info().attempt
+        try:
+            status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
+                                         event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
+                                         policy=egress_policy(self.settings.egress_allow))
+        except webhooks.DeliveryFailed as err:
+            await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq,
+                                          attempt=attempt, status_code=err.details.get("status_code"),
+                                          error=err.message, delivered=False)
+            raise to_failure(err) from None
+        await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq, attempt=attempt,
+                                      status_code=status, error=None, delivered=True)
+
+    async def _seq_of(self, job_id: str, event: str, request_id: str) -> int | None:
+        """The seq of the last ``event`` about ``request_id``."""
+        found = [e.seq for e in await self.store.read_events(job_id)
+                 if e.event == event and e.data.get("request_id") == request_id]
+        return found[-1] if found else None
+
+    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None) -> list[Delivery]:
+        """The webhooks that get the last ``event`` about ``request_id``: those of the run's owner
+        and of the people who may decide the request (DESIGN §9). Nothing is read when nobody
+        has a webhook for that event."""
+        people = {job.user_id}
+        if pending is not None:
+            refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+            people |= await self.access.people(refs)
+        hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
+        if not hooks:
+            return []
+        seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
+        if seq is None:
+            return []
+        return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for h in hooks]
+
+    async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
+                                   written: list[tuple[str, int]]) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (``written``: (name, seq) of the vote
+        that completed a quorum, expired, decided), to the owner's webhooks and those of the
+        people who could decide ``request`` (its approvers as they were read for the check)."""
+        people = {job.user_id}
+        if request is not None and request.approver_refs:
+            people |= await self.access.people(request.approver_refs)
+        people = await self._not_muting(job, people)
+        out: list[Delivery] = []
+        for event, seq in written:
+            out += [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq)
+                    for h in await self.store.webhooks_for(sorted(people), event)]
+        return out
+
+    async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
+        """``people`` but those who muted the run's owner (their webhooks get none of the owner's
+        requests; docs/security.md, "Fan-out and approvers"). The owner always gets their own."""
+        others = sorted(people - {job.user_id})
+        return people - await self.store.muted_by(job.user_id, others) if others else people
+
