@@ -7,13 +7,14 @@ go of. ``rollback_resume`` lets a claim go when the workflow's look at the store
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio import activity
 
 from signoff.activities.failures import refused, to_failure
 from signoff.activities.gates import _vote_data
-from signoff.activities.layers import LayerActivities, _aware, _blob_step
+from signoff.activities.layers import LayerActivities, _blob_step
 from signoff.activities.sender import sender
 from signoff.activities.types import (
     ResumeRunInput,
@@ -25,12 +26,15 @@ from signoff.activities.types import (
 from signoff.engine import metrics, tracing
 from signoff.engine.decisions import (
     apply_decision,
+    check_decision,
     decision_event,
     expired_event,
     recorded_decision,
     with_decision,
 )
 from signoff.engine.errors import (
+    InvalidDecision,
+    InvalidValues,
     NotResumable,
     SignoffError,
 )
@@ -73,6 +77,12 @@ class DecisionActivities(LayerActivities):
                         raise
                     # refused before any claim: an answer, not a failure (nothing to roll back)
                     return ResumeRunOutput(claimed=False, refused=refused(err))
+                if request is not None:  # the values, which the workflow never checks: off the event loop
+                    try:
+                        await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
+                                                max_items=self.settings.max_value_items)
+                    except (InvalidDecision, InvalidValues) as err:
+                        return ResumeRunOutput(claimed=False, refused=refused(err))
             claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token)
             if claim.job is None:
                 raise NotResumable(f"job {inp.job_id} not found")
@@ -103,7 +113,7 @@ class DecisionActivities(LayerActivities):
                     return await self._go_on_from(inp, claim)
                 return _not_applied(claim.job or job)
             paused_at = job.pending.paused_at if job.pending is not None else None
-            metrics.decided(seconds_waited=(_aware(applied.decided_at) - _aware(paused_at)).total_seconds()
+            metrics.decided(seconds_waited=(applied.decided_at - paused_at).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
                             via=(sent or {}).get("via"))
             deliveries = await self._decision_deliveries(job, request or job.pending, written)

@@ -8,7 +8,7 @@ builds the layers after a decision through the same helpers.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Callable
 
 from temporalio import activity
@@ -313,8 +313,3 @@ class _heartbeating:
         while True:
             activity.heartbeat(*self._details())
             await asyncio.sleep(HEARTBEAT_EVERY)
-
-
-def _aware(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
-

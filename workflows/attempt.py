@@ -53,15 +53,15 @@ class DecisionAttempt(RunCore):
         person is refused here when the decision names them by id. ``validating`` (the Update's
         validator): a decision that comes while another is being applied is let in, to wait for
         that one to settle and be checked then (_decide): the one being applied may turn out to
-        be this Update's own, applied in a workflow task that was lost (_apply). The validator
-        leaves the values out (shape, request id, action id only): checking them against a schema
-        is the API's (before it sends the Update) and the activity's (resume_run, record_vote),
-        never a cost the workflow task pays before it is accepted (a validator writes no history:
+        be this Update's own, applied in a workflow task that was lost (_apply). The values are
+        never checked in workflow code (shape, request id, action id only): checking them against
+        a schema is the API's (before it sends the Update) and the activity's (resume_run before
+        its claim, record_vote), a cost no workflow task pays (a validator writes no history:
         replay-safe)."""
         if self._layer_running and self._pending is None:
             return  # the layer under way may be reaching this pause: checked once it has (_decide)
         check_decision(self._pending, inp.request_id, inp.decision,
-                       waiting=self._undecided or (validating and self._applying), values=not validating)
+                       waiting=self._undecided or (validating and self._applying), values=False)
         if self._voted(inp):
             raise AlreadyVoted()
 

@@ -8,9 +8,9 @@ claim, apply, and the following instant layers) → next layer → ... → the l
 completion; ``finish`` (status + terminal event) for the other ends.
 
 A decision is checked by the engine's one rule (:func:`~signoff.engine.decisions.check_decision`)
-in the Update's validator, so a refused one writes no history (its values excepted: the API
-checks them before it sends the Update, the handler and the activity again; the validator's
-checks are the cheap ones); at most one decision is in flight at a time (:class:`DecisionSlot`,
+in the Update's validator, so a refused one writes no history; its values are never checked in
+workflow code (the API checks them before it sends the Update, the ``resume_run`` activity
+before its claim: a schema's cost is no workflow task's); at most one decision is in flight at a time (:class:`DecisionSlot`,
 one slot).
 """
 

@@ -6,7 +6,7 @@ ahead of the workflow) turns back."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -108,7 +108,7 @@ class GateWait(DecisionAttempt):
     async def _wait_with_gate_timers(self, inp: FlowRunInput, pending: PendingRequest) -> str | None:
         """A gate whose deadline acts (``on_timeout``), that reminds (``remind_every``) or
         escalates (``escalate_after``): durable timers from the pause, none after the decision."""
-        base = pending.paused_at if pending.paused_at.tzinfo else pending.paused_at.replace(tzinfo=timezone.utc)
+        base = pending.paused_at  # UTC: engine.models.UTCDateTime
         wakes: dict[str, datetime] = {}
         if inp.max_suspend_seconds:
             wakes["max"] = workflow.now() + timedelta(seconds=inp.max_suspend_seconds)

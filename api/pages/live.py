@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.access import current_approvers
-from signoff.engine.models import EventNote, JobStatus, User
+from signoff.engine.models import EventNote, User
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.feed import EventFeed

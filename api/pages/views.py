@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.decisions import deadline, late_action
-from signoff.engine.models import EXPIRED_ACTION, Event, FlowRecord, Job, JobStatus, PendingRequest, as_utc
+from signoff.engine.models import EXPIRED_ACTION, Event, FlowRecord, Job, PendingRequest, as_utc
 from signoff.engine.store.base import Store
 
 # ---- names -----------------------------------------------------------------------------------------

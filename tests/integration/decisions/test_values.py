@@ -184,3 +184,46 @@ async def test_the_cli_sends_values(h: Harness, live: str):
     await h.wait_status(job["job_id"], JobStatus.completed)
     data = only(await events(h, "alice", job["job_id"]), "human_input_decision")
     assert data["values"] == {"amount": 50}
+
+
+async def test_values_sent_straight_to_temporal_are_checked_by_the_activity_not_the_workflow(h: Harness):
+    """A decision sent as the ``resume`` Update (a Temporal client, the ``temporal`` CLI, the
+    Web UI: nothing checked it before) with values its fields refuse is refused INVALID_VALUES
+    naming the field, before any claim: no decision recorded, the run still waits, and the right
+    values then apply. The check is the activity's (resume_run); no workflow task pays for a
+    schema (workflows/attempt.py: values=False everywhere)."""
+    import uuid
+    from datetime import timedelta
+
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.exceptions import ApplicationError
+
+    from signoff.engine.models import Decision
+    from signoff.workflows.types import ResumeInput, ResumeResult
+
+    flow_id = await upload(h, gate_flow({"fields": {"Approve": {
+        "type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer", "maximum": 100}}}}},
+        name="update-values"))
+    job = await run_suspended(h, flow_id)
+    request_id = job["human_request"]["request_id"]
+    handle = h.service.client.get_workflow_handle(job["job_id"])
+
+    async def send(values: dict[str, Any]) -> ResumeResult:
+        return await handle.execute_update(
+            "resume", ResumeInput(request_id=request_id, decision=Decision(action_id="approve", values=values),
+                                  user=h.users["alice"][0]),
+            id=f"test-{uuid.uuid4()}", result_type=ResumeResult, rpc_timeout=timedelta(seconds=30))
+
+    try:
+        await send({"amount": 500})
+        raise AssertionError("values over the maximum were taken")
+    except WorkflowUpdateFailedError as err:
+        assert isinstance(err.cause, ApplicationError) and err.cause.type == "INVALID_VALUES", err.cause
+        assert "amount" in str(err.cause), err.cause
+    stored = await h.store.get_job(job["job_id"])
+    assert stored.status == JobStatus.suspended and stored.waits_for(request_id)
+    assert "human_input_decision" not in [e.event for e in await h.store.read_events(job["job_id"])]
+    await send({"amount": 50})
+    await h.wait_status(job["job_id"], JobStatus.completed)
+    data = only(await events(h, "alice", job["job_id"]), "human_input_decision")
+    assert data["values"] == {"amount": 50}
