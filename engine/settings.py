@@ -141,6 +141,19 @@ class Settings(BaseSettings):
     )
     write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
                              "paces them.")
+    write_rate_total: float = Field(
+        60.0, ge=0,
+        description="Writes a second one API process takes from all users together, shared evenly among the users "
+        "who wrote in the last 10 s: with more writers than it gives SIGNOFF_WRITE_RATE each, each may send "
+        "total / writers a second (a user under that share is never refused because of others). 0 = no "
+        "service-wide budget.",
+    )
+    user_max_runs_in_flight: int = Field(
+        10, ge=0,
+        description="Runs one user may have queued or running at once (a run paused at a gate does not count); a "
+        "submit past it is 429 RUNS_IN_FLIGHT_LIMIT with Retry-After. Counted in the job's insert, so racing submits "
+        "never pass it. 0 = no limit.",
+    )
     stream_recheck_seconds: float = Field(
         5.0, gt=0,
         description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
