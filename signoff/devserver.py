@@ -46,9 +46,15 @@ class DevServerError(RuntimeError):
 # ``system.enableEagerWorkflowStart`` lets a start that asks for it (``request_eager_start``)
 # hand the first workflow task to a worker of the same process in the start's reply (the CLI
 # 1.9.1 dev server already allows it; set so that an older one does too).
+# ``matching.useNewMatcher`` and ``matching.enableFairness`` turn on task-queue fairness: tasks
+# that wait in a backlog are dispatched per fairness key in turn (signoff's key is the run's user,
+# service/temporal.py ``fair_share``) instead of first in, first out (docs/security.md, "A fair
+# share of the service").
 TUNING: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "100000",
     "system.enableEagerWorkflowStart": "true",
+    "matching.useNewMatcher": "true",
+    "matching.enableFairness": "true",
 }
 # SQLite pragmas of a dev server with a database file (``signoff dev``'s, the tests'): its
 # default rollback journal writes the database and its journal and syncs both on every commit,
