@@ -65,6 +65,9 @@ async def test_racing_submits_never_pass_the_runs_in_flight_limit(h: Harness) ->
                 assert r.json()["detail"]["retry_after"] == int(r.headers["retry-after"])
             user_id = h.users["alice"][0]
             assert len(await h.store.list_user_active_jobs(user_id)) == LIMIT  # nothing else was inserted
+            # each run waits in Temporal's task queue under its user's fairness key
+            desc = await h.service.client.get_workflow_handle(taken[0].json()["job_id"]).describe()
+            assert desc.raw_description.workflow_execution_info.priority.fairness_key == user_id
             # a submit sent again with its idempotency key answers its job, at the limit too
             i = next(i for i, r in enumerate(answers) if r.status_code == 200)
             again = await c.post("/api/v2/workflows", json={"flow_id": flow, "input_value": "x", "mode": "background",
