@@ -201,6 +201,12 @@ class Settings(BaseSettings):
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
     # lease renewed every heartbeat; a sweep ends a job whose lease ran out (its process died).
     inline_sync: bool = Field(True, description="Run sync runs of gate-less flows in the API process, not on Temporal.")
+    inline_max_running: int = Field(
+        4, ge=0,
+        description="Inline runs one API process builds at once; more wait (in_progress, their lease renewed) and a "
+        "freed place goes to the next user in turn, so one user's many runs never sit in front of another's. "
+        "0 = no limit.",
+    )
     inline_lease_seconds: float = Field(30.0, gt=0, description="How long an inline run's lease lasts unrenewed.")
     inline_heartbeat_seconds: float = Field(1.0, gt=0, description="How often an inline run renews its lease and checks for a stop.")
     inline_sweep_seconds: float = Field(10.0, gt=0, description="How often the API and the worker end inline jobs whose lease expired.")
