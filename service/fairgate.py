@@ -2,7 +2,7 @@
 
 :class:`FairGate` lets at most ``slots`` holders in at once. When all are taken, a newcomer waits
 in its user's line, and a freed slot goes to the next user in turn (round robin over the users
-who wait, each user's own in the order they came): a user with many runs waiting gets one slot
+who wait, each user's own in the order they came; the user whose slot was freed goes last): a user with many runs waiting gets one slot
 per turn like a user with one, so one user's backlog never sits in front of another's run. What
 waits holds nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot
 it was just given).
@@ -40,14 +40,14 @@ class FairGate:
                 await given
             except asyncio.CancelledError:
                 if given.done() and not given.cancelled():
-                    self._release()  # the slot came with the cancel: hand it on
+                    self._release(user_id)  # the slot came with the cancel: hand it on
                 else:
                     self._leave(user_id, given)
                 raise
         try:
             yield
         finally:
-            self._release()
+            self._release(user_id)
 
     def _leave(self, user_id: str, given: asyncio.Future[None]) -> None:
         line = self._lines.get(user_id)
@@ -57,8 +57,11 @@ class FairGate:
             if not line:
                 del self._lines[user_id]
 
-    def _release(self) -> None:
-        """A slot is free: the next user in turn gets it (the slot passes on, busy unchanged)."""
+    def _release(self, user_id: str) -> None:
+        """A slot of ``user_id`` is free: the next user in turn gets it (the slot passes on, busy
+        unchanged); ``user_id`` just had one, so their own line goes behind everyone else's."""
+        if user_id in self._lines:
+            self._lines.move_to_end(user_id)
         while self._lines:
             user_id, line = next(iter(self._lines.items()))
             given = line.popleft()

@@ -29,8 +29,8 @@ async def test_freed_slots_go_to_the_users_in_turn_not_first_come():
     assert gate.waiting == 7 and gate.busy == 1
     release.set()
     await asyncio.gather(first, *tasks)
-    # one of each user while both wait (first come would put small-0 after big-5)
-    assert order == ["big-0", "big-1", "small-0", "big-2", "small-1", "big-3", "big-4", "big-5"]
+    # one of each user while both wait, big having just had its turn (first come: small-0 after big-5)
+    assert order == ["big-0", "small-0", "big-1", "small-1", "big-2", "big-3", "big-4", "big-5"]
     assert gate.busy == 0 and gate.waiting == 0
 
 

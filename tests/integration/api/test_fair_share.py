@@ -128,3 +128,37 @@ async def test_a_user_under_their_share_is_not_refused_when_others_flood(
             finally:
                 for c in clients.values():
                     await c.aclose()
+
+
+async def test_a_users_inline_runs_wait_their_turn_behind_anothers_one(
+        store_backend, tmp_path_factory, temporal_client) -> None:
+    """SIGNOFF_INLINE_MAX_RUNNING=1: alice's four sync runs of gate-less flows take the one place
+    in turn, and bob's one run, sent after them, goes next when alice's first ends, before her
+    second, third and fourth (first come, first served would run all of hers first; no limit would
+    run all five at once)."""
+    blocking = BlockingHTTP()
+    async with harness(store_backend, tmp_path_factory.mktemp("turns"), temporal_client,
+                       inline_max_running=1) as h:
+        h.egress.add(blocking)
+        tag = uuid.uuid4().hex[:6]
+        try:
+            async with serving(h.app) as base, client(base, h, "alice") as alice, client(base, h, "bob") as bob:
+                async def run(c: httpx.AsyncClient, name: str) -> str:
+                    r = await c.post("/api/v1/flows", json=blocking_flow(f"{blocking.url}/block/{name}"))
+                    assert r.status_code == 201, r.text
+                    r = await c.post("/api/v2/workflows", json={"flow_id": r.json()["id"], "input_value": "x",
+                                                                "mode": "sync", "timeout": 0.2})
+                    assert r.status_code == 200 and r.json()["status"] == "in_progress", r.text
+                    return r.json()["job_id"]
+
+                jobs = [await run(alice, f"a{i}-{tag}") for i in range(4)]
+                await eventually(lambda: blocking.seen == [f"a0-{tag}"], what="alice's first run to hold the place")
+                jobs.append(await run(bob, f"b-{tag}"))
+                for k in range(5):  # let go of each run that holds the place, in the order they came to it
+                    await eventually(lambda: len(blocking.seen) > k, what=f"run {k + 1} of 5 to call")
+                    blocking.release(blocking.seen[k])
+                for job_id in jobs:
+                    await h.wait_status(job_id, JobStatus.completed)
+                assert blocking.seen == [f"a0-{tag}", f"b-{tag}", f"a1-{tag}", f"a2-{tag}", f"a3-{tag}"]
+        finally:
+            blocking.close()
