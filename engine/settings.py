@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         "Temporal retries it; never past the activity's own timeout. The API answers 503 meanwhile.",
     )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
+    worker_max_activities: int = Field(
+        100, ge=1,
+        description="Activities one worker runs at once (Temporal's max_concurrent_activities); more wait in the "
+        "task queue, where a server with fairness on (signoff dev) hands them out by user in turn.",
+    )
 
     # Limits (bad input gets a 4xx, never a crash)
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)

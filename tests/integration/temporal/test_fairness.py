@@ -39,3 +39,16 @@ async def test_a_users_few_runs_are_not_queued_behind_anothers_backlog(temporal_
     places = [i for i, user in enumerate(TAKEN) if user == small]
     # in turns: one of each key while both wait (first in, first out would be 30 and 31)
     assert places and max(places) < 6, TAKEN
+
+
+async def test_the_workers_activity_slots_are_a_setting(temporal_client, task_queue, tmp_path) -> None:
+    """SIGNOFF_WORKER_MAX_ACTIVITIES: what one worker runs at once; more wait in the task queue,
+    where fairness hands them out by user in turn."""
+    from signoff.engine.settings import Settings
+    from signoff.engine.store.memory import MemoryStore
+    from signoff.worker import build_worker
+
+    for slots in (8, 100):
+        worker = build_worker(temporal_client, MemoryStore(), Settings(home=tmp_path, worker_max_activities=slots),
+                              task_queue=f"{task_queue}-{slots}")
+        assert worker.config()["max_concurrent_activities"] == slots
