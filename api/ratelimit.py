@@ -99,7 +99,7 @@ class WriteBudget:
         """0 when the write may go, else the seconds until it may."""
         now = self.clock()
         if user_id not in self._last:
-            self._counted = -math.inf  # a new writer: count again, the share is smaller now
+            self._writers += 1  # a new writer: the share is smaller at once (the count is redone each second)
         self._last[user_id] = now
         return self.buckets.take(user_id, rate=self.share(now))
 
