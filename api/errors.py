@@ -70,6 +70,7 @@ STATUS_BY_CODE: dict[str, int] = {
     "IDEMPOTENCY_MISMATCH": 422,
     "TOO_MANY_STREAMS": 429,
     "RATE_LIMITED": 429,
+    "RUNS_IN_FLIGHT_LIMIT": 429,
     "UNAVAILABLE": 503,
     "STORE_UNAVAILABLE": 503,
 }
@@ -110,8 +111,8 @@ def error_body(code: str, message: str, *, error: str | None = None, **extra: An
 
 def retry_headers(status: int, details: dict[str, Any]) -> dict[str, str]:
     """``Retry-After`` for an error answer that says when to try again: a 503 (the database or
-    Temporal back within seconds), a 429 with ``retry_after`` (RATE_LIMITED: when to send
-    again). Every answer that carries an error, JSON or page, takes its header from here."""
+    Temporal back within seconds), a 429 with ``retry_after`` (RATE_LIMITED, RUNS_IN_FLIGHT_LIMIT: when to
+    send again). Every answer that carries an error, JSON or page, takes its header from here."""
     if status == 503:
         return {"Retry-After": str(RETRY_AFTER_SECONDS)}
     if status == 429 and isinstance(details.get("retry_after"), int):

@@ -53,7 +53,7 @@ class ErrorDetail(BaseModel):
     problems: list[ErrorProblem] | None = Field(None, description="INVALID_REQUEST and FLOW_INVALID: every problem")
     checks: dict[str, str] | None = Field(None, description="UNAVAILABLE from /health: each dependency, `ok` or "
                                                            "`down: ...`")
-    retry_after: int | None = Field(None, description="RATE_LIMITED: seconds to wait before sending again (also "
+    retry_after: int | None = Field(None, description="RATE_LIMITED, RUNS_IN_FLIGHT_LIMIT: seconds to wait before sending again (also "
                                                       "the Retry-After header)")
 
 

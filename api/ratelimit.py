@@ -1,6 +1,10 @@
-"""Requests per second per user on the write routes (issue 28): ``SIGNOFF_WRITE_RATE`` tokens a
-second with a burst of ``SIGNOFF_WRITE_BURST``; beyond them 429 ``RATE_LIMITED`` with
-``Retry-After``. One dependency of the whole app (:func:`limit_writes`) applies it to every
+"""Writes per second per user on the write routes (issue 28), sized to the service: each user
+may send ``SIGNOFF_WRITE_RATE`` writes a second with a burst of ``SIGNOFF_WRITE_BURST``, and the
+service as a whole ``SIGNOFF_WRITE_RATE_TOTAL``, shared evenly among the users who wrote in the
+last ``ACTIVE_SECONDS``: when more users write than the total gives each the per-user rate, each
+gets ``total / writers`` (their fair share). A user who writes less than their share is never
+refused because of the others; one who writes more is paced to it. Beyond it 429 ``RATE_LIMITED``
+with ``Retry-After``. One dependency of the whole app (:func:`limit_writes`) applies it to every
 POST, PUT, PATCH and DELETE of the JSON API (submit, resume, stop, flows, shares, secrets,
 groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``).
 
@@ -34,19 +38,21 @@ class TokenBuckets:
         self.max_keys = max_keys
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
 
-    def take(self, key: str) -> float:
-        if self.rate <= 0:
+    def take(self, key: str, rate: float | None = None) -> float:
+        """``rate``: this key's rate now, instead of the buckets' (a fair share that changes)."""
+        rate = self.rate if rate is None else rate
+        if rate <= 0:
             return 0.0
         now = self.clock()
         tokens, when = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - when) * self.rate)
+        tokens = min(self.burst, tokens + (now - when) * rate)
         if tokens >= 1:
             self._buckets[key] = (tokens - 1, now)
             if len(self._buckets) > self.max_keys:
                 self._prune(now)
             return 0.0
         self._buckets[key] = (tokens, now)
-        return (1 - tokens) / self.rate
+        return (1 - tokens) / rate
 
     def _prune(self, now: float) -> None:
         full = [k for k, (tokens, when) in self._buckets.items() if tokens + (now - when) * self.rate >= self.burst]
@@ -54,17 +60,65 @@ class TokenBuckets:
             del self._buckets[key]
 
 
-def write_buckets(settings: Settings) -> TokenBuckets:
-    return TokenBuckets(settings.write_rate, settings.write_burst)
+# A user counts among the writers sharing SIGNOFF_WRITE_RATE_TOTAL this long after their last write
+ACTIVE_SECONDS = 10.0
 
 
-def check_write(buckets: TokenBuckets, user_id: str) -> None:
+class WriteBudget:
+    """Each user's token bucket, at the per-user rate or, when ``total`` is set and shared by
+    more writers than it can give that rate, at ``total / writers`` (``writers``: the users who
+    wrote in the last ``active_seconds``, counted again at most once a second)."""
+
+    def __init__(self, rate: float, burst: int, total: float = 0.0, *, clock: Callable[[], float] = time.monotonic,
+                 active_seconds: float = ACTIVE_SECONDS, max_keys: int = 100_000) -> None:
+        self.rate = rate  # 0: no per-user limit
+        self.total = total  # 0: no service-wide budget
+        self.burst = float(burst)
+        self.clock = clock
+        self.active_seconds = active_seconds
+        self.buckets = TokenBuckets(rate, burst, clock=clock, max_keys=max_keys)
+        self._last: dict[str, float] = {}  # user -> their last write
+        self._writers = 0
+        self._counted = -math.inf
+
+    def writers(self, now: float) -> int:
+        if now - self._counted >= 1.0:
+            since = now - self.active_seconds
+            self._last = {k: t for k, t in self._last.items() if t >= since}
+            self._writers, self._counted = len(self._last), now
+        return max(1, self._writers)
+
+    def share(self, now: float | None = None) -> float:
+        """A user's rate now (0: no limit)."""
+        if self.total <= 0:
+            return self.rate
+        fair = self.total / self.writers(self.clock() if now is None else now)
+        return min(self.rate, fair) if self.rate > 0 else fair
+
+    def take(self, user_id: str) -> float:
+        """0 when the write may go, else the seconds until it may."""
+        now = self.clock()
+        if user_id not in self._last:
+            self._writers += 1  # a new writer: the share is smaller at once (the count is redone each second)
+        self._last[user_id] = now
+        return self.buckets.take(user_id, rate=self.share(now))
+
+
+def write_buckets(settings: Settings) -> WriteBudget:
+    return WriteBudget(settings.write_rate, settings.write_burst, settings.write_rate_total)
+
+
+def check_write(budget: WriteBudget, user_id: str) -> None:
     """Take one write of ``user_id`` from its bucket, or raise RateLimited (429, Retry-After)."""
-    wait = buckets.take(user_id)
+    wait = budget.take(user_id)
     if wait > 0:
         retry_after = max(1, math.ceil(wait))
-        raise RateLimited(f"Too many writes: at most {buckets.rate:g} a second with bursts of {buckets.burst:g} per "
-                          f"user (SIGNOFF_WRITE_RATE, SIGNOFF_WRITE_BURST); try again in {retry_after} s",
+        share = budget.share()
+        shared = (f"; the service's {budget.total:g} a second (SIGNOFF_WRITE_RATE_TOTAL) is shared by "
+                  f"{budget.writers(budget.clock())} users writing now" if share < budget.rate or budget.rate <= 0
+                  else "")
+        raise RateLimited(f"Too many writes: at most {share:g} a second with bursts of {budget.burst:g} per user "
+                          f"(SIGNOFF_WRITE_RATE, SIGNOFF_WRITE_BURST{shared}); try again in {retry_after} s",
                           retry_after=retry_after)
 
 

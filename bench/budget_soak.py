@@ -22,6 +22,7 @@ the answers by status per kind (target: no 5xx), the peak RSS of the signoff pro
 Temporal dev server, and the growth of signoff's database.
 
 Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--hostile 20] [--kinds regex,...]
+       [--set SIGNOFF_X=VALUE ...]
 """
 
 from __future__ import annotations
@@ -256,6 +257,8 @@ async def main() -> None:
     ap.add_argument("--honest", type=int, default=5)
     ap.add_argument("--hostile", type=int, default=20)
     ap.add_argument("--kinds", default=",".join(KINDS), help="the hostile kinds, comma-separated")
+    ap.add_argument("--set", action="append", default=[], metavar="SIGNOFF_X=VALUE",
+                    help="a setting of the signoff dev under test (again for more); the defaults otherwise")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     assert set(kinds) <= set(KINDS), f"kinds are {KINDS}"
@@ -266,6 +269,7 @@ async def main() -> None:
     env.update(SIGNOFF_HOME=str(home), SIGNOFF_API_PORT=str(free_port()),
                SIGNOFF_DEV_TEMPORAL_PORT=str(free_port()), SIGNOFF_DEV_UI_PORT=str(free_port()),
                SIGNOFF_EGRESS_ALLOW=f"127.0.0.1:{sink.port}")
+    env.update(dict(kv.split("=", 1) for kv in args.set))
     log = home / "dev.log"
     with log.open("w") as out:
         dev = subprocess.Popen([*SIGNOFF, "dev"], env=env, stdout=out, stderr=subprocess.STDOUT,

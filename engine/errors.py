@@ -178,6 +178,13 @@ class StorageLimit(SignoffError):
     code = "STORAGE_LIMIT"
 
 
+class RunsInFlightLimit(SignoffError):
+    """Too many of this user's runs are queued or running (SIGNOFF_USER_MAX_RUNS_IN_FLIGHT); wait
+    ``retry_after`` seconds (one may have ended or paused at a gate) and submit again."""
+
+    code = "RUNS_IN_FLIGHT_LIMIT"
+
+
 class RateLimited(SignoffError):
     """Too many requests; wait ``retry_after`` seconds and send again."""
 

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
         "Temporal retries it; never past the activity's own timeout. The API answers 503 meanwhile.",
     )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
+    worker_max_activities: int = Field(
+        100, ge=1,
+        description="Activities one worker runs at once (Temporal's max_concurrent_activities); more wait in the "
+        "task queue, where a server with fairness on (signoff dev) hands them out by user in turn.",
+    )
 
     # Limits (bad input gets a 4xx, never a crash)
     max_body_bytes: int = Field(2 * 1024 * 1024, ge=1024)
@@ -141,6 +146,19 @@ class Settings(BaseSettings):
     )
     write_burst: int = Field(40, ge=1, description="How many writes a user may send at once before SIGNOFF_WRITE_RATE "
                              "paces them.")
+    write_rate_total: float = Field(
+        60.0, ge=0,
+        description="Writes a second one API process takes from all users together, shared evenly among the users "
+        "who wrote in the last 10 s: with more writers than it gives SIGNOFF_WRITE_RATE each, each may send "
+        "total / writers a second (a user under that share is never refused because of others). 0 = no "
+        "service-wide budget.",
+    )
+    user_max_runs_in_flight: int = Field(
+        10, ge=0,
+        description="Runs one user may have queued or running at once (a run paused at a gate does not count); a "
+        "submit past it is 429 RUNS_IN_FLIGHT_LIMIT with Retry-After. Counted in the job's insert, so racing submits "
+        "never pass it. 0 = no limit.",
+    )
     stream_recheck_seconds: float = Field(
         5.0, gt=0,
         description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
@@ -188,6 +206,12 @@ class Settings(BaseSettings):
     # Sync runs of flows with no gate run in the API process (docs/inline.md): the job holds a
     # lease renewed every heartbeat; a sweep ends a job whose lease ran out (its process died).
     inline_sync: bool = Field(True, description="Run sync runs of gate-less flows in the API process, not on Temporal.")
+    inline_max_running: int = Field(
+        4, ge=0,
+        description="Inline runs one API process builds at once; more wait (in_progress, their lease renewed) and a "
+        "freed place goes to the next user in turn, so one user's many runs never sit in front of another's. "
+        "0 = no limit.",
+    )
     inline_lease_seconds: float = Field(30.0, gt=0, description="How long an inline run's lease lasts unrenewed.")
     inline_heartbeat_seconds: float = Field(1.0, gt=0, description="How often an inline run renews its lease and checks for a stop.")
     inline_sweep_seconds: float = Field(10.0, gt=0, description="How often the API and the worker end inline jobs whose lease expired.")

@@ -37,6 +37,7 @@ from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 from signoff.engine.validate import flow_has_gate
 from signoff.service.backend import Resumed, RunBackend, poll_job
+from signoff.service.fairgate import FairGate
 from signoff.service.periodic import periodically
 
 log = logging.getLogger("signoff.inline")
@@ -81,6 +82,8 @@ class InlineBackend(RunBackend):
         self._specs: OrderedDict[tuple[str, int], FlowSpec | None] = OrderedDict()
         self.access = Access(store)
         self.vault = Vault(store, settings)
+        # runs building at once in this process, let in by user in turn (SIGNOFF_INLINE_MAX_RUNNING)
+        self.gate = FairGate(settings.inline_max_running)
 
     def accepts(self, flow: FlowRecord, tweaks: dict[str, Any] | None) -> bool:
         """Whether a sync run of this flow (with these tweaks) runs inline: :func:`inline_spec`,
@@ -190,10 +193,12 @@ class InlineBackend(RunBackend):
                     store, store, self.access.flow_loader(job.user_id), secrets=self.vault.value, settings=self.settings,
                     tracing=tracing.RunTracing(store, started_at=lambda _s: job.created_at, name=flow.name),
                 )
-                outcome = await runner.start(
-                    spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
-                    owner_id=flow.owner_id, session_id=job.session_id, input_value=job.request.get("input_value"),
-                )
+                # its turn among the runs of this process (the lease is renewed while it waits)
+                async with self.gate.hold(job.user_id):
+                    outcome = await runner.start(
+                        spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
+                        owner_id=flow.owner_id, session_id=job.session_id, input_value=job.request.get("input_value"),
+                    )
             except asyncio.CancelledError:
                 beat.cancel()
                 await to_the_end(self._cancelled(job, flow))

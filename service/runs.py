@@ -112,7 +112,7 @@ class RunService:
             lease_until=backend.lease_until(),
             status=backend.initial_status,
         )
-        job, created = await self.store.create_job(new)
+        job, created = await self.store.create_job(new, max_in_flight=self.settings.user_max_runs_in_flight)
         if not created and request_hash and job.request.get("body_sha256") not in (None, request_hash):
             raise IdempotencyMismatch(
                 f"The idempotency key {idempotency_key!r} was already used with a different request (job "

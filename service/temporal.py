@@ -18,7 +18,13 @@ import temporalio.client
 import temporalio.runtime
 import temporalio.service
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    Priority,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -168,6 +174,15 @@ def reaching_temporal(what: str, job_id: str | None = None) -> Iterator[None]:
         raise
 
 
+def fair_share(user_id: str) -> Priority:
+    """The run's place in the task queue: its user's id as Temporal's fairness key, so that a
+    server with task-queue fairness on (``signoff dev``'s: signoff/devserver.py) dispatches the
+    backlogs of different users in turn, not first in first out (one user's hundred queued tasks
+    never sit in front of another's one). Activities inherit it from their workflow. A server
+    without fairness ignores it. Keys are at most 64 bytes: a user id is a UUID."""
+    return Priority(fairness_key=user_id[:64])
+
+
 class TemporalBackend(RunBackend):
     name: ClassVar[str] = "temporal"
     # Ask for eager workflow start (docs/temporal.md, "Dev server tuning"): when a worker of this
@@ -215,6 +230,7 @@ class TemporalBackend(RunBackend):
                 static_summary=f"{flow.name} · session {session}",
                 static_details=f"Flow `{flow.name}` ({flow.id} v{flow.version}) run by user {job.user_id}",
                 request_eager_start=self.eager_start,
+                priority=fair_share(job.user_id),
             )
 
     async def recover(self, *, older_than: float | None = None) -> list[str]:

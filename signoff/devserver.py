@@ -46,9 +46,21 @@ class DevServerError(RuntimeError):
 # ``system.enableEagerWorkflowStart`` lets a start that asks for it (``request_eager_start``)
 # hand the first workflow task to a worker of the same process in the start's reply (the CLI
 # 1.9.1 dev server already allows it; set so that an older one does too).
+# ``matching.useNewMatcher`` and ``matching.enableFairness`` turn on task-queue fairness: tasks
+# that wait in a backlog are dispatched per fairness key in turn (signoff's key is the run's user,
+# service/temporal.py ``fair_share``) instead of first in, first out (docs/security.md, "A fair
+# share of the service"). Fairness holds within a partition of a task queue and a task goes to a
+# random one of 4 by default; one partition each way (the dev server is one host, serving one
+# process's worker) makes the turns exact: 60 queued tasks of one key, then 3 of another, were
+# dispatched with the 3 at places 1, 3 and 5 (without fairness 59, 61, 62; with 4 partitions 2,
+# 15, 47), tests/integration/temporal/test_fairness.py.
 TUNING: dict[str, str] = {
     "history.transferProcessorMaxPollRPS": "100000",
     "system.enableEagerWorkflowStart": "true",
+    "matching.useNewMatcher": "true",
+    "matching.enableFairness": "true",
+    "matching.numTaskqueueReadPartitions": "1",
+    "matching.numTaskqueueWritePartitions": "1",
 }
 # SQLite pragmas of a dev server with a database file (``signoff dev``'s, the tests'): its
 # default rollback journal writes the database and its journal and syncs both on every commit,

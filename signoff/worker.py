@@ -67,6 +67,7 @@ def build_worker(
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
         max_cached_workflows=worker_kwargs.pop("max_cached_workflows", settings.max_cached_workflows),
+        max_concurrent_activities=worker_kwargs.pop("max_concurrent_activities", settings.worker_max_activities),
         **worker_kwargs,
     )
 

@@ -43,6 +43,7 @@ from signoff.engine.models import (
     WebhookRecord,
     utcnow,
 )
+from signoff.engine.errors import RunsInFlightLimit
 from signoff.engine.store import Store, StoreConflict, StoreError
 
 
@@ -975,6 +976,50 @@ async def test_concurrent_idempotency_collisions_on_one_store_make_one_job(store
         for _ in range(20)))
     assert sum(created for _, created in results) == 1
     assert len({job.job_id for job, _ in results}) == 1
+
+
+async def test_create_job_with_max_in_flight_stops_at_it_for_that_user_only(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    first = await new_job(store, alice.id, idempotency_key="k1")
+    second = await new_job(store, alice.id)
+    await suspended_job(store, user_id=alice.id)  # paused at a gate: not in flight
+    ended = await new_job(store, alice.id)
+    assert await store.set_status(ended, JobStatus.completed)
+    third = await new_job(store, alice.id, status=JobStatus.in_progress)
+    with pytest.raises(RunsInFlightLimit) as refused:
+        await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id), max_in_flight=3)
+    assert refused.value.code == "RUNS_IN_FLIGHT_LIMIT" and refused.value.details["retry_after"] >= 1
+    assert len(await store.list_user_active_jobs(alice.id)) == 4  # nothing inserted
+    # a repeat of a job already made answers it, as without a limit
+    again, created = await store.create_job(
+        NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id, idempotency_key="k1"), max_in_flight=3)
+    assert (again.job_id, created) == (first, False)
+    # another user, a higher limit, no limit: inserted
+    for user_id, limit in ((bob.id, 3), (alice.id, 4), (alice.id, 0)):
+        _, created = await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=user_id),
+                                            max_in_flight=limit)
+        assert created
+    # one ends, one pauses: two places free
+    assert await store.set_status(second, JobStatus.failed)
+    assert await store.mark_suspended(third, pending(f"gate:{third}"))
+    for _ in range(2):
+        _, created = await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id),
+                                            max_in_flight=5)
+        assert created
+    with pytest.raises(RunsInFlightLimit):
+        await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id), max_in_flight=5)
+
+
+async def test_concurrent_creations_never_pass_the_runs_in_flight_limit(store: Store) -> None:
+    for _ in range(5):  # rounds: a pool's connections open while the first ones race
+        user = await new_user(store)
+        results = await asyncio.gather(*(
+            store.create_job(NewJob(job_id=uid("job-"), flow_id=uid("flow-"), flow_version=1, user_id=user.id),
+                             max_in_flight=5)
+            for _ in range(16)), return_exceptions=True)
+        assert sum(1 for r in results if isinstance(r, tuple) and r[1]) == 5, results
+        assert sum(1 for r in results if isinstance(r, RunsInFlightLimit)) == 11, results
+        assert len(await store.list_user_active_jobs(user.id)) == 5
 
 
 async def test_concurrent_get_or_create_user_on_one_store_makes_one_user(store: Store) -> None:

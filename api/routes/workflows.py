@@ -47,7 +47,8 @@ _SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
                        422: "`INVALID_REQUEST` (with `problems`); `IDEMPOTENCY_MISMATCH`: the idempotency key was "
                             "used with a different request",
                        429: "`TOO_MANY_STREAMS` (mode `stream`): the user holds SIGNOFF_MAX_STREAMS_PER_USER live "
-                            "streams",
+                            "streams; `RUNS_IN_FLIGHT_LIMIT`: the user has SIGNOFF_USER_MAX_RUNS_IN_FLIGHT runs queued "
+                            "or running (`Retry-After` says when to try again)",
                        503: "`UNAVAILABLE`: Temporal is not reachable"}, body=True),
 }
 

@@ -5,6 +5,8 @@ checked (pinned, so DNS rebinding cannot swap them), a transport that caps every
 from __future__ import annotations
 
 import contextlib
+import functools
+import ssl
 import time
 from typing import Any, AsyncIterator, Callable, Iterable
 
@@ -68,6 +70,23 @@ class EgressNetworkBackend(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+def ssl_context(verify: Any, cert: Any) -> ssl.SSLContext:
+    """One TLS context per (verify, cert) for the process: building one loads the CA bundle
+    (~10 ms of CPU on the event loop), and every HTTP Request node, model call and webhook delivery
+    makes a client (issue 28: 70% of a loaded signoff dev's event loop, py-spy, with outbound calls
+    at their budget). A context is safe to share; the CA bundle (and SSL_CERT_FILE/SSL_CERT_DIR) is
+    read once."""
+    try:
+        return _shared_ssl_context(verify, cert)
+    except TypeError:  # unhashable (a context of the caller's, a dict): as it is
+        return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_ssl_context(verify: Any, cert: Any) -> ssl.SSLContext:
+    return httpx.create_ssl_context(verify=verify, cert=cert, trust_env=True)
+
+
 class EgressTransport(httpx.AsyncHTTPTransport):
     """An ``httpx.AsyncHTTPTransport`` whose connections go through :class:`EgressNetworkBackend`,
     without proxies, optionally capping every response body at ``max_response_bytes``."""
@@ -100,7 +119,7 @@ class EgressTransport(httpx.AsyncHTTPTransport):
         self.backend = EgressNetworkBackend(self.policy, resolver=resolver, network_backend=network_backend)
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, cert=cert, trust_env=True),
+            ssl_context=ssl_context(verify, cert),
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,

@@ -20,7 +20,7 @@ import abc
 from datetime import datetime
 from typing import Any, AsyncIterator, Iterable, Sequence
 
-from signoff.engine.errors import SignoffError
+from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
     DecisionClaim,
@@ -72,6 +72,19 @@ class StoreConflict(StoreError):
     """A unique value is already taken (user name, API key of another user, job id)."""
 
     code = "STORE_CONFLICT"
+
+
+# When a submit refused for the runs in flight may try again: runs end or pause within seconds
+RUNS_IN_FLIGHT_RETRY_SECONDS = 1
+
+
+def runs_in_flight_check(count: int, limit: int) -> None:
+    """Raise RunsInFlightLimit when a user with ``count`` jobs in flight may not start one more."""
+    if 0 < limit <= count:
+        raise RunsInFlightLimit(
+            f"You have {count} runs queued or running; at most {limit} at once (SIGNOFF_USER_MAX_RUNS_IN_FLIGHT). "
+            f"Wait for one to end or pause, then submit again (in {RUNS_IN_FLIGHT_RETRY_SECONDS} s)",
+            retry_after=RUNS_IN_FLIGHT_RETRY_SECONDS, limit=limit)
 
 
 class CheckpointStore(abc.ABC):
@@ -407,9 +420,15 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- jobs
     @abc.abstractmethod
-    async def create_job(self, job: NewJob) -> tuple[Job, bool]:
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
         """Insert a job; returns (job, created). With an idempotency key already used by the same
-        user, returns (that first job, False) and inserts nothing."""
+        user, returns (that first job, False) and inserts nothing.
+
+        ``max_in_flight`` (0: no limit): when the user already has that many jobs ``queued`` or
+        ``in_progress``, inserts nothing and raises RunsInFlightLimit (``retry_after`` set). The
+        count is taken in the insert's transaction with the user's row locked, so racing creations
+        for one existing user never pass it; a repeated idempotency key (or the same job again)
+        answers the first job as without a limit."""
 
     @abc.abstractmethod
     async def get_job(self, job_id: str) -> Job | None: ...

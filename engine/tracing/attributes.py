@@ -3,6 +3,7 @@ values cut to a bound, and the gate span's name."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -27,14 +28,31 @@ A_INPUTS = "signoff.inputs"  # JSON object, values truncated
 A_OUTPUTS = "signoff.outputs"
 
 
+def _within(value: Any, limit: int) -> Any:
+    """``value`` with every string longer than ``limit`` cut to ``limit + 1`` characters and every
+    list or object to its first ``limit`` items: its JSON is the same as ``value``'s for the first
+    ``limit`` characters, and longer than ``limit`` when anything was cut, so cutting it gives what
+    cutting ``value``'s JSON gives, without encoding what the cut throws away (a run's output may
+    be megabytes: encoding it whole on the event loop for a 2,000-character attribute was most of
+    a busy API process's time, issue 28)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit + 1]
+    if isinstance(value, dict):
+        items = value.items() if len(value) <= limit else itertools.islice(value.items(), limit)
+        return {k: _within(v, limit) for k, v in items}
+    if isinstance(value, (list, tuple)):
+        return [_within(v, limit) for v in (value if len(value) <= limit else value[:limit])]
+    return value
+
+
 def bounded(values: dict[str, Any] | None, limit: int = MAX_VALUE_CHARS) -> dict[str, Any]:
     """The values with each one cut to ``limit`` characters of JSON (a cut value becomes a
-    string ending in '…'). Always JSON-serialisable."""
+    string ending in '…'). Always JSON-serialisable. Only what the cut keeps is encoded."""
     out: dict[str, Any] = {}
     for key, value in (values or {}).items():
         try:
-            raw = json.dumps(value, default=str, ensure_ascii=False)
-        except (TypeError, ValueError):
+            raw = json.dumps(_within(value, limit), default=str, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):  # e.g. a value that holds itself
             raw = json.dumps(str(value), ensure_ascii=False)
         if len(raw) <= limit:
             out[str(key)] = json.loads(raw)

@@ -738,3 +738,25 @@ async def test_every_request_counts_against_a_runs_budget_of_calls_before_it_is_
     assert budget.exceeded is e.value
     with pytest.raises(RunBudgetExceeded):
         budget.call()
+
+
+def test_clients_share_one_tls_context_per_verify_and_cert(monkeypatch):
+    """Building a TLS context loads the CA bundle (~10 ms of CPU on the event loop); every HTTP
+    Request node, model call and webhook delivery makes a client, so they share one per
+    (verify, cert) instead of building one each (issue 28)."""
+    import httpx as _httpx
+
+    from signoff.engine.egress import transport
+    from signoff.engine.egress.policy import EgressPolicy
+
+    built = []
+    real = _httpx.create_ssl_context
+    monkeypatch.setattr(transport.httpx, "create_ssl_context", lambda **kw: built.append(kw) or real(**kw))
+    transport._shared_ssl_context.cache_clear()
+    clients = [transport.egress_client(EgressPolicy()) for _ in range(5)]
+    insecure = [transport.egress_client(EgressPolicy(), verify=False) for _ in range(2)]
+    assert len(built) == 2  # one for verify=True, one for verify=False
+    contexts = {id(c._transport._pool._ssl_context) for c in clients}
+    assert len(contexts) == 1
+    assert insecure[0]._transport._pool._ssl_context.verify_mode == ssl.CERT_NONE
+    assert clients[0]._transport._pool._ssl_context.verify_mode == ssl.CERT_REQUIRED

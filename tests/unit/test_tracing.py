@@ -374,3 +374,30 @@ async def test_a_tools_literal_credential_is_in_no_span(store, fake_openai, egre
     assert agent.inputs["tools"][0]["params"]["headers"]["Authorization"] == "********"  # the descriptor, masked
     assert agent.inputs["tools"][0]["params"]["url"] == "http://api.test/x"
     assert token not in json.dumps([(s.inputs, s.outputs, s.attributes) for s in spans], default=str)
+
+
+def test_span_values_are_cut_without_encoding_what_the_cut_throws_away():
+    """A vertex's inputs and outputs on its span are cut to MAX_VALUE_CHARS of JSON; only what the
+    cut keeps is encoded (a run's output may be megabytes, encoded on the event loop: issue 28).
+    The result is what cutting the whole value's JSON gives."""
+    import json
+
+    from signoff.engine.tracing.attributes import bounded
+
+    class Past:  # would be encoded (default=str) only if the encoder reached past the cut
+        def __str__(self) -> str:
+            raise AssertionError("encoded past the cut")
+
+    def whole(value, limit):  # the old way: encode all, then cut
+        raw = json.dumps(value, default=str, ensure_ascii=False)
+        return json.loads(raw) if len(raw) <= limit else raw[: limit - 1] + "…"
+
+    values = {"big": "ab\"c\n" * 1000, "small": {"x": [1, "é", None]}, "many": list(range(5000)),
+              "keys": {f"k{i}": "v" * i for i in range(300)}, "nested": [["x" * 3000]], "exact": "y" * 98}
+    for limit in (100, 2000):
+        assert bounded(values, limit) == {k: whole(v, limit) for k, v in values.items()}
+    assert bounded({"v": list(range(3000)) + [Past()]}, 2000)["v"].endswith("…")
+    assert bounded({"v": {**{f"k{i}": i for i in range(3000)}, "past": Past()}}, 2000)["v"].endswith("…")
+    loop: list = []
+    loop.append(loop)
+    assert bounded({"v": loop}, 50) == {"v": "[[...]]"}  # a value that holds itself: its str

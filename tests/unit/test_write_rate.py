@@ -107,3 +107,26 @@ async def test_the_pages_and_the_api_say_when_to_try_again_alike(tmp_path):
         html, json_ = await page.post("/runs/j/stop", data={"csrf": "x"}), await api.post("/api/v1/flows", json=FLOW)
         assert html.status_code == json_.status_code == 429
         assert int(html.headers["retry-after"]) >= 1 and int(json_.headers["retry-after"]) >= 1
+
+
+def test_the_service_budget_is_shared_evenly_by_the_users_who_write():
+    """SIGNOFF_WRITE_RATE_TOTAL: alone, a user has the per-user rate; with more writers than the
+    total gives that rate each, each has total / writers; a writer quiet for ACTIVE_SECONDS no
+    longer counts. A user under their share is never refused: their bucket is theirs."""
+    from signoff.api.ratelimit import WriteBudget
+
+    now = [0.0]
+    budget = WriteBudget(20.0, 2, 60.0, clock=lambda: now[0], active_seconds=10)
+    assert budget.take("a") == 0 and budget.share() == 20  # 60 / 1, capped at the per-user 20
+    for u in "bcdef":
+        assert budget.take(u) == 0
+    assert budget.share() == 10  # six writers: 60 / 6
+    assert budget.take("a") == 0 and budget.take("a") == 0.1  # burst spent: a token in 1/10 s
+    now[0] += 5
+    for u in "ab":  # two keep writing, four go quiet
+        budget.take(u)
+    now[0] += 6
+    assert budget.share() == 20  # 60 / 2 = 30, capped at 20
+    assert WriteBudget(0, 2, 60.0).share() == 60  # no per-user limit: the whole budget for one
+    assert WriteBudget(20.0, 2, 0).share() == 20  # no service budget: the per-user rate
+    assert WriteBudget(0, 2, 0).take("a") == 0  # neither: no limit

@@ -20,7 +20,7 @@ from signoff.engine.models import (
     PendingRequest,
     utcnow,
 )
-from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
 from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same
 
@@ -48,14 +48,18 @@ class MemoryJobs(MemoryCore):
             finished_at=row.finished_at,
         )
 
-    async def create_job(self, job: NewJob) -> tuple[Job, bool]:
-        """See Store.create_job: the idempotency key first, then the same job submitted again."""
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
+        """See Store.create_job: the idempotency key first, then the same job submitted again,
+        then the user's jobs in flight (no await in between: one step of the event loop)."""
         status = JobStatus(job.status)
         request = dumps(job.request)
         now = utcnow()
         t = self._tables()
         keyed = t.idempotency.get((job.user_id, job.idempotency_key)) if job.idempotency_key is not None else None
         if keyed is None and job.job_id not in t.jobs:
+            if max_in_flight > 0:
+                in_flight = sum(1 for r in t.jobs.values() if r.user_id == job.user_id and r.status in _RUNNING)
+                runs_in_flight_check(in_flight, max_in_flight)
             row = t.jobs[job.job_id] = _Job(
                 job_id=job.job_id,
                 flow_id=job.flow_id,

@@ -23,7 +23,7 @@ from signoff.engine.models import (
     PendingRequest,
     utcnow,
 )
-from signoff.engine.store.base import StoreConflict, StoreError
+from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
 from signoff.engine.store.sql.queries import Q
 
@@ -53,7 +53,10 @@ class SQLJobs(SQLEvents):
             finished_at=self._dec_dt(row["finished_at"]),
         )
 
-    async def create_job(self, job: NewJob) -> tuple[Job, bool]:
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
+        """See Store.create_job: with ``max_in_flight``, the user's row is locked first (SQLite's
+        write transaction is one at a time already), then a repeat is looked for, then the user's
+        jobs in flight counted, then the insert."""
         now = utcnow()
         status = JobStatus(job.status)
         params = (
@@ -74,6 +77,15 @@ class SQLJobs(SQLEvents):
         if job.lease_until is not None:  # an inline run (docs/inline.md): born with its lease
             insert, params = Q.insert_leased_job, (*params, self._enc_dt(job.lease_until))
         async with self._tx(write=True) as tx:
+            if max_in_flight > 0:
+                await tx.execute(Q.lock_user, (job.user_id,))
+                row = (await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
+                       if job.idempotency_key is not None else None)
+                if row is not None:
+                    return self._job(row), False
+                if await tx.fetchone(Q.job_by_id, (job.job_id,)) is None:
+                    count = await tx.fetchone(Q.count_in_flight, (job.user_id,))
+                    runs_in_flight_check(int(count["n"]) if count is not None else 0, max_in_flight)
             row = await tx.fetchone(insert, params)
             if row is not None:
                 await self._charge(tx, job.user_id, self._json_octets(params[6]), job.job_id)  # the request

@@ -177,6 +177,8 @@ class Q:
     delete_share = "DELETE FROM flow_shares WHERE flow_id = ? AND user_id = ?"
     flow_owner = "SELECT owner_id FROM flows WHERE id = ?"
 
+    # a user's runs in flight (create_job's max_in_flight), counted with the user's row locked
+    count_in_flight = "SELECT COUNT(*) AS n FROM jobs WHERE user_id = ? AND status IN ('queued', 'in_progress')"
     insert_job = (
         "INSERT INTO jobs (job_id, flow_id, flow_version, user_id, session_id, status, request, run_id, "
         "idempotency_key, created_at, updated_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "

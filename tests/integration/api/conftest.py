@@ -114,6 +114,9 @@ async def harness(backend: str, tmp: Path, temporal_client, **settings_kw: Any) 
         # these tests send bursts of writes as one user (hundreds a second, parametrized cases);
         # SIGNOFF_WRITE_RATE is taken from a bucket that never runs dry here, and has its own tests
         settings_kw.setdefault("write_burst", 100_000)
+        # and leave runs running as one user across a module (streams, held calls): the runs in
+        # flight (SIGNOFF_USER_MAX_RUNS_IN_FLIGHT) have their own tests (api/test_fair_share.py)
+        settings_kw.setdefault("user_max_runs_in_flight", 0)
         settings = egress.bind(Settings(home=tmp, database_url=url, task_queue=f"api-{uuid.uuid4()}", **settings_kw))
         store = open_store(url)
         await store.setup()

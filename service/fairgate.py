@@ -1,0 +1,75 @@
+"""Slots of a process's work taken in turns per user (issue 28, "a fair share of the service").
+
+:class:`FairGate` lets at most ``slots`` holders in at once. When all are taken, a newcomer waits
+in its user's line, and a freed slot goes to the next user in turn (round robin over the users
+who wait, each user's own in the order they came; the user whose slot was freed goes last): a user with many runs waiting gets one slot
+per turn like a user with one, so one user's backlog never sits in front of another's run. What
+waits holds nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot
+it was just given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+
+
+class FairGate:
+    def __init__(self, slots: int) -> None:
+        self.slots = slots  # 0: no limit
+        self.busy = 0
+        self._lines: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(line) for line in self._lines.values())
+
+    @contextlib.asynccontextmanager
+    async def hold(self, user_id: str) -> AsyncIterator[None]:
+        if self.slots <= 0:
+            yield
+            return
+        if self.busy < self.slots and not self._lines:
+            self.busy += 1
+        else:
+            given: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._lines.setdefault(user_id, deque()).append(given)
+            try:
+                await given
+            except asyncio.CancelledError:
+                if given.done() and not given.cancelled():
+                    self._release(user_id)  # the slot came with the cancel: hand it on
+                else:
+                    self._leave(user_id, given)
+                raise
+        try:
+            yield
+        finally:
+            self._release(user_id)
+
+    def _leave(self, user_id: str, given: asyncio.Future[None]) -> None:
+        line = self._lines.get(user_id)
+        if line is not None:
+            with contextlib.suppress(ValueError):
+                line.remove(given)
+            if not line:
+                del self._lines[user_id]
+
+    def _release(self, user_id: str) -> None:
+        """A slot of ``user_id`` is free: the next user in turn gets it (the slot passes on, busy
+        unchanged); ``user_id`` just had one, so their own line goes behind everyone else's."""
+        if user_id in self._lines:
+            self._lines.move_to_end(user_id)
+        while self._lines:
+            user_id, line = next(iter(self._lines.items()))
+            given = line.popleft()
+            if line:
+                self._lines.move_to_end(user_id)  # their next waits for everyone else's turn
+            else:
+                del self._lines[user_id]
+            if not given.done():
+                given.set_result(None)
+                return
+        self.busy -= 1
