@@ -34,3 +34,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
         both = metafunc.definition.get_closest_marker("both_stores") is not None
         metafunc.parametrize("store_backend", BACKENDS if both else BACKENDS[:1], scope="module")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A node id per schemathesis case (tests/acceptance/test_fuzz_openapi.py): its items, one
+    per API operation and named ``test_x[GET /path]``, all carry the test function's node id, and
+    pytest-xdist, which hands work out and reports it by node id, would run one of the 38. Each
+    gets the id its name says, as any parametrised test has (pytest's own ``parent.id.child``)."""
+    for item in items:
+        if type(item).__name__ == "SchemathesisFunction" and not item.nodeid.endswith("]") and "[" in item.name:
+            item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined, union-attr]

@@ -32,11 +32,6 @@ from signoff.devserver import free_port
 ROOT = Path(__file__).resolve().parents[2]
 schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 
-# Run apart from the parallel suite (make test runs the `serial` tests after it): schemathesis gives
-# every operation's item the same node id, and pytest-xdist, which hands work out by node id,
-# would run one operation of the 38.
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture(scope="module")
 def live_api(tmp_path_factory, temporal_server):
