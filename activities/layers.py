@@ -75,6 +75,14 @@ class LayerActivities(WebhookActivities):
                     # cleanup and died (its worker killed) before it looked at the job
                     await self._drop_leftovers(job)
                     return RunLayerOutput(step=inp.step, state=inp.state, cancelled=True, status=job.status.value)
+            if ids and activity.info().attempt > 1 and (done := await self._paused_by_earlier_attempt(
+                    inp.job_id, state, ids)) is not None:
+                # an earlier attempt built this layer and wrote its pause, and died (its worker
+                # killed) before Temporal heard of it: go on from that pause, building nothing
+                # again (resume is not a re-run: the layer's calls were made once)
+                paused, done_step, done_built = done
+                return await self._layer_output(inp.job_id, graph, paused, inp.step + done_step, inp.now,
+                                                done_built, persist=inp.persist)
             if ids:
                 # the run's budgets go on from what an earlier attempt of this layer spent
                 budget = RunBudget.of(_carried(state.spent, activity.info().heartbeat_details), self.settings)
@@ -141,6 +149,26 @@ class LayerActivities(WebhookActivities):
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
         return apply_layer(graph, state, layer)
+
+    async def _paused_by_earlier_attempt(self, job_id: str, state: RunState,
+                                         ids: list[str]) -> tuple[RunState, int, list[str]] | None:
+        """The pause an earlier attempt of this layer reached and persisted (the job suspended at
+        it, its checkpoint past ``state`` with the layer's vertices built), with the layers it
+        took and the vertices it built; None when there is none (build the layer)."""
+        job = await self.store.get_job(job_id)
+        if job is None or job.status != JobStatus.suspended or job.pending is None:
+            return None
+        cp = await self.store.load_latest_checkpoint(job.run_id)
+        if cp is None:
+            return None
+        paused = RunState.model_validate(cp.data)
+        if (paused.pending is None or paused.pending.request_id != job.pending.request_id
+                or paused.layers <= state.layers or not set(ids) <= set(paused.built) | set(paused.dead)):
+            return None
+        built = [v for v in paused.built if v not in state.built]
+        if paused.pending_vertex is not None and paused.pending_vertex not in built:
+            built.append(paused.pending_vertex)  # the gate that paused, last as it was built
+        return paused, paused.layers - state.layers, built
 
     async def _instant_layers(self, graph: Graph, state: RunState, step: int, built: list[str],
                               clock: Callable[[], datetime], *, over_budget_fails: bool = False

@@ -95,3 +95,36 @@ async def test_the_retry_of_a_layer_whose_attempt_died_after_its_pause_drops_wha
         assert await store.load_latest_checkpoint(job.run_id) is None
     finally:
         await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
+
+
+async def test_the_retry_of_a_layer_that_reached_its_pause_builds_nothing_again(service, store, settings, user,
+                                                                                make_flow, http_counter):
+    """Resume is not a re-run, a lost attempt included: the layer that dials out built, reached
+    the gate and persisted the pause, and its worker was killed before Temporal heard of it
+    (test_restarts.py: test_worker_killed_while_suspended saw the call made twice). Its retry
+    goes on from that pause: no second call, the same pause, one ``human_input_required``."""
+    import dataclasses
+
+    from .test_restarts import counted_gate_flow
+
+    job = await submit(service, user, await make_flow(counted_gate_flow(http_counter.url)))
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    try:
+        first = await env.run(acts.run_layer, RunLayerInput(job_id=job.job_id, step=0, now=utcnow(), inline=True,
+                                                           persist=True))
+        assert first.pending is None and not first.done  # the call is a layer of its own
+        layer = RunLayerInput(job_id=job.job_id, step=first.step, state=first.state, now=utcnow(), inline=True,
+                              persist=True)
+        paused = await env.run(acts.run_layer, layer)
+        assert paused.pending is not None and paused.persisted
+        assert http_counter.counts["/count/before"] == 1
+        env.info = dataclasses.replace(env.info, attempt=2)  # the same layer again: its retry
+        again = await env.run(acts.run_layer, layer)
+        assert http_counter.counts["/count/before"] == 1
+        assert (again.step, again.pending, again.built, again.persisted) == (paused.step, paused.pending,
+                                                                             paused.built, True)
+        events = [e.event for e in await store.read_events(job.job_id)]
+        assert events.count("human_input_required") == 1, events
+        assert (await store.get_job(job.job_id)).waits_for(paused.pending.request_id)
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
