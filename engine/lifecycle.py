@@ -102,8 +102,12 @@ async def end_run(
         event = end.event()
         if from_suspended:
             won = await store.claim_suspended_for_cancel(job_id, event=event)
-            if not won:
-                return Ended(await store.get_job(job_id), False)  # a resume (or another end) won
+            if not won:  # a resume won, or another end: when that end's process died before its
+                # cleanup (an API SIGKILLed mid-stop, then the stop sent again), this one does it
+                job = await store.get_job(job_id)
+                if job is not None and job.status.terminal:
+                    await _leave_nothing_behind(store, job, None, name)
+                return Ended(job, False)
             traced_status = None
         else:
             traced_status = end.status.value if traced else None

@@ -128,3 +128,23 @@ async def test_the_retry_of_a_layer_that_reached_its_pause_builds_nothing_again(
         assert (await store.get_job(job.job_id)).waits_for(paused.pending.request_id)
     finally:
         await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
+
+
+async def test_a_stop_sent_again_after_its_first_process_died_mid_stop_leaves_nothing(service, store, settings,
+                                                                                     user, make_flow):
+    """A stop's API was SIGKILLed after its claim ended the job and before its cleanup (the chaos
+    soak kills APIs); the client sends the stop again. That claim finds the job ended, and does
+    the cleanup the first one never did: no checkpoint of the ended run is left."""
+    job = await submit(service, user, await make_flow())
+    try:
+        paused = await ActivityEnvironment().run(FlowActivities(store, settings).run_layer, RunLayerInput(
+            job_id=job.job_id, step=0, now=utcnow(), inline=True, persist=True))
+        assert paused.pending is not None and await store.load_latest_checkpoint(job.run_id) is not None
+        end = RunEnd(JobStatus.cancelled)
+        assert await store.claim_suspended_for_cancel(job.job_id, event=end.event())  # then the process died
+        assert await store.load_latest_checkpoint(job.run_id) is not None
+        again = await end_run(store, job.job_id, end, from_suspended=True)
+        assert not again.won and again.job.status == JobStatus.cancelled
+        assert await store.load_latest_checkpoint(job.run_id) is None
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("test drove the activity itself")
