@@ -376,6 +376,9 @@ class RunService:
                 await self._finish_supersedes(started)  # their submits died, maybe before superseding
         await self.release_due()
         await self.store.delete_expired_checkpoints(utcnow())
+        # a backstop for an end's cleanup cut short by a process killed mid-write (a late
+        # checkpoint of a run that ended): an ended run keeps none
+        await self.store.delete_checkpoints_of_ended_runs()
 
     async def release_due(self, *, older_than: float = 10.0) -> list[str]:
         """Cancel the workflows of runs this service (any replica) ended and did not get to cancel

@@ -1066,6 +1066,23 @@ async def test_checkpoints(store: Store) -> None:
     assert await store.load_latest_checkpoint(run_id) is None
 
 
+
+async def test_the_checkpoints_of_ended_runs_go_and_give_their_bytes_back(store: Store) -> None:
+    """The sweep's backstop (RunService.recover): a job in every status, each with a checkpoint;
+    those of the ended ones go (and their bytes with them), those of the queued, running and
+    suspended stay."""
+    alice = await new_user(store)
+    jobs = await _jobs_in_every_status(store, uid("flow-"), alice.id, uid("ended-"))
+    before = await store.stored_bytes(alice.id)
+    for job_id in jobs.values():
+        await store.save_checkpoint(job_id, {"at": job_id}, job_id=job_id)
+    charged = await store.stored_bytes(alice.id) - before
+    assert await store.delete_checkpoints_of_ended_runs() >= 4
+    for status, job_id in jobs.items():
+        kept = await store.load_latest_checkpoint(job_id)
+        assert (kept is None) == status.terminal, status
+    assert await store.stored_bytes(alice.id) - before == charged * 3 // 7  # 3 of 7 equal checkpoints stay
+
 # ---- chat history ---------------------------------------------------------------------------
 
 

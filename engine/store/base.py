@@ -561,6 +561,13 @@ class Store(CheckpointStore, HistoryStore):
         """Forget the job's want_release (done, or nothing to do)."""
 
     @abc.abstractmethod
+    async def delete_checkpoints_of_ended_runs(self) -> int:
+        """Delete every checkpoint whose job has ended (completed, failed, cancelled, timed
+        out), giving back their bytes; how many. A backstop for the cleanup of a run's end
+        (engine/lifecycle.py), which a process killed between a late checkpoint write and its
+        look at the job cuts short: an ended run needs no checkpoint."""
+
+    @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:
         """How many jobs there are of each status (only statuses that have some): what the
         metrics report, read when they are scraped."""

@@ -63,6 +63,11 @@ class MemoryCheckpoints(MemoryCore):
     async def delete_checkpoints(self, run_id: str) -> int:
         return self._delete_checkpoints(lambda row: row.run_id == run_id)
 
+    async def delete_checkpoints_of_ended_runs(self) -> int:
+        jobs = self._tables().jobs
+        return self._delete_checkpoints(lambda row: row.job_id is not None and row.job_id in jobs
+                                        and jobs[row.job_id].status.terminal)
+
     async def delete_expired_checkpoints(self, now: datetime) -> int:
         """Those with ``expires_at <= now`` (loads never filter on expiry)."""
         now = as_utc(now)

@@ -55,6 +55,12 @@ class SQLCheckpoints(SQLCore):
             await self._refund(tx, rows, run_id)
         return len(rows)
 
+    async def delete_checkpoints_of_ended_runs(self) -> int:
+        async with self._tx(write=True) as tx:
+            rows = await tx.fetchall(Q.delete_checkpoints_of_ended_runs, ())
+            await self._refund(tx, rows, "checkpoints of ended runs")
+        return len(rows)
+
     async def delete_expired_checkpoints(self, now: datetime) -> int:
         async with self._tx(write=True) as tx:
             rows = await tx.fetchall(Q.delete_expired_checkpoints, (self._enc_dt(now),))
