@@ -281,9 +281,11 @@ class Q:
     latest_checkpoint = "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY pos DESC LIMIT 1"
     checkpoint_by_id = "SELECT * FROM checkpoints WHERE id = ?"
     delete_checkpoints = "DELETE FROM checkpoints WHERE run_id = ? RETURNING charged_to, size"
+    # driven by the checkpoints (few: paused runs') with a key lookup each, not by the ended
+    # jobs (every run ever), which SQLite would gather in full for an IN (SELECT ...) every sweep
     delete_checkpoints_of_ended_runs = (
-        "DELETE FROM checkpoints WHERE job_id IN (SELECT job_id FROM jobs WHERE status IN "
-        "('completed', 'failed', 'cancelled', 'timed_out')) RETURNING charged_to, size"
+        "DELETE FROM checkpoints WHERE EXISTS (SELECT 1 FROM jobs WHERE jobs.job_id = checkpoints.job_id "
+        "AND jobs.status IN ('completed', 'failed', 'cancelled', 'timed_out')) RETURNING charged_to, size"
     )
     delete_expired_checkpoints = (
         "DELETE FROM checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ? RETURNING charged_to, size"
