@@ -4,6 +4,7 @@ app on the in-memory store; a page needs a service only for its inbox count."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from types import SimpleNamespace
@@ -23,12 +24,15 @@ edges:
 """
 
 
-async def test_the_flows_page_adds_a_flow_as_the_api_does(tmp_path) -> None:
+@contextlib.asynccontextmanager
+async def signed_in(tmp_path, **settings):
+    """alice, signed in to the pages (``page``, with the flows page's ``csrf``) and holding an API
+    key (``api``), on an app over the in-memory store."""
     store = MemoryStore()
     await store.setup()
     user = await store.create_user("alice")
     key = await store.create_api_key(user.id)
-    app = create_app(Settings(home=tmp_path), store=store)
+    app = create_app(Settings(home=tmp_path, **settings), store=store)
 
     async def nothing_waits(user, flow_id=None):
         return []
@@ -40,6 +44,12 @@ async def test_the_flows_page_adds_a_flow_as_the_api_does(tmp_path) -> None:
         token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
         assert (await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})).status_code == 303
         csrf = re.search(r'name="csrf" value="([^"]+)"', (await page.get("/flows")).text).group(1)
+        yield SimpleNamespace(store=store, user=user, app=app, page=page, api=api, csrf=csrf)
+
+
+async def test_the_flows_page_adds_a_flow_as_the_api_does(tmp_path) -> None:
+    async with signed_in(tmp_path) as s:
+        store, user, page, api, csrf = s.store, s.user, s.page, s.api, s.csrf
 
         r = await page.post("/flows", data={"csrf": csrf, "spec": YAML})  # pasted YAML
         assert r.status_code == 303 and r.headers["location"].startswith("/flows?added=")
@@ -60,22 +70,8 @@ async def test_the_flows_page_adds_a_flow_as_the_api_does(tmp_path) -> None:
 
 
 async def test_the_flows_page_refuses_a_flow_past_the_users_stored_bytes_as_the_api_does(tmp_path) -> None:
-    store = MemoryStore()
-    await store.setup()
-    user = await store.create_user("alice")
-    key = await store.create_api_key(user.id)
-    app = create_app(Settings(home=tmp_path, user_max_stored_bytes=400), store=store)
-
-    async def nothing_waits(user, flow_id=None):
-        return []
-
-    app.state.service = SimpleNamespace(pending_for=nothing_waits)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page, \
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
-                              headers={"x-api-key": key}) as api:
-        token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
-        assert (await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})).status_code == 303
-        csrf = re.search(r'name="csrf" value="([^"]+)"', (await page.get("/flows")).text).group(1)
+    async with signed_in(tmp_path, user_max_stored_bytes=400) as s:
+        store, user, app, page, api, csrf = s.store, s.user, s.app, s.page, s.api, s.csrf
         r = await page.post("/flows", data={"csrf": csrf, "spec": YAML})
         assert r.status_code == 303  # within the budget
         kept = await store.stored_bytes(user.id)
