@@ -77,7 +77,7 @@ class DecisionActivities(LayerActivities):
                         raise
                     # refused before any claim: an answer, not a failure (nothing to roll back)
                     return ResumeRunOutput(claimed=False, refused=refused(err))
-                if request is not None:  # the values, which the workflow never checks: off the event loop
+                if request is not None:  # the values, which the workflow never checks: off the event loop, once
                     try:
                         await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
                                                 max_items=self.settings.max_value_items)
@@ -100,7 +100,8 @@ class DecisionActivities(LayerActivities):
             paused, graph = await self._paused_state(job, inp.state)
             votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
             state, applied = apply_decision(paused, inp.request_id, inp.decision, inp.now,
-                                            person.id if person else None, votes=votes, timed_out=inp.timed_out)
+                                            person.id if person else None, votes=votes, timed_out=inp.timed_out,
+                                            values=request is None)  # checked before the claim
             self._trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
             # whoever decided (and voted, for a quorum) keeps the run in their history and sight
             written = await self._record(job, paused, applied, inp, sent, _took_part(person, inp))

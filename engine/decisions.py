@@ -254,14 +254,16 @@ def apply_decision(
     *,
     votes: Sequence[Vote] = (),
     timed_out: bool = False,
+    values: bool = True,
 ) -> tuple[RunState, AppliedDecision]:
-    """Apply a decision to the run's pending request (checked by :func:`check_decision` first).
+    """Apply a decision to the run's pending request (checked by :func:`check_decision` first;
+    ``values`` False: the caller checked the values against this request already).
     A decision after the deadline is rerouted (:func:`late_action`). ``timed_out``: the deadline
     made it (nobody answered): it is applied as it is, with no person. Returns the new state (the
     input is not changed) and the decision as applied."""
     pending = state.pending
     if not timed_out:
-        check_decision(pending, request_id, decision, waiting=state.pending_vertex is not None)
+        check_decision(pending, request_id, decision, waiting=state.pending_vertex is not None, values=values)
     elif pending is None or pending.request_id != request_id or state.pending_vertex is None:
         raise NotResumable(f"The run is not waiting for request {request_id!r}")
     assert pending is not None and state.pending_vertex is not None
