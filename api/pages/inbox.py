@@ -13,7 +13,7 @@ from signoff.engine.models import utcnow
 from signoff.service import RunService
 
 from signoff.api.pages import formatting, live, waiting
-from signoff.api.pages.page import Page, PageContext, clean, live_response, page_router, paginate
+from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_of, page_router
 from signoff.api.pages.render import fragment, render
 from signoff.api.pages.views import Names
 
@@ -35,15 +35,22 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
                 kind: str | None = None, p: int = 1) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
-    everything = await waiting.inbox_items(Names(page.store), await page.service.pending_for(page.user), page.user.id)
-    request.state.inbox_count = len(everything)
-    items = waiting.filter_inbox(everything, flow=flow, session=session, kind=kind)
-    shown, p, pages = paginate(items, p)
-    flows = sorted({(i.job.flow_id, i.flow_name) for i in everything}, key=lambda f: f[1].lower())
+    # a page of rows and the counts (per flow: the flow filter's choices), never the whole waiting
+    # set: the store's indexed reads cost the page, not the number waiting (docs/pages.md)
+    counts = await page.service.inbox_counts(page.user)
+    request.state.inbox_count = sum(counts.values())
+    filtered = await page.service.inbox_counts(page.user, session_id=session, kind=kind) if session or kind else counts
+    total = filtered.get(flow, 0) if flow else sum(filtered.values())
+    p, pages = page_of(total, p)
+    jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind, limit=PAGE_SIZE,
+                                         offset=(p - 1) * PAGE_SIZE)
+    names = Names(page.store)
+    shown = await waiting.inbox_items(names, jobs, page.user.id)
+    flows = sorted([(fid, await names.flow_name(fid)) for fid in counts], key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
-    return render(request, "inbox.html", items=shown, total=len(items), page_no=p, pages=pages, flows=flows,
+    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, flows=flows,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
 

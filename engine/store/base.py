@@ -324,6 +324,24 @@ class Store(CheckpointStore, HistoryStore):
         it. Of any owner: the job need not be the user's. ``flow_id``: only that flow's jobs.
         Newest first by the job's ``updated_at`` (then ``job_id``, descending)."""
 
+    @abc.abstractmethod
+    async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+        """What waits for the user to decide, a page at a time (the person's inbox, the API's
+        pending list): the user's own ``suspended`` jobs whose pending request names no approvers
+        (neither ``approvers`` nor ``approver_refs``), and the jobs list_assigned_pending lists
+        (the user's own among them), except those whose owner the user muted (list_mutes); each
+        once. Newest first by the request's ``paused_at``, then ``job_id`` descending; the
+        ``offset`` first skipped, at most ``limit``. Filters: ``flow_id``; ``session_id`` (the
+        job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). Indexed (migration
+        10): a page costs its rows, not the number waiting."""
+
+    @abc.abstractmethod
+    async def inbox_counts(self, user_id: str, *, session_id: str | None = None,
+                           kind: str | None = None) -> dict[str, int]:
+        """How many requests :meth:`inbox` holds for the user, per flow id (only flows with some),
+        with the same filters: the inbox's count and its flow filter in one read."""
+
     # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
     @abc.abstractmethod
     async def create_webhook(self, owner_id: str, url: str, events: Iterable[str], secret_ciphertext: bytes,

@@ -119,6 +119,36 @@ class SQLApprovals(SQLJobs):
             rows = await tx.fetchall(sql + " ORDER BY j.updated_at DESC, j.job_id DESC", params)
         return [self._job(r) for r in rows]
 
+    def _inbox(self, user_id: str, flow_id: str | None, session_id: str | None, kind: str | None
+               ) -> tuple[str, list[Any]]:
+        """The inbox's union (Q.inbox_union) with each branch's filters, and its parameters."""
+        where, values = "", []
+        for sql, value in (("j.flow_id = ?", flow_id), ("COALESCE(j.session_id, '') = ?", session_id),
+                           ("j.pending_kind = ?", kind)):
+            if value is not None:
+                where += f" AND {sql}"
+                values.append(value)
+        return Q.inbox_union.format(f=where), [user_id, *values, user_id, user_id, user_id, *values,
+                                               user_id, user_id, user_id, *values]
+
+    async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+        """See Store.inbox: one statement, the page's ids first, then their rows."""
+        union, params = self._inbox(user_id, flow_id, session_id, kind)
+        sql = (f"SELECT j.* FROM jobs j JOIN (SELECT job_id, paused_at FROM ({union}) w ORDER BY paused_at DESC, "
+               "job_id DESC LIMIT ? OFFSET ?) p ON p.job_id = j.job_id ORDER BY p.paused_at DESC, p.job_id DESC")
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql, [*params, max(0, int(limit)), max(0, int(offset))])
+        return [self._job(r) for r in rows]
+
+    async def inbox_counts(self, user_id: str, *, session_id: str | None = None,
+                           kind: str | None = None) -> dict[str, int]:
+        """See Store.inbox_counts."""
+        union, params = self._inbox(user_id, None, session_id, kind)
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(f"SELECT flow_id, count(*) AS n FROM ({union}) w GROUP BY flow_id", params)
+        return {r["flow_id"]: int(r["n"]) for r in rows}
+
     async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
         """See Store.waiting_on_others (jobs_user_status finds the user's suspended jobs)."""
         async with self._tx(write=False) as tx:

@@ -94,6 +94,24 @@ class Q:
         "JOIN jobs k ON k.job_id = a.job_id AND k.pending_request_id = a.request_id AND k.status = 'suspended' "
         "WHERE m.user_id = ?)"
     )
+    # the inbox (Store.inbox): the user's own waiting requests that name no approvers (jobs_inbox,
+    # newest first), the requests naming the user and those naming a group of theirs
+    # (request_approvers_user, group_members_user, request_approvers_group, each checked against
+    # the job's current request), but none of a requester the user muted; {f} is each branch's
+    # filters. Ids and sort keys only: the rows of one page are read by id afterwards.
+    inbox_union = (
+        "SELECT j.job_id, j.paused_at, j.flow_id FROM jobs j WHERE j.user_id = ? AND j.status = 'suspended' "
+        "AND j.pending_names = 0 AND j.pending_request_id IS NOT NULL{f} "
+        "UNION SELECT j.job_id, j.paused_at, j.flow_id FROM request_approvers a JOIN jobs j ON j.job_id = a.job_id "
+        "AND j.pending_request_id = a.request_id AND j.status = 'suspended' WHERE a.user_id = ? "
+        "AND (j.user_id = ? OR j.user_id NOT IN (SELECT muted_id FROM user_mutes WHERE user_id = ?)){f} "
+        "UNION SELECT j.job_id, j.paused_at, j.flow_id FROM group_members m JOIN user_groups g "
+        "ON g.owner_id = m.owner_id AND g.name = m.name "
+        "JOIN request_approvers a ON a.group_owner = m.owner_id AND a.group_name = m.name "
+        "JOIN jobs j ON j.job_id = a.job_id AND j.pending_request_id = a.request_id AND j.status = 'suspended' "
+        "WHERE m.user_id = ? AND (j.user_id = ? OR j.user_id NOT IN (SELECT muted_id FROM user_mutes "
+        "WHERE user_id = ?)){f}"
+    )
     # a user's suspended jobs whose current request names someone else (a group, another user)
     waiting_on_others = (
         "SELECT DISTINCT j.job_id FROM jobs j JOIN request_approvers a ON a.job_id = j.job_id "
@@ -215,6 +233,7 @@ class Q:
     job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
     mark_suspended = (
         "UPDATE jobs SET status = 'suspended', pending = ?, pending_request_id = ?, claim_token = NULL, "
+        "paused_at = ?, pending_kind = ?, pending_names = ?, "
         "updated_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress')"
     )
     claim_resume = (
