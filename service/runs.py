@@ -41,6 +41,8 @@ from signoff.service.temporal import TemporalBackend
 # The most of a person's waiting requests one list gives (GET /pending, the inbox's live set): far
 # beyond what anyone waits on, a bound on one answer; the pages read a page at a time
 PENDING_MAX = 100_000
+# The most an inbox count counts before it says "1000+"
+INBOX_COUNT_CAP = 1000
 
 CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
 
@@ -205,10 +207,18 @@ class RunService:
         return await self.store.inbox(user.id, flow_id=flow_id, session_id=session_id, kind=kind, limit=limit,
                                       offset=offset)
 
-    async def inbox_counts(self, user: User, *, session_id: str | None = None,
-                           kind: str | None = None) -> dict[str, int]:
-        """How many requests wait for ``user``, per flow id (Store.inbox_counts)."""
-        return await self.store.inbox_counts(user.id, session_id=session_id, kind=kind)
+    async def inbox_count(self, user: User, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None) -> int | str:
+        """How many requests wait for ``user`` (with :meth:`inbox_page`'s filters): a number up to
+        INBOX_COUNT_CAP, past it the text ``"1000+"`` (counted no further: the count's cost
+        stays bounded whatever the number waiting)."""
+        n = await self.store.inbox_count(user.id, flow_id=flow_id, session_id=session_id, kind=kind,
+                                         cap=INBOX_COUNT_CAP + 1)
+        return f"{INBOX_COUNT_CAP}+" if n > INBOX_COUNT_CAP else n
+
+    async def inbox_flows(self, user: User) -> list[str]:
+        """The flows of what waits for ``user`` (Store.inbox_flows)."""
+        return await self.store.inbox_flows(user.id)
 
     @property
     def flows(self) -> RunnableFlows:

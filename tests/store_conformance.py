@@ -1558,7 +1558,7 @@ async def test_assigned_pending_newest_first_and_by_flow(store: Store) -> None:
     assert sorted(await _assigned(store, approver.id)) == sorted(j for j, _ in jobs)
 
 
-# ---- the inbox a page at a time (Store.inbox, Store.inbox_counts) ------------------------------
+# ---- the inbox a page at a time (Store.inbox, inbox_count, inbox_flows) ----------------------
 
 
 async def _paused(store: Store, user_id: str, at: datetime, **fields) -> tuple[str, str]:
@@ -1612,12 +1612,17 @@ async def test_inbox_is_what_waits_for_the_user_newest_first(store: Store) -> No
     await store.mute(me.id, me.id)
     assert me.id in await store.list_mutes(me.id)
     assert await _inbox(store, me.id) == [by_group, names_me, mine]
-    counts = await store.inbox_counts(me.id)
-    jobs = {j.job_id: j for j in await store.inbox(me.id)}
-    assert counts == {f: sum(1 for j in jobs.values() if j.flow_id == f) for f in {j.flow_id for j in jobs.values()}}
-    assert sum(counts.values()) == 3 and await store.inbox_counts(stranger.id) == {}
+    jobs = await store.inbox(me.id)
+    assert await store.inbox_count(me.id) == 3 and await store.inbox_count(stranger.id) == 0
+    assert await store.inbox_flows(me.id) == sorted({j.flow_id for j in jobs})
+    assert await store.inbox_flows(stranger.id) == []
+    # a count stops at its cap
+    assert [await store.inbox_count(me.id, cap=c) for c in (0, 1, 2, 3, 4)] == [0, 1, 2, 3, 3]
+    await store.unmute(me.id, other.id)
+    assert await store.inbox_count(me.id, cap=4) == 4  # 3 own and named, 1 of the other's (escalated to me)
     for hostile in ("%", "_", "' OR '1'='1", "", "*"):
-        assert await _inbox(store, hostile) == [] and await store.inbox_counts(hostile) == {}
+        assert await _inbox(store, hostile) == [] and await store.inbox_count(hostile) == 0
+        assert await store.inbox_flows(hostile) == []
 
 
 async def test_inbox_filters_and_counts_by_flow_session_and_kind(store: Store) -> None:
@@ -1636,10 +1641,22 @@ async def test_inbox_filters_and_counts_by_flow_session_and_kind(store: Store) -
     assert await _inbox(store, me.id, kind="tool_approval") == [a2]
     assert await _inbox(store, me.id, kind="node_input", flow_id=flow_b, session_id="s1") == [b1]
     assert await _inbox(store, me.id, flow_id=uid("flow-")) == []
-    assert await store.inbox_counts(me.id) == {flow_a: 2, flow_b: 2}
-    assert await store.inbox_counts(me.id, session_id="s1") == {flow_a: 1, flow_b: 1}
-    assert await store.inbox_counts(me.id, kind="tool_approval") == {flow_a: 1}
-    assert await store.inbox_counts(me.id, kind="tool_approval", session_id="s1") == {}
+    assert await store.inbox_count(me.id) == 4 and await store.inbox_count(me.id, flow_id=flow_a) == 2
+    assert await store.inbox_count(me.id, session_id="s1") == 2
+    assert await store.inbox_count(me.id, session_id="s1", flow_id=flow_b) == 1
+    assert await store.inbox_count(me.id, kind="tool_approval") == 1
+    assert await store.inbox_count(me.id, kind="tool_approval", session_id="s1") == 0
+    assert await store.inbox_flows(me.id) == sorted([flow_a, flow_b])
+    # the flows of requests assigned by others count too, each once
+    other = await new_user(store)
+    theirs, theirs_request = await _paused(store, other.id, t0, flow_id=flow_b, approvers=["me"])
+    await store.set_request_approvers(theirs, theirs_request, [f"user:{me.id}"])
+    elsewhere, elsewhere_request = await _paused(store, other.id, t0, approvers=["me"])
+    await store.set_request_approvers(elsewhere, elsewhere_request, [f"user:{me.id}"])
+    assert await store.inbox_flows(me.id) == sorted([flow_a, flow_b, (await store.get_job(elsewhere)).flow_id])
+    assert await store.inbox_count(me.id, flow_id=flow_b) == 3
+    for job_id in (theirs, elsewhere):
+        assert await store.claim_suspended_for_cancel(job_id)
     # paused again at a later gate: it sorts by its new pause
     token = await store.claim_suspended_for_resume(a1, f"gate:{a1}")
     assert token

@@ -3,6 +3,7 @@ time; and its live stream (``/inbox/live``, api/pages/live.py)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
@@ -13,13 +14,14 @@ from signoff.engine.models import utcnow
 from signoff.service import RunService
 
 from signoff.api.pages import formatting, live, waiting
-from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_of, page_router
+from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router
 from signoff.api.pages.render import fragment, render
 from signoff.api.pages.views import Names
 
 router = page_router()
 
 KINDS = ("node_input", "tool_approval")
+MAX_PAGE = 10_000  # the deepest page asked for (an offset is rows read)
 
 
 def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
@@ -35,22 +37,28 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
                 kind: str | None = None, p: int = 1) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
-    # a page of rows and the counts (per flow: the flow filter's choices), never the whole waiting
-    # set: the store's indexed reads cost the page, not the number waiting (docs/pages.md)
-    counts = await page.service.inbox_counts(page.user)
-    request.state.inbox_count = sum(counts.values())
-    filtered = await page.service.inbox_counts(page.user, session_id=session, kind=kind) if session or kind else counts
-    total = filtered.get(flow, 0) if flow else sum(filtered.values())
-    p, pages = page_of(total, p)
-    jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind, limit=PAGE_SIZE,
-                                         offset=(p - 1) * PAGE_SIZE)
+    # a page of rows (and one more: whether an older page follows) and bounded counts, never the
+    # whole waiting set: the store's indexed reads cost the page, not the number waiting
+    # (docs/pages.md); past 1,000 a count says "1000+" and the pager no longer counts pages
+    everything = await page.service.inbox_count(page.user)
+    request.state.inbox_count = everything
+    total = await page.service.inbox_count(page.user, flow_id=flow, session_id=session, kind=kind) \
+        if flow or session or kind else everything
+    p = max(1, min(p, MAX_PAGE))
+    pages = None if isinstance(total, str) else max(1, math.ceil(total / PAGE_SIZE))
+    if pages is not None:
+        p = min(p, pages)
+    jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
+                                         limit=PAGE_SIZE + 1, offset=(p - 1) * PAGE_SIZE)
+    older = len(jobs) > PAGE_SIZE
     names = Names(page.store)
-    shown = await waiting.inbox_items(names, jobs, page.user.id)
-    flows = sorted([(fid, await names.flow_name(fid)) for fid in counts], key=lambda f: f[1].lower())
+    shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+    flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
+                   key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
-    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, flows=flows,
+    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, older=older, flows=flows,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
 

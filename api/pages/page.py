@@ -120,7 +120,7 @@ Page = Depends(signed_in)
 
 async def with_count(request: Request, page: PageContext) -> None:
     """The inbox count every page's frame shows."""
-    request.state.inbox_count = sum((await page.service.inbox_counts(page.user)).values())
+    request.state.inbox_count = await page.service.inbox_count(page.user)  # a number, or "1000+"
 
 
 # ---- live streams -----------------------------------------------------------------------------------
@@ -167,12 +167,6 @@ async def read_form(request: Request, page: PageContext | None = None, *, files:
     if page is not None:
         check_csrf(page.session, text(form.get("csrf")))
     return form
-
-
-def page_of(total: int, p: int) -> tuple[int, int]:
-    """Page ``p`` of ``total`` rows kept within 1 and the last page; ``(p, pages)``."""
-    pages = max(1, math.ceil(total / PAGE_SIZE))
-    return min(max(1, p), pages), pages
 
 
 def paginate(items: list[T], p: int) -> tuple[list[T], int, int]:

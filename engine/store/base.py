@@ -337,10 +337,17 @@ class Store(CheckpointStore, HistoryStore):
         10): a page costs its rows, not the number waiting."""
 
     @abc.abstractmethod
-    async def inbox_counts(self, user_id: str, *, session_id: str | None = None,
-                           kind: str | None = None) -> dict[str, int]:
-        """How many requests :meth:`inbox` holds for the user, per flow id (only flows with some),
-        with the same filters: the inbox's count and its flow filter in one read."""
+    async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None, cap: int = 1000) -> int:
+        """How many requests :meth:`inbox` holds for the user with the same filters, counted up
+        to ``cap`` (``cap`` means "at least that many"): a count whose cost is bounded whatever
+        the number waiting."""
+
+    @abc.abstractmethod
+    async def inbox_flows(self, user_id: str) -> list[str]:
+        """The ids of the flows of the requests :meth:`inbox` holds for the user (unfiltered),
+        each once, sorted: the inbox's flow filter. Its cost grows with the number of flows, not
+        of requests (migration 10's jobs_inbox_flows)."""
 
     # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
     @abc.abstractmethod

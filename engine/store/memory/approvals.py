@@ -91,13 +91,14 @@ class MemoryApprovals(MemoryCore):
         start = max(0, int(offset))
         return self._inbox(user_id, flow_id, session_id, kind)[start:start + max(0, int(limit))]
 
-    async def inbox_counts(self, user_id: str, *, session_id: str | None = None,
-                           kind: str | None = None) -> dict[str, int]:
-        """See Store.inbox_counts."""
-        counts: dict[str, int] = {}
-        for job in self._inbox(user_id, None, session_id, kind):
-            counts[job.flow_id] = counts.get(job.flow_id, 0) + 1
-        return counts
+    async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None, cap: int = 1000) -> int:
+        """See Store.inbox_count."""
+        return min(len(self._inbox(user_id, flow_id, session_id, kind)), max(0, int(cap)))
+
+    async def inbox_flows(self, user_id: str) -> list[str]:
+        """See Store.inbox_flows."""
+        return sorted({j.flow_id for j in self._inbox(user_id, None, None, None)})
 
     async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
         """See Store.waiting_on_others."""
