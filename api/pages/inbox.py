@@ -8,13 +8,17 @@ from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 
-from signoff.engine.models import utcnow
-from signoff.service import RunService
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import Decision, utcnow
+from signoff.service import RunService, batch
+from signoff.service.backend import Resumed
 
 from signoff.api.pages import formatting, live, waiting
-from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router
+from signoff.api.errors import InvalidRequest
+from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
+from signoff.api.ratelimit import paced_writes
 from signoff.api.pages.render import fragment, render
 from signoff.api.pages.views import Names
 
@@ -34,7 +38,8 @@ def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
 
 @router.get("/")
 async def inbox(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                kind: str | None = None, p: int = 1) -> Response:
+                kind: str | None = None, p: int = 1, decided: int | None = None, refused: int | None = None
+                ) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
     # a page of rows (and one more: whether an older page follows) and bounded counts, never the
@@ -56,10 +61,41 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
                    key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
+    # the bulk action's buttons: the options of the rows that can be decided from the list
+    bulk = list({o.action_id: o.label for i in shown if i.quick for o in i.request.options}.items())[:4]
+    notice = _bulk_notice(decided, refused)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
     return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, older=older, flows=flows,
+                  bulk=bulk, notice=notice,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
+
+
+@router.post("/inbox/decide")
+async def decide_many(request: Request, page: PageContext = Page) -> Response:
+    """The inbox's bulk action: the rows ticked (``item``: ``{job_id}|{request_id}``, at most
+    100) each decided with the button's ``action_id``, through the same batch as
+    ``POST /api/v2/workflows/resume-batch`` (service/batch.py: each its own checks and claim,
+    each a write of the budget); back to the inbox with how many were decided and how many not
+    (decided elsewhere meanwhile, not the person's to decide, or an action the request lacks)."""
+    form = await read_form(request, page)  # same origin, CSRF, one write
+    action = clean(text(form.get("action_id")))
+    ticked = [v for v in (text(x) for x in form.getlist("item")) if v and "|" in v]
+    if len(ticked) > batch.MAX_ITEMS:
+        raise InvalidRequest(f"Choose at most {batch.MAX_ITEMS} requests at once")
+    if action is None or not ticked:
+        return RedirectResponse("/?" + urlencode({"decided": 0, "refused": 0}), status_code=303)
+    items: list[batch.BatchItem | SignoffError] = []
+    for value in ticked:
+        job_id, request_id = value.split("|", 1)
+        items.append(batch.BatchItem(job_id, request_id, Decision(action_id=action)))
+    settings = request.app.state.settings
+    outcomes = await batch.resume_batch(page.service.resume, page.user, items,
+                                        concurrency=settings.resume_batch_concurrency,
+                                        admit=paced_writes(request.app.state.write_buckets, page.user.id))
+    decided = sum(isinstance(o, Resumed) for o in outcomes)
+    return RedirectResponse("/?" + urlencode({"decided": decided, "refused": len(outcomes) - decided}),
+                            status_code=303)
 
 
 @router.get("/inbox/live")
@@ -80,3 +116,17 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
                                kind=kind, add_rows=rows == "1", render_row=row, since=after)
     return live_response(request, page, stream)
+
+
+def _bulk_notice(decided: int | None, refused: int | None) -> str | None:
+    """What the bulk action did, said back on the inbox it returned to."""
+    if decided is None:
+        return None
+    decided, refused = max(0, min(decided, batch.MAX_ITEMS)), max(0, min(refused or 0, batch.MAX_ITEMS))
+    if not decided and not refused:
+        return "Nothing was decided: tick the requests, then choose a decision."
+    said = f"{decided} decided" if decided != 1 else "1 decided"
+    if refused:
+        said += (f"; {refused} could not be (decided elsewhere meanwhile, no longer yours to decide, or without "
+                 "that option): open them to see why")
+    return said + "."

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from signoff.engine.models import JobStatus, NewJob, Option, PendingRequest, utcnow
-from tests.integration.api.conftest import Harness
+from tests.integration.api.conftest import REFUND, Harness, submit_suspended
 
 pytestmark = [pytest.mark.temporal, pytest.mark.both_stores]  # the store's paged queries differ
 
@@ -44,14 +44,18 @@ async def waiting(h: Harness, user_id: str, n: int, *, flow_id: str, kind: str =
     return list(await asyncio.gather(*(one(first + i) for i in range(n))))
 
 
-async def signed_in(h: Harness) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
-    user = await h.store.create_user(f"inbox-{uuid.uuid4().hex[:8]}")
-    key = await h.store.create_api_key(user.id)
+async def signed_in(h: Harness, who: str | None = None) -> AsyncIterator[tuple[str, httpx.AsyncClient]]:
+    """A person signed in to the pages (a new one, or ``who`` of the harness): (user id, client)."""
+    if who is None:
+        user_id = (await h.store.create_user(f"inbox-{uuid.uuid4().hex[:8]}")).id
+        key = await h.store.create_api_key(user_id)
+    else:
+        user_id, key = h.users[who]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=h.app), base_url="http://t") as page:
         token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
         r = await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})
         assert r.status_code == 303, r.text
-        yield user.id, page
+        yield user_id, page
 
 
 def rows(html: str) -> list[str]:
@@ -118,3 +122,45 @@ async def test_past_1000_waiting_the_counts_stop_counting(api: Harness):
         assert await api.store.claim_suspended_for_resume(jobs[0], f"gate:{jobs[0]}")
         r = await page.get("/")
         assert summary(r.text) == "1000 requests wait for you." and pager(r.text) == "Page 1 of 40 Older →"
+
+
+async def test_ticked_rows_are_decided_in_one_go_each_once(api: Harness):
+    """The inbox's bulk form: the rows ticked, one button, each request decided through the batch
+    (its own checks and claim): one decided elsewhere after the page was drawn and one forged for
+    another person's run are refused, the rest decided, and the inbox says so. Without the page's
+    CSRF token nothing is decided."""
+    async for me, page in signed_in(api, "alice"):
+        jobs = [(await submit_suspended(api, session_id=f"bulk-{uuid.uuid4().hex[:6]}"))["job_id"] for _ in range(4)]
+        async with api.client("bob") as c:
+            r = await c.post("/api/v1/flows", json=REFUND)
+        assert r.status_code == 201, r.text
+        bobs = (await submit_suspended(api, "bob", flow_id=r.json()["id"]))["job_id"]
+        html = (await page.get("/")).text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+        ticks = re.findall(r'<input type="checkbox" class="req-pick" name="item" value="([^"]+)" form="bulk"', html)
+        assert set(ticks) >= {f"{j}|gate:{j}" for j in jobs}
+        assert 'form id="bulk"' in html and ">Approve all ticked</button>" in html
+        ticked = [f"{j}|gate:{j}" for j in jobs] + [f"{bobs}|gate:{bobs}"]
+
+        async with api.client("alice") as c:  # decided elsewhere meanwhile
+            r = await c.post(f"/api/v2/workflows/{jobs[1]}/resume",
+                             json={"request_id": f"gate:{jobs[1]}", "decision": {"action_id": "approve"}})
+        assert r.status_code == 200, r.text
+        r = await page.post("/inbox/decide", data={"item": ticked, "action_id": "approve"})  # no CSRF token
+        assert r.status_code == 403
+        assert (await api.store.get_job(jobs[0])).status == JobStatus.suspended
+        r = await page.post("/inbox/decide", data={"csrf": csrf, "item": ticked, "action_id": "approve"})
+        assert r.status_code == 303 and r.headers["location"] == "/?decided=3&refused=2", r.headers
+        r = await page.get(r.headers["location"])
+        assert "3 decided; 2 could not be" in r.text
+        for job_id in jobs:
+            await api.wait_status(job_id, JobStatus.completed)
+            decisions = [e for e in await api.store.read_events(job_id) if e.event == "human_input_decision"]
+            assert len(decisions) == 1, job_id
+        assert (await api.store.get_job(bobs)).status == JobStatus.suspended  # not hers to decide
+        r = await page.post("/inbox/decide", data={"csrf": csrf, "action_id": "approve"})  # nothing ticked
+        assert r.headers["location"] == "/?decided=0&refused=0"
+        assert "Nothing was decided" in (await page.get(r.headers["location"])).text
+        r = await page.post("/inbox/decide", data={"csrf": csrf, "action_id": "approve",
+                                                   "item": [f"{bobs}|gate:{bobs}"] * 101})
+        assert r.status_code == 422 and "at most 100" in r.text
