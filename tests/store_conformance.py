@@ -1669,6 +1669,22 @@ async def test_inbox_filters_and_counts_by_flow_session_and_kind(store: Store) -
     assert await _inbox(store, me.id) == [a1, *ties, a2]
 
 
+async def test_inbox_reads_a_page_longer_than_one_statement_whole_and_in_order(store: Store) -> None:
+    """A page of 600 (the JSON API's pending list takes them all): every row once, newest first
+    (the SQL stores read a page's rows by id in bounded statements)."""
+    me = await new_user(store)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> str:
+        async with sem:
+            return (await _paused(store, me.id, t0 + timedelta(seconds=i)))[0]
+
+    jobs = await asyncio.gather(*(one(i) for i in range(600)))
+    assert await _inbox(store, me.id, limit=5000) == list(reversed(jobs))
+    assert await _inbox(store, me.id, limit=520, offset=40) == list(reversed(jobs))[40:560]
+
+
 # ---- a vote written only while the request waits ---------------------------------------------
 
 

@@ -25,6 +25,8 @@ from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLApprovals"]
 
+INBOX_ROWS_PER_READ = 500  # the rows of an inbox page read by id in one statement
+
 
 class _NotHeld(Exception):
     """Raised inside record_decision's transaction to roll it back: the claim is not the caller's."""
@@ -148,9 +150,10 @@ class SQLApprovals(SQLJobs):
                                       [*assigned_params, offset + limit])
             keys.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=True)
             page = [r["job_id"] for r in keys[offset:offset + limit]]
-            if not page:
-                return []
-            rows = await tx.fetchall(f"SELECT * FROM jobs WHERE job_id IN ({', '.join('?' * len(page))})", page)
+            rows = []
+            for at in range(0, len(page), INBOX_ROWS_PER_READ):  # a bounded IN list (PostgreSQL takes 65,535)
+                chunk = page[at:at + INBOX_ROWS_PER_READ]
+                rows += await tx.fetchall(f"SELECT * FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk)
         by_id = {r["job_id"]: r for r in rows}
         return [self._job(by_id[j]) for j in page if j in by_id]
 
