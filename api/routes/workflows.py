@@ -17,7 +17,7 @@ from signoff.service.backend import Resumed
 from signoff.service.batch import BatchItem
 
 from signoff.api.deps import CurrentUser, FlowsDep, ServiceDep, SettingsDep, StoreDep, valid_id, visible_job
-from signoff.api.errors import error_answer
+from signoff.api.errors import error_answer, printable
 from signoff.api.limits import check_body
 from signoff.api.ratelimit import paced_writes
 from signoff.api.models import (
@@ -236,8 +236,9 @@ async def resume_batch(body: ResumeBatchRequest, service: ServiceDep, store: Sto
         else:
             status, error = error_answer(outcome)
             answer = ErrorBody.model_validate(error)
-        results.append(ResumeBatchResult(job_id=item.job_id, request_id=item.request_id, status_code=status,
-                                         body=answer))
+        # the ids as sent, but never a NUL or a lone surrogate (refused above; no answer can carry one)
+        results.append(ResumeBatchResult(job_id=printable(item.job_id), request_id=printable(item.request_id),
+                                         status_code=status, body=answer))
     return ResumeBatchResponse(results=results, applied=sum(r.status_code == 200 for r in results))
 
 

@@ -8,6 +8,7 @@ at once; each item a write of SIGNOFF_WRITE_RATE."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import uuid
 from collections import Counter
@@ -182,6 +183,30 @@ async def test_each_item_has_its_own_access_and_checks(h: Harness):
         await h.wait_status(j["job_id"], JobStatus.completed)
         assert len(await decisions(h, j["job_id"])) == 1
     assert (await h.store.get_job(mine[1]["job_id"])).status == JobStatus.suspended  # its bad action changed nothing
+
+
+async def test_hostile_ids_are_that_items_refusal_and_the_answer_still_json(h: Harness):
+    """A job id with NUL or a lone surrogate (JSON can say both) is that item's 422, echoed
+    escaped; a far too long one its 404; the batch answers 200 with valid JSON and the genuine
+    item is decided. A request id that is no text refuses the batch as a single resume's body
+    is refused, naming the item."""
+    job = (await suspended_runs(h, 1))[0]
+    hostile = ['{"job_id": "\\ud800x", "request_id": "gate:x", "decision": {"action_id": "approve"}}',
+               '{"job_id": "a\\u0000b", "request_id": "gate:x", "decision": {"action_id": "approve"}}',
+               '{"job_id": "' + "j" * 5000 + '", "request_id": "gate:x", "decision": {"action_id": "approve"}}']
+    body = '{"items": [' + ", ".join([*hostile, json.dumps(item(job))]) + "]}"
+    async with h.client("alice") as c:
+        r = await c.post(URL, content=body.encode(), headers={"content-type": "application/json"})
+        assert r.status_code == 200, r.text
+        got = [(x["job_id"], x["status_code"], x["body"].get("detail", {}).get("code")) for x in r.json()["results"]]
+        assert got[:2] == [("\\ud800x", 422, "INVALID_REQUEST"), ("a\\u0000b", 422, "INVALID_REQUEST")], got
+        assert got[2][1:] == (404, "JOB_NOT_FOUND") and got[3] == (job["job_id"], 200, None), got
+        bad = '{"items": [{"job_id": "ok", "request_id": "gate:\\udfff", "decision": {"action_id": "approve"}}]}'
+        r = await c.post(URL, content=bad.encode(), headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+        assert [(p["loc"], p["type"]) for p in r.json()["detail"]["problems"]] == [("body.items.0.request_id",
+                                                                                    "string_surrogate")]
+    await h.wait_status(job["job_id"], JobStatus.completed)
 
 
 async def test_the_batch_itself_is_bounded(h: Harness):
