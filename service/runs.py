@@ -26,7 +26,7 @@ from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
 from signoff.engine.lifecycle import RunEnd, end_run
-from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
+from signoff.engine.models import Decision, FlowRecord, InboxEntry, Job, JobStatus, NewJob, User, utcnow
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.usage import check_stored_bytes
@@ -206,6 +206,11 @@ class RunService:
         """A page of :meth:`pending_for` (Store.inbox: indexed, its cost the page's rows)."""
         return await self.store.inbox(user.id, flow_id=flow_id, session_id=session_id, kind=kind, limit=limit,
                                       offset=offset)
+
+    async def inbox_entries(self, user: User) -> list[InboxEntry]:
+        """What :meth:`pending_for` lists, as keys and filter columns only (Store.inbox_entries):
+        what the inbox's live stream compares, without reading the jobs."""
+        return await self.store.inbox_entries(user.id, limit=PENDING_MAX)
 
     async def inbox_count(self, user: User, *, flow_id: str | None = None, session_id: str | None = None,
                           kind: str | None = None) -> int | str:

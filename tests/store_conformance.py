@@ -1613,6 +1613,12 @@ async def test_inbox_is_what_waits_for_the_user_newest_first(store: Store) -> No
     assert me.id in await store.list_mutes(me.id)
     assert await _inbox(store, me.id) == [by_group, names_me, mine]
     jobs = await store.inbox(me.id)
+    # the same, as keys and filter columns (no job read)
+    entries = await store.inbox_entries(me.id, limit=100)
+    assert [(e.job_id, e.request_id, e.paused_at, e.flow_id, e.session_id, e.kind) for e in entries] == \
+        [(j.job_id, j.pending.request_id, j.pending.paused_at, j.flow_id, j.session_id, j.pending.kind) for j in jobs]
+    assert [e.job_id for e in await store.inbox_entries(me.id, limit=2)] == [j.job_id for j in jobs[:2]]
+    assert await store.inbox_entries(stranger.id, limit=100) == []
     assert await store.inbox_count(me.id) == 3 and await store.inbox_count(stranger.id) == 0
     assert await store.inbox_flows(me.id) == sorted({j.flow_id for j in jobs})
     assert await store.inbox_flows(stranger.id) == []
@@ -1639,6 +1645,9 @@ async def test_inbox_filters_and_counts_by_flow_session_and_kind(store: Store) -
     assert await _inbox(store, me.id, session_id="s1") == [b1, a1]
     assert await _inbox(store, me.id, session_id="") == sorted([a2, same], key=[*ties, a2].index)
     assert await _inbox(store, me.id, kind="tool_approval") == [a2]
+    assert [(e.job_id, e.kind, e.session_id) for e in await store.inbox_entries(me.id, limit=10)] == \
+        [(ties[0], "node_input", "s1" if ties[0] == b1 else None), (ties[1], "node_input", "s1" if ties[1] == b1 else None),
+         (a2, "tool_approval", None), (a1, "node_input", "s1")]
     assert await _inbox(store, me.id, kind="node_input", flow_id=flow_b, session_id="s1") == [b1]
     assert await _inbox(store, me.id, flow_id=uid("flow-")) == []
     assert await store.inbox_count(me.id) == 4 and await store.inbox_count(me.id, flow_id=flow_a) == 2

@@ -28,6 +28,7 @@ from signoff.engine.models import (
     EventNote,
     FlowRecord,
     Group,
+    InboxEntry,
     Job,
     JobStatus,
     Message,
@@ -335,6 +336,13 @@ class Store(CheckpointStore, HistoryStore):
         ``offset`` first skipped, at most ``limit``. Filters: ``flow_id``; ``session_id`` (the
         job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). Indexed (migration
         10): a page costs its rows, not the number waiting."""
+
+    @abc.abstractmethod
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """The first ``limit`` requests of :meth:`inbox` (unfiltered, in its order) as their keys
+        and what the inbox filters by (job and request ids, pause time, flow, session, kind),
+        read without the jobs' rows: what the inbox's live stream compares, at a fraction of
+        the cost of the jobs."""
 
     @abc.abstractmethod
     async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from signoff.engine.models import Job, JobStatus, utcnow
+from signoff.engine.models import InboxEntry, Job, JobStatus, utcnow
 from signoff.engine.store.encoding import approver_ref, ApproverRef, as_utc, unique_strings
 from signoff.engine.store.memory.core import _ACTIVE, _Job, MemoryCore, _Tables
 
@@ -90,6 +90,12 @@ class MemoryApprovals(MemoryCore):
         """See Store.inbox."""
         start = max(0, int(offset))
         return self._inbox(user_id, flow_id, session_id, kind)[start:start + max(0, int(limit))]
+
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """See Store.inbox_entries."""
+        return [InboxEntry(job_id=j.job_id, request_id=j.pending.request_id, paused_at=j.pending.paused_at,
+                           flow_id=j.flow_id, session_id=j.session_id, kind=j.pending.kind)
+                for j in self._inbox(user_id, None, None, None)[:max(0, int(limit))] if j.pending is not None]
 
     async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
                           kind: str | None = None, cap: int = 1000) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from signoff.engine.models import Job, utcnow
+from signoff.engine.models import InboxEntry, Job, utcnow
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -156,6 +156,19 @@ class SQLApprovals(SQLJobs):
                 rows += await tx.fetchall(f"SELECT * FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk)
         by_id = {r["job_id"]: r for r in rows}
         return [self._job(by_id[j]) for j in page if j in by_id]
+
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """See Store.inbox_entries: inbox's two parts with their keys and columns, no job row."""
+        limit = max(0, int(limit))
+        (own, own_params), (assigned, assigned_params) = self._inbox(user_id, None, None, None)
+        order = " ORDER BY paused_at DESC, job_id DESC LIMIT ?"
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(f"SELECT * FROM ({own}) w{order}", [*own_params, limit])
+            rows += await tx.fetchall(f"SELECT * FROM ({assigned}) w{order}", [*assigned_params, limit])
+        rows.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=True)
+        return [InboxEntry(job_id=r["job_id"], request_id=r["pending_request_id"], paused_at=self._dec_dt(r["paused_at"]),
+                           flow_id=r["flow_id"], session_id=r["session_id"], kind=r["pending_kind"] or "node_input")
+                for r in rows[:limit]]
 
     async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
                           kind: str | None = None, cap: int = 1000) -> int:

@@ -102,7 +102,7 @@ class Q:
     # suspended job always has its pending request and its pause time (mark_suspended writes
     # them together; ``paused_at IS NOT NULL`` lets a planner without statistics see jobs_inbox).
     inbox_own = (
-        "SELECT j.job_id, j.paused_at, j.flow_id FROM jobs j WHERE j.user_id = ? AND j.status = 'suspended' "
+        "SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM jobs j WHERE j.user_id = ? AND j.status = 'suspended' "
         "AND j.pending_names = 0 AND j.paused_at IS NOT NULL{f}"
     )
     # the distinct flows of the own part, one index probe each (jobs_inbox_flows: a loose index scan)
@@ -113,11 +113,11 @@ class Q:
         "ORDER BY j.flow_id LIMIT 1) FROM f WHERE f.flow_id IS NOT NULL) SELECT flow_id FROM f WHERE flow_id IS NOT NULL"
     )
     inbox_assigned = (
-        "SELECT j.job_id, j.paused_at, j.flow_id FROM request_approvers a JOIN jobs j ON j.job_id = a.job_id "
+        "SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM request_approvers a JOIN jobs j ON j.job_id = a.job_id "
         "AND j.pending_request_id = a.request_id AND j.status = 'suspended' WHERE a.user_id = ? "
         "AND NOT (j.user_id = ? AND j.pending_names = 0) "
         "AND (j.user_id = ? OR j.user_id NOT IN (SELECT muted_id FROM user_mutes WHERE user_id = ?)){f} "
-        "UNION SELECT j.job_id, j.paused_at, j.flow_id FROM group_members m JOIN user_groups g "
+        "UNION SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM group_members m JOIN user_groups g "
         "ON g.owner_id = m.owner_id AND g.name = m.name "
         "JOIN request_approvers a ON a.group_owner = m.owner_id AND a.group_name = m.name "
         "JOIN jobs j ON j.job_id = a.job_id AND j.pending_request_id = a.request_id AND j.status = 'suspended' "
