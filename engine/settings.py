@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         description="How long an activity waits out a database that is away (down, restarting) before it fails and "
         "Temporal retries it; never past the activity's own timeout. The API answers 503 meanwhile.",
     )
+    startup_wait_seconds: float = Field(
+        60.0, ge=0,
+        description="How long `signoff api` and `signoff worker` wait at start-up for the database and Temporal to "
+        "answer (trying again with a backoff, saying what they wait for) before they exit; 0 = not at all.",
+    )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
     worker_max_activities: int = Field(
         100, ge=1,
