@@ -12,7 +12,7 @@ import pytest
 
 from signoff.engine.models import JobStatus, NewJob
 
-from tests.helpers import eventually
+from tests.helpers import eventually, rounds
 from tests.integration.api.conftest import BlockingHTTP, Harness, read_frame, sse_frames, submit_suspended
 
 # the events tail is LISTEN/NOTIFY on PostgreSQL and polling on SQLite; supersede races a resume
@@ -52,13 +52,14 @@ async def test_new_run_supersedes_the_same_session_only(api: Harness) -> None:
 RACE_CHAINS, RACE_ROUNDS = 4, 50  # 200 races; independent sessions race side by side
 
 
-async def test_resume_racing_supersede_exactly_one_wins(api: Harness) -> None:
-    """200 times: a resume and a new run of the same session (which supersedes) race on one
+async def test_resume_racing_supersede_exactly_one_wins(api: Harness, store_backend: str) -> None:
+    """200 times (100 on SQLite, tests/helpers.rounds): a resume and a new run of the same session (which supersedes) race on one
     suspended job; exactly one wins and the loser leaves no trace. The 200 races run as four
     chains in four sessions at once (supersede never crosses sessions), so the wall time is not
     four times the orchestration latency of one chain."""
-    outcomes = await asyncio.gather(*(_race_chain(api, f"race-{k}", RACE_ROUNDS) for k in range(RACE_CHAINS)))
-    assert sum(len(o) for o in outcomes) == RACE_CHAINS * RACE_ROUNDS
+    n = rounds(store_backend, RACE_ROUNDS)
+    outcomes = await asyncio.gather(*(_race_chain(api, f"race-{k}", n) for k in range(RACE_CHAINS)))
+    assert sum(len(o) for o in outcomes) == RACE_CHAINS * n
 
 
 async def _race_chain(api: Harness, session: str, rounds: int) -> list[str]:
