@@ -169,7 +169,7 @@ class Settings(BaseSettings):
         description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
         "its reader may still see it while it waits (a few indexed reads each time: lower is sooner, and costs more "
         "with many idle streams); it also asks before every frame with data, and at once when this process takes "
-        "a share back or ends a page session. A key revoked elsewhere (the CLI) ends an idle stream within this.",
+        "a share back or ends a page session, and when a revoke in any process (the CLI) notes it in the store.",
     )
     max_streams_per_user: int = Field(
         100, ge=1,

@@ -77,6 +77,14 @@ class StoreConflict(StoreError):
 # When a submit refused for the runs in flight may try again: runs end or pause within seconds
 RUNS_IN_FLIGHT_RETRY_SECONDS = 1
 
+# An access note (Store.tail_events): a user's keys, account or a share to them went, so their open
+# live streams ask at once whether they may still see what they show. It is an event of the
+# pseudo-job ``ACCESS_NOTES + user_id`` named ``ACCESS_CHANGED``, written in the revoke's own
+# transaction, so every process's tail tells it (PostgreSQL's NOTIFY, SQLite's table) whoever
+# revoked (the API, the pages, the CLI). No job id has this form (ids are UUIDs).
+ACCESS_NOTES = "access:"
+ACCESS_CHANGED = "access_changed"
+
 
 def runs_in_flight_check(count: int, limit: int) -> None:
     """Raise RunsInFlightLimit when a user with ``count`` jobs in flight may not start one more."""
@@ -170,7 +178,7 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def revoke_api_key(self, key: str) -> bool:
-        """Forget a key; returns whether it existed."""
+        """Forget a key; returns whether it existed (and then notes its user's access changed)."""
 
     @abc.abstractmethod
     async def revoke_api_keys(self, user_id: str) -> int:
@@ -629,7 +637,9 @@ class Store(CheckpointStore, HistoryStore):
         place: whatever commits after it is told. ``None`` says notes may have been missed (the
         tail lost its place, e.g. a reconnect): a follower reads again what it shows. Raises
         StoreError when the store is away; a new tail then starts afresh. One tail per process
-        (service/feed.py) serves every follower, so a backend may hold a connection for it."""
+        (service/feed.py) serves every follower, so a backend may hold a connection for it.
+        Revoking a key or the keys of a user, deleting a user and revoking a share also append
+        an access note (``ACCESS_NOTES``), which the tail tells as any event."""
 
     # ---- spans
     @abc.abstractmethod
