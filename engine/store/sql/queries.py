@@ -363,12 +363,15 @@ class Q:
         "DELETE FROM messages WHERE job_id = ? RETURNING {octets}(CAST(text AS {octet_text})) "
         "+ COALESCE({octets}(CAST(card AS {octet_text})), 0) AS size"
     )
-    delete_run_checkpoints = "DELETE FROM checkpoints WHERE run_id = ? OR job_id = ? RETURNING charged_to, size"
+    delete_run_checkpoints = "DELETE FROM checkpoints WHERE run_id = ? OR job_id = ? RETURNING charged_to, size"  # both indexed
     delete_run_spans = "DELETE FROM spans WHERE trace_id = ? OR run_id = ? RETURNING charged_to, size"
     delete_job_participants = "DELETE FROM job_participants WHERE job_id = ?"
-    # retention: the runs that ended longest ago, by the end time's index (jobs_finished)
+    # retention: the runs that ended longest ago, a range of the end time's index (jobs_finished).
+    # finished_at is set exactly when a job ends (a terminal status never changes), so no status
+    # condition here: with one, SQLite reads every ended job by (status, created_at) and sorts
+    # them. delete_ended_job checks the status again
     ended_before = (
-        "SELECT job_id FROM jobs WHERE finished_at < ? AND status IN ('completed', 'failed', 'cancelled', 'timed_out') "
+        "SELECT job_id FROM jobs WHERE finished_at < ? "
         "AND NOT EXISTS (SELECT 1 FROM workflow_releases r WHERE r.job_id = jobs.job_id) "
         "ORDER BY finished_at, job_id LIMIT ?"
     )
