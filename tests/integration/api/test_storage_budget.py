@@ -2,8 +2,8 @@
 per user"), through real HTTP (uvicorn on 127.0.0.1) against the real app, worker and Temporal dev
 server: a user at their budget is refused a new flow or a new run with 409 STORAGE_LIMIT saying
 what they keep and what is allowed, while another user is not; the run they have going still
-takes its decision and ends; deleting a flow gives its bytes back, and so does deleting ended runs. SQLite only: the count is the
-store's, tested on every store by tests/store_conformance.py."""
+takes its decision and ends; deleting a flow gives its bytes back, and so does deleting ended
+runs. SQLite only: the count is the store's, tested on every store by tests/store_conformance.py."""
 
 from __future__ import annotations
 
