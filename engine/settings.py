@@ -186,6 +186,14 @@ class Settings(BaseSettings):
         "saving a flow or submitting a run is 409 STORAGE_LIMIT (runs already going finish, each bounded by "
         "SIGNOFF_RUN_MAX_OUTPUT_BYTES). 0 = no limit.",
     )
+    run_retention_days: float | None = Field(
+        None, gt=0,
+        description="Ended runs (completed, failed, cancelled, timed out) older than this many days are deleted "
+        "with everything of theirs (events, messages, checkpoints, spans, blobs: their bytes given back to the "
+        "user's count) by the API's sweep, at most 500 per sweep. Unset (the default): kept forever, since the "
+        "record of who approved what must not vanish unless the operator says so; each user can delete their own "
+        "ended runs (DELETE /api/v2/workflows/{job_id}).",
+    )
 
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
     max_webhooks_per_user: int = Field(
@@ -348,6 +356,13 @@ class Settings(BaseSettings):
     @property
     def trusted_proxy_list(self) -> list[str]:
         return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
+
+    @field_validator("run_retention_days", mode="before")
+    @classmethod
+    def _unset_retention(cls, v: object) -> object:
+        """An empty value (``SIGNOFF_RUN_RETENTION_DAYS=``, as a compose file passes one) is unset:
+        runs are kept forever."""
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("database_url")
     @classmethod

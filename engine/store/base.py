@@ -213,7 +213,8 @@ class Store(CheckpointStore, HistoryStore):
           ``runs/<job id>/...``, engine/store/base.py: run_of_blob), to the job's user as it is
           when written; a span or blob written again counts its new size instead of its old;
           delete_checkpoints, delete_expired_checkpoints and delete_blobs give back what the
-          deleted rows counted.
+          deleted rows counted; delete_run and delete_runs_ended_before give back everything
+          the deleted run counted.
 
         Not counted: names, ids, timestamps, a job's pending request (replaced and cleared as the
         run goes), the stamps of cards, approver references, secrets, webhooks and their log
@@ -574,6 +575,29 @@ class Store(CheckpointStore, HistoryStore):
         out), giving back their bytes; how many. A backstop for the cleanup of a run's end
         (engine/lifecycle.py), which a process killed between a late checkpoint write and its
         look at the job cuts short: an ended run needs no checkpoint."""
+
+    # ---- deleting ended runs (docs/security.md, "Budgets per user"): what frees a user's stored bytes
+    @abc.abstractmethod
+    async def delete_run(self, job_id: str) -> bool:
+        """Delete an ended job and everything the store keeps of it, in one transaction: the job
+        row, its events (and their seq counter), the messages with its ``job_id``, its checkpoints
+        (``run_id`` or ``job_id``), its spans (``trace_id`` or ``run_id``: run_id = job_id), its
+        blobs (``runs/<job id>/``), its approver references and its participants; what those rows
+        counted is given back to its user (stored_bytes is then what a fresh count of what is
+        left would give). Returns whether it was deleted. Only a job that has ended (completed,
+        failed, cancelled, timed out) and whose workflow is let go of (no want_release left: the
+        sweep still has to cancel it) is deleted; any other job, or none, changes nothing and
+        gives False. The check and the delete are one statement on the job's row, so a resume or
+        a stop racing it either sees the job gone (it had ended: nothing to resume) or keeps it.
+        Kept: the delivery log of webhooks that told of the run (their owners' log, bounded by
+        its own limit) and other runs of the same session, flow or user."""
+
+    @abc.abstractmethod
+    async def delete_runs_ended_before(self, before: datetime, *, limit: int = 500) -> list[str]:
+        """delete_run for at most ``limit`` jobs that ended (``finished_at``) before ``before``,
+        oldest end first, each in its own transaction (a batch never holds the database long);
+        returns the ids deleted. Reads only the jobs it deletes (an index on the end time), not
+        every run ever: what the API's sweep calls for SIGNOFF_RUN_RETENTION_DAYS."""
 
     @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:
