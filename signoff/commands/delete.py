@@ -4,14 +4,13 @@ your count of stored bytes; docs/api.md). A run that has not ended is refused: s
 from __future__ import annotations
 
 import argparse
-from urllib.parse import quote
 
-from signoff.commands._client import add_client_options, emit, request, run_handler
+from signoff.commands._client import add_client_options, emit, request, run_handler, seg
 
 
 def _handle(args: argparse.Namespace) -> int:
     # the id is one path segment, whatever it holds: a "/" or ".." cannot reach another route
-    request(args, "DELETE", f"/api/v2/workflows/{quote(args.job, safe='')}")
+    request(args, "DELETE", f"/api/v2/workflows/{seg(args.job)}")
     emit(args, {"job_id": args.job, "deleted": True}, f"run {args.job} deleted")
     return 0
 
