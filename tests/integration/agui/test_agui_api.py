@@ -94,7 +94,7 @@ async def test_a_gate_ends_the_run_with_an_interrupt_and_resume_approves_it(h: H
         first, interrupt = await interrupted(h, c, flow, t)
         job_id = interrupt["metadata"]["job_id"]
         assert interrupt["id"] == f"gate:{job_id}"
-        assert interrupt["reason"] == "human_input" and interrupt["message"] == "Approve this refund?"
+        assert interrupt["reason"] == "human_input" and interrupt["message"] == "Approve the refund for: refund 42"
         meta = interrupt["metadata"]
         assert meta["options"] == [{"action_id": "approve", "label": "Approve"},
                                    {"action_id": "reject", "label": "Reject"}]
