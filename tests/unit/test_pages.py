@@ -122,3 +122,34 @@ async def test_pages_send_their_security_headers_and_the_api_keeps_its_own(tmp_p
         docs = await c.get("/docs")
         assert "script-src 'self';" in docs.headers["content-security-policy"]  # its own (api/docs.py)
         assert "/sign-in" not in (await c.get("/openapi.json")).text  # pages stay out of the API's schema
+
+
+def test_changed_arguments_are_found_as_the_person_typed_them() -> None:
+    """What a person approves is what runs (issue 29): a changed argument is a change (old, new);
+    a textarea's CRLF, JSON spacing or an argument left out are not; an edit keeps LF as typed."""
+    args = {"body": "15 EUR\nto order 1234", "amount": 15, "items": [1, 2]}
+    same = FormData([("arg.body", "15 EUR\r\nto order 1234"), ("arg.amount", " 15 "), ("arg.items", "[1,2]")])
+    assert forms.arg_changes(args, same) == []
+    assert forms.edited_args(args, same) == args
+    changed = FormData([("arg.body", "45 EUR\r\nto order 1234 "), ("arg.items", "[1, 2, 3]")])
+    assert [(c.name, c.old, c.new) for c in forms.arg_changes(args, changed)] == [
+        ("body", "15 EUR\nto order 1234", "45 EUR\nto order 1234 "), ("items", "[1, 2]", "[1, 2, 3]")]
+    assert forms.edited_args(args, changed) == {"body": "45 EUR\nto order 1234 ", "amount": 15, "items": [1, 2, 3]}
+    assert forms.arg_changes(args, FormData([("arg.other", "x")])) == []  # not an argument of the call
+    diff = forms.args_diff(args, {"body": "x", "amount": 15, "items": [1, 2]})
+    assert [(c.name, c.old == c.new) for c in diff] == [("body", False), ("amount", True), ("items", True)]
+
+
+def test_a_refused_value_is_said_in_words() -> None:
+    def said(rule: str, name: str = "reason") -> str:
+        return forms.in_words({"type": rule, "message": "jsonschema's words"}, SCHEMA, name)
+
+    assert said("required") == "Fill this in."
+    assert said("minLength") == "Write at least 3 characters."
+    assert said("maximum", "amount") == "Enter 100 or less."
+    assert said("type", "count") == "Enter a whole number."
+    assert said("maxLength") == "jsonschema's words"  # no such rule on the field: the check's words
+    # a card's options that ask different values name their inputs per option
+    form = FormData([("v.reject.reason", "late"), ("v.approve.reason", "other")])
+    assert forms.values_from(SCHEMA, form, prefix="v.reject.")["reason"] == "late"
+    assert forms.typed_values(form, "v.approve.") == {"reason": "other"}
