@@ -194,7 +194,8 @@ def _problems_by_field(err: SignoffError, schema: dict[str, Any] | None) -> tupl
             loc = str(problem.get("loc", ""))
             name = loc.split(".", 2)[1] if loc.startswith("values.") else loc
             by_field.setdefault(name, forms.in_words(problem, schema, name))
-    if problems and by_field:
+    props = (schema or {}).get("properties") if isinstance((schema or {}).get("properties"), dict) else {}
+    if by_field and all(name in props for name in by_field):  # each said next to its field
         count = len(by_field)
         return by_field, "Please fix the field marked below." if count == 1 else f"Please fix the {count} fields marked below."
     return by_field, printable(err.message)
