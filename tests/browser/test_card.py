@@ -131,7 +131,7 @@ async def test_an_edited_argument_reaches_the_tool_as_typed(browser: Browser, si
             if site.backend == "sqlite":
                 await shoot(page, "card-tool-edited")
             await primary.click()
-            await expect(page.locator("[data-outcome]")).to_contain_text("by alice")
+            await expect(page.locator("[data-outcome]")).to_contain_text("Approve edited call by alice")
             await site.h.wait_status(job_id, JobStatus.completed)
             assert [h["body"] for h in target.hits] == [typed]
             decided = await decision_events(site, job_id)

@@ -549,7 +549,7 @@ async def test_tool_approval_edit_the_arguments(browser: Browser, site: Site) ->
                 await shoot(page, "card-tool")
             await body.fill("40 EUR to order 1234")
             await page.get_by_role("button", name="Approve edited call").click()
-            await expect(page.locator("[data-outcome]")).to_contain_text("Edit by alice")
+            await expect(page.locator("[data-outcome]")).to_contain_text("Approve edited call by alice")
             await expect(page.locator("[data-decided-args] ins")).to_have_text("40 EUR to order 1234")
             await site.h.wait_status(job_id, JobStatus.completed)
             assert [h["body"] for h in target.hits] == ["40 EUR to order 1234"]
