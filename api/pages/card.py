@@ -90,7 +90,8 @@ def _decided_values(req: PendingRequest, outcome: views.Outcome) -> list[tuple[s
 def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None, field_errors: dict[str, str] | None = None,
                  typed_args: dict[str, str] | None = None, typed_message: dict[str, str] | None = None,
                  error: str | None = None, error_action: str | None = None, notice: str | None = None,
-                 conflict: bool = False, facts: context.CardFacts | None = None) -> dict[str, Any]:
+                 conflict: bool = False, facts: context.CardFacts | None = None,
+                 typed_by_option: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The card's forms. A gate whose options share one values schema (or none): the fields
     once and a button per option. Options with different schemas: the decision first (one radio
     per option), then each option's fields under its heading. A tool approval: approve / edit
@@ -101,7 +102,8 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
     if choosing(req):
         for option in req.options:
             mine = option.action_id == error_action
-            fields = forms.fields_of((req.fields or {}).get(option.action_id), typed if mine else None,
+            kept = (typed_by_option or {}).get(option.action_id) or (typed if mine else None)
+            fields = forms.fields_of((req.fields or {}).get(option.action_id), kept,
                                      field_errors if mine else None, prefix=value_prefix(req, option.action_id))
             choices.append({"option": option, "fields": fields, "checked": mine})
     elif req.kind != "tool_approval":
@@ -232,7 +234,9 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
         await with_count(request, page)
         return render(request, "card.html", 422, **card_context(
             view, typed_args=typed_args, typed_message=typed_message, error=_refusal(view, refused),
-            error_action="approve" if isinstance(refused, EditNotSent) else None, facts=await _facts(page, view)))
+            error_action="approve" if isinstance(refused, EditNotSent) else None, facts=await _facts(page, view),
+            typed_by_option={o.action_id: forms.typed_values(form, value_prefix(view.request, o.action_id))
+                             for o in view.request.options}))
     except SignoffError as err:
         status = STATUS_BY_CODE.get(err.code, 500)
         if status in (403, 422):

@@ -294,6 +294,8 @@ async def test_a_values_card_without_javascript(browser: Browser, site: Site) ->
         if site.backend == "sqlite":
             await shoot(page, "card-values-nojs")
         form = page.locator("form[data-choose]")
+        await expect(form.locator('[data-option="approve"]').get_by_label("Note for the file")).to_have_value(
+            "not this one")  # kept
         await form.get_by_text("Reject", exact=True).click()
         reject = form.locator('[data-option="reject"]')
         await reject.get_by_label("Reason").fill("Cracked on arrival")
