@@ -587,3 +587,50 @@ async def test_an_approver_decides_in_a_run_that_is_not_theirs(browser: Browser,
         await expect(bob.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob_name}")
         await site.h.wait_status(job_id, JobStatus.completed)
         bob.clean()
+
+
+async def test_the_owner_deletes_an_ended_run_from_its_page(browser: Browser, site: Site) -> None:
+    """The run page's delete button, a form with the page's token, shown to the run's owner once
+    the run has ended (a run going has its stop button instead): the run goes with every byte it
+    kept. A form without the token, and another person's form with theirs, are refused."""
+    async with site.api("alice") as api:
+        before = (await api.get("/api/v1/users/me")).json()["stored_bytes"]
+    resp = await pause(site)
+    job_id = resp["job_id"]
+    async with person(browser, site, "alice") as alice, person(browser, site, "bob") as bob:
+        page = alice.page
+        await page.goto(f"{site.url}/runs/{job_id}")
+        await expect(page.get_by_role("button", name="Stop run")).to_be_visible()
+        await expect(page.get_by_role("button", name="Delete run")).to_have_count(0)  # not while it waits
+        async with site.api("alice") as api:
+            r = await api.post(f"/api/v2/workflows/{job_id}/resume",
+                               json={"request_id": resp["human_request"]["request_id"],
+                                     "decision": {"action_id": "approve"}})
+            assert r.status_code == 200, r.text
+        await site.h.wait_status(job_id, JobStatus.completed)
+        await page.reload()
+        await expect(page.get_by_role("button", name="Delete run")).to_be_visible()
+
+        # no token, or bob's own token on alice's run: refused, the run kept
+        cookie = next(c for c in await alice.context.cookies() if c["name"] == "signoff_session")
+        async with httpx.AsyncClient(base_url=site.url, cookies={"signoff_session": cookie["value"]}) as c:
+            r = await c.post(f"/runs/{job_id}/delete", data={"csrf": "x"})
+            assert r.status_code == 403
+        await bob.page.goto(site.url + "/flows")
+        bobs_csrf = await bob.page.locator('input[name="csrf"]').first.get_attribute("value")
+        bobs = next(c for c in await bob.context.cookies() if c["name"] == "signoff_session")
+        async with httpx.AsyncClient(base_url=site.url, cookies={"signoff_session": bobs["value"]}) as c:
+            r = await c.post(f"/runs/{job_id}/delete", data={"csrf": bobs_csrf})
+            assert r.status_code == 404
+        assert (await site.h.store.get_job(job_id)).status == JobStatus.completed
+
+        await page.get_by_role("button", name="Delete run").click()
+        await expect(page.locator(".alert-info")).to_contain_text("Run deleted")
+        assert page.url.startswith(f"{site.url}/history")
+        assert await site.h.store.get_job(job_id) is None and await site.h.store.read_events(job_id) == []
+        r = await page.goto(f"{site.url}/runs/{job_id}")
+        assert r is not None and r.status == 404
+        async with site.api("alice") as api:
+            assert (await api.get("/api/v1/users/me")).json()["stored_bytes"] == before
+        alice.clean()
+        bob.clean()

@@ -301,6 +301,13 @@ MIGRATIONS: list[list[str]] = [
                 SELECT charged_to AS who, size AS n FROM blobs
             ) AS counted WHERE who IS NOT NULL GROUP BY who""",
     ],
+    # 10: deleting ended runs (Store.delete_run, delete_runs_ended_before, SIGNOFF_RUN_RETENTION_DAYS):
+    # the runs that ended longest ago are found by their end time, not among every run ever; a
+    # run's checkpoints by its job id too (each delete, not a scan of every paused run's)
+    [
+        "CREATE INDEX jobs_finished ON jobs (finished_at, job_id)",
+        "CREATE INDEX checkpoints_job ON checkpoints (job_id)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
