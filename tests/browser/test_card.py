@@ -110,7 +110,7 @@ async def test_an_edited_argument_reaches_the_tool_as_typed(browser: Browser, si
             await expect(facts.locator("[data-ctx-tools]")).to_contain_text("calculator")
             await expect(facts.locator("[data-ctx-tools]")).to_contain_text("3 * 5")
             await expect(facts.locator("[data-ctx-tools] .ctx-result")).to_contain_text("15")
-            await expect(facts.locator("[data-ctx-step]")).to_contain_text("agent")
+            await expect(facts.locator("[data-ctx-step]")).to_contain_text("agent (Agent), asking to run refund")
             # a right column on a wide screen
             box, question = await facts.bounding_box(), await page.get_by_label("body").bounding_box()
             assert box and question and box["x"] > question["x"] + question["width"], (box, question)
@@ -139,6 +139,9 @@ async def test_an_edited_argument_reaches_the_tool_as_typed(browser: Browser, si
             # the decided card shows the change, not the proposal alone
             await expect(page.locator("[data-decided-args] del")).to_have_text("15 EUR to order 1234")
             await expect(page.locator("[data-decided-args] ins")).to_have_text(typed)
+            await expect(page.locator(".chosen")).to_contain_text("Approve edited call")
+            if site.backend == "sqlite":
+                await shoot(page, "card-tool-decided")
             alice.clean()
 
 
