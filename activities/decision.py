@@ -13,7 +13,6 @@ from typing import Any
 from temporalio import activity
 
 from signoff.activities.failures import refused, to_failure
-from signoff.activities.gates import _vote_data
 from signoff.activities.layers import LayerActivities, _blob_step
 from signoff.activities.sender import sender
 from signoff.activities.types import (
@@ -23,12 +22,10 @@ from signoff.activities.types import (
     RunLayerOutput,
     StateRef,
 )
-from signoff.engine import metrics, tracing
+from signoff.engine import metrics
+from signoff.engine.attempt import DecisionAttempt, attempt_decision, trace_gate
 from signoff.engine.decisions import (
-    apply_decision,
     check_decision,
-    decision_event,
-    expired_event,
     recorded_decision,
     with_decision,
 )
@@ -39,7 +36,7 @@ from signoff.engine.errors import (
     SignoffError,
 )
 from signoff.engine.graph import Graph
-from signoff.engine.models import AppliedDecision, DecisionClaim, Job, JobStatus, utcnow
+from signoff.engine.models import DecisionClaim, Job, JobStatus, utcnow
 from signoff.engine.state import RunState
 from signoff.engine.store.base import StoreError
 
@@ -83,42 +80,34 @@ class DecisionActivities(LayerActivities):
                                                 max_items=self.settings.max_value_items)
                     except (InvalidDecision, InvalidValues) as err:
                         return ResumeRunOutput(claimed=False, refused=refused(err))
-            claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token)
-            if claim.job is None:
-                raise NotResumable(f"job {inp.job_id} not found")
-            job = claim.job
-            if "decision" in claim.recorded:
+            sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
+            attempted = await attempt_decision(self.store, DecisionAttempt(
+                inp.job_id, inp.request_id, inp.token, inp.decision, inp.now, person.id if person else None,
+                votes=inp.votes, vote=inp.vote, timed_out=inp.timed_out, sent=sent,
+                # whoever decided (and voted, for a quorum) keeps the run in their history and sight
+                participants=_took_part(person, inp),
+                values_checked=request is not None),  # checked above, before the claim
+                lambda job: self._paused_state(job, inp.state))
+            if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,
                 # that of another Update the workflow takes first now. Go on from its record.
-                return await self._go_on_from(inp, claim)
-            if not claim.won:
+                assert attempted.claim is not None
+                return await self._go_on_from(inp, attempted.claim)
+            if attempted.outcome == "not_claimed":
                 return ResumeRunOutput(claimed=False)
-            if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
+            job = attempted.job
+            assert job is not None
+            if attempted.outcome == "not_applied":
                 return _not_applied(job)
-            sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
-            paused, graph = await self._paused_state(job, inp.state)
-            votes = [*inp.votes, inp.vote] if inp.vote is not None else inp.votes
-            state, applied = apply_decision(paused, inp.request_id, inp.decision, inp.now,
-                                            person.id if person else None, votes=votes, timed_out=inp.timed_out,
-                                            values=request is None)  # checked before the claim
-            self._trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
-            # whoever decided (and voted, for a quorum) keeps the run in their history and sight
-            written = await self._record(job, paused, applied, inp, sent, _took_part(person, inp))
-            if written is None:
-                # Not recorded: another run of this attempt recorded its own decision first (a lost
-                # task's local activity still running beside the one that runs it again), or a
-                # stop ended the job after the claim. Never go on from a decision not recorded.
-                claim = await self.store.claim_decision(inp.job_id, inp.request_id, inp.token, claim=False)
-                if "decision" in claim.recorded and claim.job is not None:
-                    return await self._go_on_from(inp, claim)
-                return _not_applied(claim.job or job)
+            applied, written = attempted.applied, attempted.written
+            assert applied is not None and attempted.graph is not None and attempted.state is not None
             paused_at = job.pending.paused_at if job.pending is not None else None
             metrics.decided(seconds_waited=(applied.decided_at - paused_at).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
                             via=(sent or {}).get("via"))
             deliveries = await self._decision_deliveries(job, request or job.pending, written)
-            out = await self._after_decision(inp, graph, state, job)
+            out = await self._after_decision(inp, attempted.graph, attempted.state, job)
         except SignoffError as err:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
@@ -189,7 +178,7 @@ class DecisionActivities(LayerActivities):
                                        persist=inp.persist, job=job))
         # the pause of this decision: the state it made, from the record
         applied = recorded_decision(latest.pending, decided.data, expired.data if expired is not None else None)
-        self._trace_gate(job, graph, latest, applied)
+        trace_gate(job, graph, latest, applied)
         return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
                                out=await self._after_decision(inp, graph, with_decision(latest, applied), job))
 
@@ -204,36 +193,6 @@ class DecisionActivities(LayerActivities):
         else:
             raise NotResumable("the checkpoint is gone")
         return state, self.graph(state)
-
-    @staticmethod
-    def _trace_gate(job: Job, graph: Graph, paused: RunState, applied: AppliedDecision) -> None:
-        """The gate's span, "Human In The Loop — {label}" (its id is the same each time: a decision
-        applied again writes it again, not twice)."""
-        assert paused.pending is not None and paused.pending_vertex is not None
-        tracing.record_gate(run_id=paused.run_id, pending=paused.pending, applied=applied,
-                            vertex_id=paused.pending_vertex, job_id=job.job_id, flow_id=paused.flow_id,
-                            component_type=graph.vertices[paused.pending_vertex].type)
-
-    async def _record(self, job: Job, paused: RunState, applied: AppliedDecision, inp: ResumeRunInput,
-                      sent: dict[str, Any] | None, participants: list[str]) -> list[tuple[str, int]] | None:
-        """The decision's records in one store write under the claim (Store.record_decision): the
-        vote that completed a quorum (``human_input_vote``, with the resolution),
-        ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
-        ``sent``: :mod:`~signoff.activities.sender`), the card stamped, the pending request
-        cleared, the ``participants`` recorded. Returns each event's (name, seq); None when the
-        claim is no longer the decision's (a stop ended the job), and nothing was written."""
-        assert paused.pending is not None
-        events: list[tuple[str, dict[str, Any], str]] = []
-        if inp.vote is not None:  # the same dedupe key as record_vote's: one event per person, retries included
-            events.append(("human_input_vote", {
-                **_vote_data(inp.request_id, inp.vote, len(applied.votes), paused.pending.required_approvals),
-                **(sent or {})}, f"vote:{inp.request_id}:{inp.vote.user}"))
-        if applied.rerouted:
-            events.append(("human_input_expired", expired_event(applied), f"{inp.token}:expired"))
-        events.append(("human_input_decision", {**decision_event(applied), **(sent or {})}, f"{inp.token}:decision"))
-        seqs = await self.store.record_decision(job.job_id, events, token=inp.token, request_id=applied.request_id,
-                                                action_id=applied.action_id, participants=participants)
-        return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
     async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState, job: Job) -> RunLayerOutput:
         """The layers that follow the decision, built here while they are instant, up to the next

@@ -5,7 +5,6 @@ each written only while the request waits, once.
 
 from __future__ import annotations
 
-from typing import Any
 
 from temporalio import activity
 
@@ -27,6 +26,7 @@ from signoff.engine.errors import (
     NotResumable,
     SignoffError,
 )
+from signoff.engine.attempt import vote_data
 from signoff.engine.models import JobStatus, Vote
 
 
@@ -52,7 +52,7 @@ class GateActivities(WebhookActivities):
                             values=with_defaults(pending, inp.decision.action_id, inp.decision.values), at=inp.now)
                 if inp.check_only:
                     return RecordVoteOutput(vote=mine)
-                data = {**_vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
+                data = {**vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
                         **sender(inp)}
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
@@ -91,9 +91,4 @@ class GateActivities(WebhookActivities):
         deliveries = await self._deliveries(job, event, inp.request_id, pending, seq) if seq is not None else []
         return GateTimerOutput(written=seq is not None, approver_refs=refs, deliveries=deliveries)
 
-
-def _vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, Any]:
-    """The data of a ``human_input_vote`` event: the ``n``-th vote of ``required``."""
-    return {"request_id": request_id, "user": vote.user, "action_id": vote.action_id, "values": vote.values,
-            "at": vote.at.isoformat(), "votes": n, "required": required}
 

@@ -18,6 +18,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.service import RunService, connect_client
+from signoff.service.startup import when_reachable
 
 from signoff.api.auth import AuthMiddleware
 from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
@@ -45,7 +46,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
 
                 opened = open_store(settings.resolved_database_url)
                 stack.push_async_callback(opened.close)
-                await opened.setup()
+                await when_reachable("the database", opened.setup, settings.startup_wait_seconds)
                 the_store = MeteredStore(opened)  # type: ignore[assignment]  # signoff_store_seconds
             app.state.store = the_store
             app.state.public_owner_id = await public_owner_id(the_store)
@@ -53,7 +54,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
 
             the_service = service
             if the_service is None:
-                client = await connect_client(settings)
+                client = await when_reachable("Temporal", lambda: connect_client(settings),
+                                              settings.startup_wait_seconds)
                 the_service = RunService(settings, the_store, client)
             the_service.public_owner = app.state.public_owner_id
             app.state.service = the_service

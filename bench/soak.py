@@ -452,7 +452,7 @@ async def soak(seconds: float, clients: int, kill_every: float, seed: int | None
         say_progress("auditing")
         result = await audit(cluster, tally.expects)
         kinds = Counter(e.kind for e in tally.expects)
-        return {
+        out = {
             "seconds": round(load_seconds, 1), "clients": clients, "runs": tally.runs, "jobs": len(tally.expects),
             "runs_per_s": round(tally.runs / load_seconds, 2), "kinds": dict(kinds),
             "decisions": sum(len(e.decisions) for e in tally.expects),
@@ -463,9 +463,25 @@ async def soak(seconds: float, clients: int, kill_every: float, seed: int | None
             "problems": (tally.problems + result["problems"])[:20],
             "wall_seconds": round(time.monotonic() - started, 1),
         }
+        if out["lost"] or out["duplicated"] or out["problems"]:
+            out["logs"] = keep_logs(root)
+        return out
+    except BaseException:
+        keep_logs(root)
+        raise
     finally:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def keep_logs(root: Path) -> str:
+    """The cluster's logs (APIs, workers, Temporal) copied out of the soak's folder, which is
+    removed: a failure can be read afterwards. Returns where they are."""
+    kept = Path(tempfile.mkdtemp(prefix="signoff-soak-logs-"))
+    for log in root.glob("*.log"):
+        shutil.copy(log, kept / log.name)
+    say_progress(f"logs kept in {kept}")
+    return str(kept)
 
 
 def main() -> None:

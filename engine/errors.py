@@ -173,9 +173,16 @@ class IdempotencyMismatch(SignoffError):
 
 class StorageLimit(SignoffError):
     """You keep as many bytes in signoff as this deployment allows (SIGNOFF_USER_MAX_STORED_BYTES):
-    delete flows you no longer need, or ask the operator for more."""
+    delete flows or ended runs you no longer need, or ask the operator for more."""
 
     code = "STORAGE_LIMIT"
+
+
+class RunNotEnded(SignoffError):
+    """Only a run that has ended (completed, failed, cancelled, timed out) can be deleted: stop it
+    first, then delete it."""
+
+    code = "RUN_NOT_ENDED"
 
 
 class RunsInFlightLimit(SignoffError):

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
         description="How long an activity waits out a database that is away (down, restarting) before it fails and "
         "Temporal retries it; never past the activity's own timeout. The API answers 503 meanwhile.",
     )
+    startup_wait_seconds: float = Field(
+        60.0, ge=0,
+        description="How long `signoff api` and `signoff worker` wait at start-up for the database and Temporal to "
+        "answer (trying again with a backoff, saying what they wait for) before they exit; 0 = not at all.",
+    )
     max_cached_workflows: int = Field(1000, ge=0, description="Workflows a worker keeps in memory (Temporal's sticky cache).")
     worker_max_activities: int = Field(
         100, ge=1,
@@ -169,7 +174,7 @@ class Settings(BaseSettings):
         description="How often an open live stream (job events, AG-UI, the pages' inbox, run and card) asks whether "
         "its reader may still see it while it waits (a few indexed reads each time: lower is sooner, and costs more "
         "with many idle streams); it also asks before every frame with data, and at once when this process takes "
-        "a share back or ends a page session. A key revoked elsewhere (the CLI) ends an idle stream within this.",
+        "a share back or ends a page session, and when a revoke in any process (the CLI) notes it in the store.",
     )
     max_streams_per_user: int = Field(
         100, ge=1,
@@ -185,6 +190,14 @@ class Settings(BaseSettings):
         "requests, results, events, messages, checkpoints, spans and blobs; Store.stored_bytes); at or past it "
         "saving a flow or submitting a run is 409 STORAGE_LIMIT (runs already going finish, each bounded by "
         "SIGNOFF_RUN_MAX_OUTPUT_BYTES). 0 = no limit.",
+    )
+    run_retention_days: float | None = Field(
+        None, gt=0,
+        description="Ended runs (completed, failed, cancelled, timed out) older than this many days are deleted "
+        "with everything of theirs (events, messages, checkpoints, spans, blobs: their bytes given back to the "
+        "user's count) by the API's sweep, at most 500 per sweep. Unset (the default): kept forever, since the "
+        "record of who approved what must not vanish unless the operator says so; each user can delete their own "
+        "ended runs (DELETE /api/v2/workflows/{job_id}).",
     )
 
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
@@ -348,6 +361,13 @@ class Settings(BaseSettings):
     @property
     def trusted_proxy_list(self) -> list[str]:
         return [p.strip() for p in self.trusted_proxies.split(",") if p.strip()]
+
+    @field_validator("run_retention_days", mode="before")
+    @classmethod
+    def _unset_retention(cls, v: object) -> object:
+        """An empty value (``SIGNOFF_RUN_RETENTION_DAYS=``, as a compose file passes one) is unset:
+        runs are kept forever."""
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("database_url")
     @classmethod

@@ -32,6 +32,7 @@ async def check_stored_bytes(store: Store, user_id: str, limit: int, *, adding: 
     if used >= limit or used + adding > limit:
         raise StorageLimit(
             f"You keep {used:,} bytes in signoff{f' and this would add {adding:,}' if adding else ''}; this "
-            f"deployment allows {limit:,} per user (SIGNOFF_USER_MAX_STORED_BYTES): delete flows you no longer need, "
-            "or ask the operator for more", used=used, limit=limit, adding=adding)
+            f"deployment allows {limit:,} per user (SIGNOFF_USER_MAX_STORED_BYTES): delete flows or ended runs you no "
+            "longer need (DELETE /api/v2/workflows/{job_id}, `signoff delete JOB`), or ask the operator for more",
+            used=used, limit=limit, adding=adding)
     return used

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import EventNote
-from signoff.engine.store.base import Store
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, Store
 
 log = logging.getLogger("signoff.feed")
 
@@ -138,6 +138,7 @@ class EventFeed:
         frames and asks whether its reader may still see it when it is set (api/sse.py)."""
         told = asyncio.Event()
         self._watching.setdefault(user_id, set()).add(told)
+        self._start()  # the tail brings the access notes of other processes (a revoke by the CLI)
         try:
             yield told
         finally:
@@ -146,6 +147,7 @@ class EventFeed:
                 group.discard(told)
                 if not group:
                     del self._watching[user_id]
+            self._linger()
 
     def recheck(self, user_id: str) -> int:
         """Tell every live stream of ``user_id`` in this process to check its access now (a share
@@ -203,10 +205,14 @@ class EventFeed:
                         group.discard(follower)
                         if not group:
                             del self._by_job[job_id]
-                if not self.followers:
-                    if self._idle is not None:
-                        self._idle.cancel()
-                    self._idle = asyncio.get_running_loop().call_later(self.linger, self._stop_if_idle)
+                self._linger()
+
+    def _linger(self) -> None:
+        """With nobody following or watching, stop the tail after ``linger`` seconds."""
+        if not self.followers and not self._watching:
+            if self._idle is not None:
+                self._idle.cancel()
+            self._idle = asyncio.get_running_loop().call_later(self.linger, self._stop_if_idle)
 
     def _start(self) -> None:
         if self._idle is not None:
@@ -218,7 +224,7 @@ class EventFeed:
 
     def _stop_if_idle(self) -> None:
         self._idle = None
-        if not self.followers and self._task is not None:
+        if not self.followers and not self._watching and self._task is not None:
             self._task.cancel()
             self._task = None
 
@@ -260,8 +266,16 @@ class EventFeed:
 
     def _dispatch(self, batch: list[EventNote]) -> None:
         by_job: dict[str, list[EventNote]] = {}
+        runs: list[EventNote] = []
         for note in batch:
+            if note.event == ACCESS_CHANGED and note.job_id.startswith(ACCESS_NOTES):
+                self.recheck(note.job_id[len(ACCESS_NOTES):])  # a revoke, in any process
+                continue
+            runs.append(note)
             by_job.setdefault(note.job_id, []).append(note)
+        if not runs:
+            return
+        batch = runs
         for job_id, notes in by_job.items():
             for follower in self._by_job.get(job_id, ()):
                 follower.tell(notes)

@@ -21,7 +21,9 @@ import temporalio.client
 
 from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
-from signoff.engine.errors import Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, SignoffError, Unavailable
+from signoff.engine.errors import (
+    Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, RunNotEnded, SignoffError, Unavailable,
+)
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
@@ -45,6 +47,10 @@ PENDING_MAX = 100_000
 INBOX_COUNT_CAP = 1000
 
 CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
+
+# The most runs one round of the sweep deletes for SIGNOFF_RUN_RETENTION_DAYS (each its own
+# transaction): a backlog (a retention first set on a large database) goes over many rounds
+RETENTION_BATCH = 500
 
 # How many times a stop reads the job again after a conditional write lost to the run moving on
 STOP_ROUNDS = 5
@@ -302,6 +308,38 @@ class RunService:
                 await self.delete_flow(user, flow)
         await self.store.delete_user(user.id)
 
+    async def delete_run(self, user: User, job_id: str) -> None:
+        """Delete an ended run of the caller's with everything of it, its bytes given back to their
+        count (Store.delete_run). Only the run's owner may (Forbidden for an approver or a voter,
+        who see it; JobNotFound for anyone else, and for a run deleted already); a run that has
+        not ended is RunNotEnded (stop it first), and so is one just stopped whose workflow is
+        still to cancel (the sweep does within seconds). A run racing it to a resume is kept: the
+        store deletes only a job that has ended, in the statement that deletes it."""
+        job = await visible_job(self.store, user, job_id)
+        if job.user_id != user.id:  # an approver sees the run and decides its request, no more
+            raise Forbidden("Only the run's owner may delete it", job_id=job_id)
+        if not job.status.terminal:
+            raise RunNotEnded(f"Run {job_id} is {job.status.value}: stop it first (POST /api/v2/workflows/stop), "
+                              "then delete it", job_id=job_id, run_status=job.status.value)
+        if await self.store.delete_run(job_id):
+            return
+        if await self.store.get_job(job_id) is None:  # deleted meanwhile (the same call twice at once)
+            raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
+        raise RunNotEnded(f"Run {job_id} has ended but its workflow is still being let go of; try again in a few "
+                          "seconds", job_id=job_id, run_status=job.status.value)
+
+    async def delete_expired_runs(self) -> list[str]:
+        """SIGNOFF_RUN_RETENTION_DAYS: delete the runs that ended longer ago than that, at most
+        RETENTION_BATCH a round (the sweep's: the rest next round, so a backlog never stalls it).
+        Unset: none (the record of who approved what stays unless the operator says)."""
+        days = self.settings.run_retention_days
+        if days is None:
+            return []
+        deleted = await self.store.delete_runs_ended_before(utcnow() - timedelta(days=days), limit=RETENTION_BATCH)
+        if deleted:
+            log.info("deleted %d run(s) ended more than %g days ago (SIGNOFF_RUN_RETENTION_DAYS)", len(deleted), days)
+        return deleted
+
     async def _end_suspended(self, job: Job, end: RunEnd) -> bool:
         """End a suspended job by the cancel claim; the winner lets go of its run. Whether this
         call won."""
@@ -387,8 +425,8 @@ class RunService:
 
     async def recover(self) -> None:
         """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
-        dead process end as ``failed``, runs left without their workflow get it), and
-        checkpoints past ``checkpoint_ttl_seconds`` are deleted."""
+        dead process end as ``failed``, runs left without their workflow get it), checkpoints
+        past ``checkpoint_ttl_seconds`` are deleted, and runs past SIGNOFF_RUN_RETENTION_DAYS."""
         for backend in self.backends.values():
             started = await backend.recover()
             if backend is self.temporal and started:
@@ -398,6 +436,7 @@ class RunService:
         # a backstop for an end's cleanup cut short by a process killed mid-write (a late
         # checkpoint of a run that ended): an ended run keeps none
         await self.store.delete_checkpoints_of_ended_runs()
+        await self.delete_expired_runs()
 
     async def release_due(self, *, older_than: float = 10.0) -> list[str]:
         """Cancel the workflows of runs this service (any replica) ended and did not get to cancel

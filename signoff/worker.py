@@ -82,13 +82,14 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
     """Open the store, connect to Temporal, run until ``stop`` is set or SIGTERM/SIGINT."""
     from signoff.engine.store import open_store
     from signoff.service import connect_client
+    from signoff.service.startup import when_reachable
 
     from signoff.engine.metrics import MeteredStore
 
     opened = open_store(settings.resolved_database_url)
-    await opened.setup()
+    await when_reachable("the database", opened.setup, settings.startup_wait_seconds)
     store: Store = MeteredStore(opened)  # type: ignore[assignment]  # signoff_store_seconds
-    client = await connect_client(settings)
+    client = await when_reachable("Temporal", lambda: connect_client(settings), settings.startup_wait_seconds)
     if settings.metrics_port is not None:
         serve_metrics(settings.api_host, settings.metrics_port)
     stop = stop or asyncio.Event()

@@ -2378,3 +2378,176 @@ async def test_concurrent_writes_of_one_user_lose_no_count(store: Store) -> None
                          *(store.append_event(jobs[0], "late", {"i": i}) for i in range(10)))
     assert await store.stored_bytes(user.id) == base + expected - 10 * 1000 - 500 - 10 * octets_of(data) + sum(
         octets_of({"i": i}) for i in range(10))
+
+
+# ---- deleting ended runs (Store.delete_run, Store.delete_runs_ended_before) --------------------
+
+
+async def _fill_run(store: Store, job_id: str, session: str, flow_id: str, tag: str, approver: str) -> None:
+    """Everything the store keeps per run, some of it in two spellings (a checkpoint by run_id
+    alone, a span whose run_id is unset but whose trace is the run's)."""
+    await store.append_event(job_id, "vertex_end", {"output": f"{tag} ünï" * 50})
+    await store.append_event(job_id, "vertex_end", {"output": tag}, dedupe_key=f"{tag}:k")
+    for i, kind in enumerate(("message", "card")):
+        card = {"prompt": f"{tag}?", "request_id": f"gate:{job_id}"} if kind == "card" else None
+        await store.add_message(Message(id=uid(), session_id=session, flow_id=flow_id, job_id=job_id, sender="Machine",
+                                        sender_name="gate", text=f"{tag} ✓ {i}", kind=kind, card=card,
+                                        created_at=utcnow()))
+    await store.save_checkpoint(job_id, {"outputs": {"a": tag * 40}}, job_id=job_id)
+    await store.save_checkpoint(job_id, {"outputs": {"b": tag * 10}})  # by run_id only
+    await store.save_spans([
+        SpanRecord(trace_id=job_id, span_id="root", name="run", type="flow", start_time=utcnow(), run_id=job_id,
+                   inputs={"q": tag * 30}, outputs={"a": "é" * 20}, attributes={"k": "v"}),
+        SpanRecord(trace_id=job_id, span_id="loose", name="c", type="component", start_time=utcnow(),
+                   outputs={"o": tag}),
+    ])
+    await store.put_blob(f"runs/{job_id}/out/1", tag.encode() * 300)
+    await store.put_blob(f"runs/{job_id}/state/2", b"s" * 77)
+    await store.set_request_approvers(job_id, f"gate:{job_id}", [f"user:{approver}"])
+    await store.add_participants(job_id, [approver])
+
+
+async def _leftovers(store: Store, job_id: str, session: str, approver: str) -> list[str]:
+    """What the store still keeps of the run, by name (none once it is deleted)."""
+    left = []
+    if await store.get_job(job_id) is not None:
+        left.append("job")
+    if await store.read_events(job_id):
+        left.append("events")
+    if [m for m in await store.list_messages(session) if m.job_id == job_id]:
+        left.append("messages")
+    if await store.load_latest_checkpoint(job_id) is not None:
+        left.append("checkpoints")
+    if await store.get_trace(job_id):
+        left.append("spans")
+    if await store.get_blob(f"runs/{job_id}/out/1") is not None or await store.get_blob(f"runs/{job_id}/state/2"):
+        left.append("blobs")
+    if await store.request_approvers(job_id, f"gate:{job_id}"):
+        left.append("approvers")
+    if await store.took_part(job_id, approver):
+        left.append("participants")
+    return left
+
+
+async def test_delete_run_takes_all_of_an_ended_run_and_gives_back_exactly_what_it_counted(store: Store) -> None:
+    alice, bob, carol = await new_user(store), await new_user(store), await new_user(store)
+    session, flow_id = uid("session-"), uid("flow-")
+    kept = await new_job(store, alice.id, flow_id=flow_id, session_id=session)  # the same session, user, flow
+    await _fill_run(store, kept, session, flow_id, "kept", carol.id)
+    bobs = await new_job(store, bob.id, flow_id=flow_id, session_id=session)
+    await _fill_run(store, bobs, session, flow_id, "bob", carol.id)
+    base, base_bob = await store.stored_bytes(alice.id), await store.stored_bytes(bob.id)
+
+    job_id = await new_job(store, alice.id, flow_id=flow_id, session_id=session, idempotency_key="k1",
+                           request={"input_value": "refund — ünïcode " * 20})
+    await store.set_status(job_id, JobStatus.in_progress)
+    await _fill_run(store, job_id, session, flow_id, "gone", carol.id)
+    assert await store.set_status(job_id, JobStatus.failed, result={"text": "half ✓"}, error={"error": "boom ö"},
+                                  event=("run_failed", {"error": "boom ö"}))
+    await store.set_request_approvers(job_id, f"gate:{job_id}", [f"user:{carol.id}"])  # left by a late write
+    assert await store.stored_bytes(alice.id) > base + 2500
+
+    assert await store.delete_run(job_id)
+    assert await store.stored_bytes(alice.id) == base  # every byte the run counted, given back
+    assert await _leftovers(store, job_id, session, carol.id) == []
+    assert job_id not in [j.job_id for j in await store.participated_jobs(carol.id)]
+    # the other runs of the session (hers and bob's) are untouched, and so is bob's count
+    for other in (kept, bobs):
+        assert await _leftovers(store, other, session, carol.id) == [
+            "job", "events", "messages", "checkpoints", "spans", "blobs", "approvers", "participants"]
+        assert len(await store.read_events(other)) == 2 and len(await store.get_trace(other)) == 2
+    assert await store.stored_bytes(bob.id) == base_bob
+
+    assert not await store.delete_run(job_id)  # twice: nothing more, nothing given back again
+    assert await store.stored_bytes(alice.id) == base
+    # the idempotency key went with its job: the same key makes a new run
+    again = await new_job(store, alice.id, flow_id=flow_id, idempotency_key="k1")
+    assert again != job_id
+    # the deleted run's event log starts afresh if anything appends to its id (no gap, no clash)
+    assert await store.append_event(job_id, "late", {}) == 1
+
+
+async def test_delete_run_refuses_a_run_that_has_not_ended_or_whose_workflow_is_still_to_cancel(store: Store) -> None:
+    alice = await new_user(store)
+    jobs = await _jobs_in_every_status(store, uid("flow-"), alice.id, uid("del-"))
+    for job_id in jobs.values():
+        await store.append_event(job_id, "progress", {"at": job_id})
+    before = await store.stored_bytes(alice.id)
+    for status in ACTIVE:
+        assert not await store.delete_run(jobs[status]), status
+        assert (await store.get_job(jobs[status])).status == status
+        assert len(await store.read_events(jobs[status])) >= 1
+    assert await store.stored_bytes(alice.id) == before
+    assert not await store.delete_run(uid("job-"))  # none
+
+    ended = jobs[JobStatus.cancelled]
+    await store.want_release(ended)  # a stop ended it; its workflow is still to cancel (the sweep)
+    assert not await store.delete_run(ended)
+    assert ended not in await store.delete_runs_ended_before(utcnow() + timedelta(days=1), limit=0) + [
+        j for j in await store.delete_runs_ended_before(utcnow() + timedelta(days=1)) if j == ended]
+    assert (await store.get_job(ended)).status == JobStatus.cancelled
+    await store.released(ended)
+    assert await store.delete_run(ended)
+    for status in ACTIVE:
+        assert (await store.get_job(jobs[status])).status == status  # the sweep above took only ended ones
+
+
+async def test_delete_runs_ended_before_takes_the_oldest_ended_in_bounded_batches(store: Store) -> None:
+    alice = await new_user(store)
+    old = []
+    for i in range(3):
+        job_id = await new_job(store, alice.id)
+        await store.append_event(job_id, "e", {"i": i})
+        assert await store.set_status(job_id, JobStatus.completed, result={"i": i})
+        old.append(job_id)
+    cutoff = utcnow()
+    recent = await new_job(store, alice.id)
+    assert await store.set_status(recent, JobStatus.completed)  # ended after the cutoff: kept
+    waiting, _ = await suspended_job(store, user_id=alice.id)  # not ended: kept, however old
+    before_recent = await store.stored_bytes(alice.id)
+
+    with pytest.raises(ValueError):
+        await store.delete_runs_ended_before(cutoff, limit=-1)
+    assert await store.delete_runs_ended_before(cutoff, limit=0) == []
+    first = await store.delete_runs_ended_before(cutoff, limit=2)
+    assert len(first) == 2  # a batch is bounded (other tests' old runs may come first on a shared database)
+    while batch := await store.delete_runs_ended_before(cutoff, limit=500):
+        assert recent not in batch and waiting not in batch
+    for job_id in old:
+        assert await store.get_job(job_id) is None and await store.read_events(job_id) == []
+    assert (await store.get_job(recent)).status == JobStatus.completed
+    assert (await store.get_job(waiting)).status == JobStatus.suspended
+    # what is left of alice is exactly her two kept runs (their requests, result, ...)
+    recent_job, waiting_job = await store.get_job(recent), await store.get_job(waiting)
+    assert await store.stored_bytes(alice.id) == octets_of(recent_job.request) + octets_of(waiting_job.request)
+    assert before_recent > await store.stored_bytes(alice.id)
+
+
+async def test_delete_run_racing_claims_never_deletes_a_run_that_has_not_ended(store: Store) -> None:
+    """A retention delete racing a resume (or a stop) of a suspended run: the resume wins and the
+    run is kept running; a delete only ever takes a run whose stop committed first, and then all
+    of it."""
+    alice = await new_user(store)
+    for round_ in range(10):
+        job_id, request_id = await suspended_job(store, user_id=alice.id)
+        await store.append_event(job_id, "human_input_required", {"round": round_})
+        resumed, deleted, swept = await asyncio.gather(
+            store.claim_suspended_for_resume(job_id, request_id), store.delete_run(job_id),
+            store.delete_runs_ended_before(utcnow() + timedelta(days=1), limit=50))
+        assert resumed is not None and not deleted and job_id not in swept
+        job = await store.get_job(job_id)
+        assert job.status == JobStatus.in_progress and len(await store.read_events(job_id)) == 1
+
+        other, _ = await suspended_job(store, user_id=alice.id)
+        cancelled, deleted = await asyncio.gather(store.claim_suspended_for_cancel(other), store.delete_run(other))
+        assert cancelled
+        if deleted:  # the cancel committed first: the run ended, and went whole
+            assert await store.get_job(other) is None
+        else:
+            assert (await store.get_job(other)).status == JobStatus.cancelled
+            assert await store.delete_run(other)
+    # every run alice has is running now; nothing she deleted is still counted
+    left = await store.list_user_active_jobs(alice.id)
+    events = [e for j in left for e in await store.read_events(j.job_id)]
+    assert await store.stored_bytes(alice.id) == sum(octets_of(j.request) for j in left) + sum(
+        octets_of(e.data) for e in events)

@@ -1,6 +1,6 @@
 """A run's page (``/runs/{job}``): its flow drawn with each vertex's state, its requests and
 what became of them, its chat history, span timeline and event log; its live stream; and the
-stop button."""
+stop button (a run going) and the delete button (a run ended: its owner's only)."""
 
 from __future__ import annotations
 
@@ -70,3 +70,12 @@ async def stop_run(request: Request, job_id: str, page: PageContext = Page) -> R
     await read_form(request, page)
     await page.service.stop(page.user, job_id)
     return RedirectResponse(f"/runs/{quote(job_id, safe='')}", status_code=303)
+
+
+@router.post("/runs/{job_id}/delete")
+async def delete_run(request: Request, job_id: str, page: PageContext = Page) -> Response:
+    """The owner's ended run deleted with all of it (RunService.delete_run: an approver is refused,
+    a run not ended is 409), then the history, where it no longer is."""
+    await read_form(request, page)
+    await page.service.delete_run(page.user, job_id)
+    return RedirectResponse("/history?deleted=1", status_code=303)

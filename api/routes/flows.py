@@ -38,7 +38,7 @@ _FLOW_BODY = {
              responses=error_responses({422: "`INVALID_REQUEST` (not one JSON or YAML object), `FLOW_INVALID` (every "
                                              "problem listed), `FLOW_TOO_LARGE`",
                                              409: "`STORAGE_LIMIT`: you keep SIGNOFF_USER_MAX_STORED_BYTES (with this "
-                                             "flow you would): delete flows first"}, body=True))
+                                             "flow you would): delete flows or ended runs first"}, body=True))
 async def create_flow(request: Request, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> FlowPublic:
     """Upload a flow spec as JSON or YAML, or a Langflow export (recognised by its shape: converted,
     or every component and setting signoff cannot run listed); a validation failure lists every problem."""

@@ -1,4 +1,4 @@
-"""Workflow runs (DESIGN §6, Langflow v2 compatible): submit, status, stop, resume, pending."""
+"""Workflow runs (DESIGN §6, Langflow v2 compatible): submit, status, stop, resume, pending, delete."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from signoff.engine.errors import JobNotFound, NoPendingRequest, SignoffError
@@ -160,6 +160,19 @@ async def list_pending(
 async def get_status(job_id: str, store: StoreDep, user: CurrentUser):
     """The response when completed, else the job with its status, errors and human_request."""
     return _status_body(await visible_job(store, user, job_id))
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response,
+               responses=error_responses({403: "`FORBIDDEN`: an approver or voter of the run, not its owner",
+                                          404: "`JOB_NOT_FOUND` (also any malformed id, and a run deleted already)",
+                                          409: "`RUN_NOT_ENDED`: the run is queued, running or waiting (stop it "
+                                               "first), or was just stopped and its workflow is still being let go "
+                                               "of (try again in a few seconds)"}))
+async def delete_run(job_id: str, service: ServiceDep, user: CurrentUser) -> Response:
+    """Delete an ended run of yours with everything of it (events, messages, checkpoints, trace,
+    blobs): what it kept is given back to your count of stored bytes (SIGNOFF_USER_MAX_STORED_BYTES)."""
+    await service.delete_run(user, job_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("/{job_id}/pending", response_model=HumanRequest,

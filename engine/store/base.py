@@ -78,6 +78,14 @@ class StoreConflict(StoreError):
 # When a submit refused for the runs in flight may try again: runs end or pause within seconds
 RUNS_IN_FLIGHT_RETRY_SECONDS = 1
 
+# An access note (Store.tail_events): a user's keys, account or a share to them went, so their open
+# live streams ask at once whether they may still see what they show. It is an event of the
+# pseudo-job ``ACCESS_NOTES + user_id`` named ``ACCESS_CHANGED``, written in the revoke's own
+# transaction, so every process's tail tells it (PostgreSQL's NOTIFY, SQLite's table) whoever
+# revoked (the API, the pages, the CLI). No job id has this form (ids are UUIDs).
+ACCESS_NOTES = "access:"
+ACCESS_CHANGED = "access_changed"
+
 
 def runs_in_flight_check(count: int, limit: int) -> None:
     """Raise RunsInFlightLimit when a user with ``count`` jobs in flight may not start one more."""
@@ -171,7 +179,7 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def revoke_api_key(self, key: str) -> bool:
-        """Forget a key; returns whether it existed."""
+        """Forget a key; returns whether it existed (and then notes its user's access changed)."""
 
     @abc.abstractmethod
     async def revoke_api_keys(self, user_id: str) -> int:
@@ -206,7 +214,8 @@ class Store(CheckpointStore, HistoryStore):
           ``runs/<job id>/...``, engine/store/base.py: run_of_blob), to the job's user as it is
           when written; a span or blob written again counts its new size instead of its old;
           delete_checkpoints, delete_expired_checkpoints and delete_blobs give back what the
-          deleted rows counted.
+          deleted rows counted; delete_run and delete_runs_ended_before give back everything
+          the deleted run counted.
 
         Not counted: names, ids, timestamps, a job's pending request (replaced and cleared as the
         run goes), the stamps of cards, approver references, secrets, webhooks and their log
@@ -335,7 +344,7 @@ class Store(CheckpointStore, HistoryStore):
         once. Newest first by the request's ``paused_at``, then ``job_id`` descending; the
         ``offset`` first skipped, at most ``limit``. Filters: ``flow_id``; ``session_id`` (the
         job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). Indexed (migration
-        10): a page costs its rows, not the number waiting."""
+        11): a page costs its rows, not the number waiting."""
 
     @abc.abstractmethod
     async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
@@ -355,7 +364,7 @@ class Store(CheckpointStore, HistoryStore):
     async def inbox_flows(self, user_id: str) -> list[str]:
         """The ids of the flows of the requests :meth:`inbox` holds for the user (unfiltered),
         each once, sorted: the inbox's flow filter. Its cost grows with the number of flows, not
-        of requests (migration 10's jobs_inbox_flows)."""
+        of requests (migration 11's jobs_inbox_flows)."""
 
     # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
     @abc.abstractmethod
@@ -600,6 +609,29 @@ class Store(CheckpointStore, HistoryStore):
         (engine/lifecycle.py), which a process killed between a late checkpoint write and its
         look at the job cuts short: an ended run needs no checkpoint."""
 
+    # ---- deleting ended runs (docs/security.md, "Budgets per user"): what frees a user's stored bytes
+    @abc.abstractmethod
+    async def delete_run(self, job_id: str) -> bool:
+        """Delete an ended job and everything the store keeps of it, in one transaction: the job
+        row, its events (and their seq counter), the messages with its ``job_id``, its checkpoints
+        (``run_id`` or ``job_id``), its spans (``trace_id`` or ``run_id``: run_id = job_id), its
+        blobs (``runs/<job id>/``), its approver references and its participants; what those rows
+        counted is given back to its user (stored_bytes is then what a fresh count of what is
+        left would give). Returns whether it was deleted. Only a job that has ended (completed,
+        failed, cancelled, timed out) and whose workflow is let go of (no want_release left: the
+        sweep still has to cancel it) is deleted; any other job, or none, changes nothing and
+        gives False. The check and the delete are one statement on the job's row, so a resume or
+        a stop racing it either sees the job gone (it had ended: nothing to resume) or keeps it.
+        Kept: the delivery log of webhooks that told of the run (their owners' log, bounded by
+        its own limit) and other runs of the same session, flow or user."""
+
+    @abc.abstractmethod
+    async def delete_runs_ended_before(self, before: datetime, *, limit: int = 500) -> list[str]:
+        """delete_run for at most ``limit`` jobs that ended (``finished_at``) before ``before``,
+        oldest end first, each in its own transaction (a batch never holds the database long);
+        returns the ids deleted. Reads only the jobs it deletes (an index on the end time), not
+        every run ever: what the API's sweep calls for SIGNOFF_RUN_RETENTION_DAYS."""
+
     @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:
         """How many jobs there are of each status (only statuses that have some): what the
@@ -662,7 +694,9 @@ class Store(CheckpointStore, HistoryStore):
         place: whatever commits after it is told. ``None`` says notes may have been missed (the
         tail lost its place, e.g. a reconnect): a follower reads again what it shows. Raises
         StoreError when the store is away; a new tail then starts afresh. One tail per process
-        (service/feed.py) serves every follower, so a backend may hold a connection for it."""
+        (service/feed.py) serves every follower, so a backend may hold a connection for it.
+        Revoking a key or the keys of a user, deleting a user and revoking a share also append
+        an access note (``ACCESS_NOTES``), which the tail tells as any event."""
 
     # ---- spans
     @abc.abstractmethod

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 from typing import Any, Iterator
+from urllib.parse import quote
 
 import httpx
 
@@ -69,6 +70,13 @@ def check(response: httpx.Response) -> Any:
     if response.status_code == 204 or not response.content:
         return None
     return response.json()
+
+
+def seg(value: str) -> str:
+    """``value`` as one path segment of an API URL: a job id, flow, user or secret name given on
+    the command line is quoted whole (``/`` included), so ``../../v1/flows/X`` names nothing but
+    itself instead of another route."""
+    return quote(str(value), safe="")
 
 
 def request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler
+from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler, seg
 
 
 def _add(args: argparse.Namespace) -> int:
@@ -51,7 +51,7 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    doc = request(args, "GET", f"/api/v1/flows/{args.flow}/export", params={"format": args.format})
+    doc = request(args, "GET", f"/api/v1/flows/{seg(args.flow)}/export", params={"format": args.format})
     text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     if args.output and args.output != "-":
         Path(args.output).write_text(text, encoding="utf-8")
@@ -68,13 +68,13 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _share(args: argparse.Namespace) -> int:
-    share = request(args, "POST", f"/api/v1/flows/{args.flow}/shares", json={"user": args.user})
+    share = request(args, "POST", f"/api/v1/flows/{seg(args.flow)}/shares", json={"user": args.user})
     emit(args, share, f"{args.user} may now execute {args.flow}")
     return 0
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    request(args, "DELETE", f"/api/v1/flows/{args.flow}/shares/{args.user}")
+    request(args, "DELETE", f"/api/v1/flows/{seg(args.flow)}/shares/{seg(args.user)}")
     emit(args, None, f"{args.user} may no longer execute {args.flow}")
     return 0
 

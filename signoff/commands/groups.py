@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from signoff.commands._client import add_client_options, emit, request, run_handler
+from signoff.commands._client import add_client_options, emit, request, run_handler, seg
 
 
 def _line(group: dict) -> str:
@@ -20,7 +20,7 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    group = request(args, "POST", f"/api/v1/groups/{args.name}/members", json={"users": args.users})
+    group = request(args, "POST", f"/api/v1/groups/{seg(args.name)}/members", json={"users": args.users})
     emit(args, group, _line(group))
     return 0
 
@@ -28,7 +28,7 @@ def _add(args: argparse.Namespace) -> int:
 def _remove(args: argparse.Namespace) -> int:
     group = None
     for user in args.users:
-        group = request(args, "DELETE", f"/api/v1/groups/{args.name}/members/{user}")
+        group = request(args, "DELETE", f"/api/v1/groups/{seg(args.name)}/members/{seg(user)}")
     emit(args, group, _line(group) if group else "")
     return 0
 

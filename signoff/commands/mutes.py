@@ -4,20 +4,19 @@ longer reach your inbox, pending list or webhooks (docs/security.md, "Fan-out an
 from __future__ import annotations
 
 import argparse
-from urllib.parse import quote
 
-from signoff.commands._client import add_client_options, emit, request, run_handler
+from signoff.commands._client import add_client_options, emit, request, run_handler, seg
 
 
 def _add(args: argparse.Namespace) -> int:
-    muted = [request(args, "PUT", f"/api/v1/users/me/mutes/{quote(user, safe='')}") for user in args.users]
+    muted = [request(args, "PUT", f"/api/v1/users/me/mutes/{seg(user)}") for user in args.users]
     emit(args, muted, "\n".join(f"muted {m['name']}" for m in muted))
     return 0
 
 
 def _remove(args: argparse.Namespace) -> int:
     for user in args.users:
-        request(args, "DELETE", f"/api/v1/users/me/mutes/{quote(user, safe='')}")
+        request(args, "DELETE", f"/api/v1/users/me/mutes/{seg(user)}")
     emit(args, {"unmuted": args.users}, "\n".join(f"unmuted {u}" for u in args.users))
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler
+from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler, seg
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -19,12 +19,12 @@ def _handle(args: argparse.Namespace) -> int:
             raise CommandError("--values must be a JSON object")
     request_id = args.request_id
     if not request_id:
-        pending = request(args, "GET", f"/api/v2/workflows/{args.job}/pending")
+        pending = request(args, "GET", f"/api/v2/workflows/{seg(args.job)}/pending")
         request_id = pending["request_id"]
     decision: dict = {"action_id": args.action}
     if values is not None:
         decision["values"] = values
-    body = request(args, "POST", f"/api/v2/workflows/{args.job}/resume", json={"request_id": request_id, "decision": decision})
+    body = request(args, "POST", f"/api/v2/workflows/{seg(args.job)}/resume", json={"request_id": request_id, "decision": decision})
     emit(args, body, f"{body['job_id']}\t{body['status']}")
     return 0
 

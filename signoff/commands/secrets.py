@@ -7,7 +7,7 @@ import argparse
 import getpass
 import sys
 
-from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler
+from signoff.commands._client import CommandError, add_client_options, emit, request, run_handler, seg
 
 
 def _read_value(args: argparse.Namespace) -> str:
@@ -22,7 +22,7 @@ def _read_value(args: argparse.Namespace) -> str:
 
 
 def _set(args: argparse.Namespace) -> int:
-    secret = request(args, "PUT", f"/api/v1/secrets/{args.name}", json={"value": _read_value(args)})
+    secret = request(args, "PUT", f"/api/v1/secrets/{seg(args.name)}", json={"value": _read_value(args)})
     emit(args, secret, f"secret {secret['name']} stored; reference it as {{\"$secret\": \"{secret['name']}\"}}")
     return 0
 
@@ -34,7 +34,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    request(args, "DELETE", f"/api/v1/secrets/{args.name}")
+    request(args, "DELETE", f"/api/v1/secrets/{seg(args.name)}")
     emit(args, None, f"secret {args.name} deleted")
     return 0
 

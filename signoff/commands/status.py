@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events
+from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events, seg
 from signoff.engine.plaintext import plain
 
 
 def _handle(args: argparse.Namespace) -> int:
     if args.follow:
-        for ev in sse_events(args, "GET", f"/api/v2/workflows/{args.job}/events"):
+        for ev in sse_events(args, "GET", f"/api/v2/workflows/{seg(args.job)}/events"):
             print(describe_event(ev), file=sys.stderr, flush=True)
-    body = request(args, "GET", f"/api/v2/workflows/{args.job}")
+    body = request(args, "GET", f"/api/v2/workflows/{seg(args.job)}")
     text = f"{body['job_id']}\t{body['status']}"
     if body.get("human_request"):
         hr = body["human_request"]

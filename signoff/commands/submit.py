@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events
+from signoff.commands._client import add_client_options, describe_event, emit, request, run_handler, sse_events, seg
 
 
 def _handle(args: argparse.Namespace) -> int:
@@ -28,7 +28,7 @@ def _handle(args: argparse.Namespace) -> int:
     job = request(args, "POST", "/api/v2/workflows", json=body)
     emit(args, job, f"{job['job_id']}\t{job['status']}")
     if args.wait:
-        for ev in sse_events(args, "GET", f"/api/v2/workflows/{job['job_id']}/events"):
+        for ev in sse_events(args, "GET", f"/api/v2/workflows/{seg(job['job_id'])}/events"):
             print(describe_event(ev), file=sys.stderr, flush=True)
     return 0
 

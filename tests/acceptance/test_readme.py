@@ -26,6 +26,6 @@ def test_readme_test_command_is_the_makefile_target() -> None:
 def test_client_commands_have_help() -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    for name in ("api", "users", "flows", "submit", "status", "pending", "resume"):
+    for name in ("api", "users", "flows", "submit", "status", "pending", "resume", "delete"):
         assert name in sub.choices, name
         assert sub.choices[name].format_help()

@@ -407,23 +407,28 @@ async def test_values_form_refusal_keeps_what_was_typed(browser: Browser, site: 
         page = alice.page
         await page.goto(f"{site.url}/runs/{job_id}/requests/{request_id}")
         await expect(page.locator(".prompt strong")).to_have_text("Refund")
-        reject_form = page.locator("form.decide", has=page.get_by_role("button", name="Reject"))
+        # the options ask different values: the decision first (issue 29), then its fields
+        form = page.locator("form[data-choose]")
+        await form.locator(".segments").get_by_text("Reject", exact=True).click()
+        reject_form = form.locator('[data-option="reject"]')
         # the browser checks what HTML can (required, minlength); the pattern is the server's
         await reject_form.get_by_label("Reason").fill("bad reason")
         await reject_form.get_by_label("Tell the customer").check()
-        await reject_form.get_by_role("button", name="Reject").click()
+        await form.get_by_role("button", name="Reject").click()
         await expect(page.get_by_role("alert")).to_be_visible()
-        await expect(page.locator(".field-error")).to_contain_text("does not match")
-        reject_form = page.locator("form.decide", has=page.get_by_role("button", name="Reject"))
+        await expect(page.locator(".field-error")).to_contain_text("not in the form asked for")
+        reject_form = page.locator('form[data-choose] [data-option="reject"]')
         await expect(reject_form.get_by_label("Reason")).to_have_value("bad reason")  # kept
         await expect(reject_form.get_by_label("Tell the customer")).to_be_checked()
         assert (await site.h.store.get_job(job_id)).status == JobStatus.suspended
         if site.backend == "sqlite":
             await shoot(page, "card-422")
-        approve_form = page.locator("form.decide", has=page.get_by_role("button", name="Approve"))
+        form = page.locator("form[data-choose]")
+        await form.locator(".segments").get_by_text("Approve", exact=True).click()
+        approve_form = form.locator('[data-option="approve"]')
         await approve_form.get_by_label("Amount").fill("45.5")
         await approve_form.get_by_label("Channel").select_option("card")
-        await approve_form.get_by_role("button", name="Approve").click()
+        await form.get_by_role("button", name="Approve").click()
         await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
         await expect(page.locator("[data-outcome]")).to_contain_text("45.5")
         decisions = await decision_events(site, job_id)
@@ -544,8 +549,8 @@ async def test_tool_approval_edit_the_arguments(browser: Browser, site: Site) ->
                 await shoot(page, "card-tool")
             await body.fill("40 EUR to order 1234")
             await page.get_by_role("button", name="Approve edited call").click()
-            await expect(page.locator("[data-outcome]")).to_contain_text("Edit by alice")
-            await expect(page.locator("[data-outcome]")).to_contain_text("40 EUR to order 1234")
+            await expect(page.locator("[data-outcome]")).to_contain_text("Approve edited call by alice")
+            await expect(page.locator("[data-decided-args] ins")).to_have_text("40 EUR to order 1234")
             await site.h.wait_status(job_id, JobStatus.completed)
             assert [h["body"] for h in target.hits] == ["40 EUR to order 1234"]
             await page.get_by_role("link", name="Open the run").click()
@@ -581,4 +586,51 @@ async def test_an_approver_decides_in_a_run_that_is_not_theirs(browser: Browser,
         await row.get_by_role("button", name="Approve").click()
         await expect(bob.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob_name}")
         await site.h.wait_status(job_id, JobStatus.completed)
+        bob.clean()
+
+
+async def test_the_owner_deletes_an_ended_run_from_its_page(browser: Browser, site: Site) -> None:
+    """The run page's delete button, a form with the page's token, shown to the run's owner once
+    the run has ended (a run going has its stop button instead): the run goes with every byte it
+    kept. A form without the token, and another person's form with theirs, are refused."""
+    async with site.api("alice") as api:
+        before = (await api.get("/api/v1/users/me")).json()["stored_bytes"]
+    resp = await pause(site)
+    job_id = resp["job_id"]
+    async with person(browser, site, "alice") as alice, person(browser, site, "bob") as bob:
+        page = alice.page
+        await page.goto(f"{site.url}/runs/{job_id}")
+        await expect(page.get_by_role("button", name="Stop run")).to_be_visible()
+        await expect(page.get_by_role("button", name="Delete run")).to_have_count(0)  # not while it waits
+        async with site.api("alice") as api:
+            r = await api.post(f"/api/v2/workflows/{job_id}/resume",
+                               json={"request_id": resp["human_request"]["request_id"],
+                                     "decision": {"action_id": "approve"}})
+            assert r.status_code == 200, r.text
+        await site.h.wait_status(job_id, JobStatus.completed)
+        await page.reload()
+        await expect(page.get_by_role("button", name="Delete run")).to_be_visible()
+
+        # no token, or bob's own token on alice's run: refused, the run kept
+        cookie = next(c for c in await alice.context.cookies() if c["name"] == "signoff_session")
+        async with httpx.AsyncClient(base_url=site.url, cookies={"signoff_session": cookie["value"]}) as c:
+            r = await c.post(f"/runs/{job_id}/delete", data={"csrf": "x"})
+            assert r.status_code == 403
+        await bob.page.goto(site.url + "/flows")
+        bobs_csrf = await bob.page.locator('input[name="csrf"]').first.get_attribute("value")
+        bobs = next(c for c in await bob.context.cookies() if c["name"] == "signoff_session")
+        async with httpx.AsyncClient(base_url=site.url, cookies={"signoff_session": bobs["value"]}) as c:
+            r = await c.post(f"/runs/{job_id}/delete", data={"csrf": bobs_csrf})
+            assert r.status_code == 404
+        assert (await site.h.store.get_job(job_id)).status == JobStatus.completed
+
+        await page.get_by_role("button", name="Delete run").click()
+        await expect(page.locator(".alert-info")).to_contain_text("Run deleted")
+        assert page.url.startswith(f"{site.url}/history")
+        assert await site.h.store.get_job(job_id) is None and await site.h.store.read_events(job_id) == []
+        r = await page.goto(f"{site.url}/runs/{job_id}")
+        assert r is not None and r.status == 404
+        async with site.api("alice") as api:
+            assert (await api.get("/api/v1/users/me")).json()["stored_bytes"] == before
+        alice.clean()
         bob.clean()

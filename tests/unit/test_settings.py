@@ -21,6 +21,8 @@ def test_a_malformed_egress_allow_list_is_refused_at_start_naming_the_entry() ->
     ("SIGNOFF_EGRESS_ALLOW", "10.0.0.0/33", "'10.0.0.0/33' is not a host"),
     ("SIGNOFF_DATABASE_URL", "mysql://db/signoff", "must start with sqlite:/// or postgresql://"),
     ("SIGNOFF_API_PORT", "99999", "less than or equal to 65535"),
+    ("SIGNOFF_RUN_RETENTION_DAYS", "0", "greater than 0"),  # not "delete every ended run at once"
+    ("SIGNOFF_RUN_RETENTION_DAYS", "a month", "valid number"),
 ])
 def test_a_command_with_a_bad_setting_says_which_and_exits_2(monkeypatch, capsys, tmp_path, name, value,
                                                              says) -> None:
@@ -30,6 +32,17 @@ def test_a_command_with_a_bad_setting_says_which_and_exits_2(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"signoff: {name}: ") and says in err and err.count(name) == 1, err
     assert "Traceback" not in err
+
+
+def test_runs_are_kept_forever_unless_a_retention_is_set(monkeypatch) -> None:
+    """The record of who approved what stays by default: unset or empty is no retention."""
+    monkeypatch.delenv("SIGNOFF_RUN_RETENTION_DAYS", raising=False)
+    assert Settings().run_retention_days is None
+    monkeypatch.setenv("SIGNOFF_RUN_RETENTION_DAYS", " ")
+    assert Settings().run_retention_days is None
+    monkeypatch.setenv("SIGNOFF_RUN_RETENTION_DAYS", "30")
+    assert Settings().run_retention_days == 30
+    assert Settings(run_retention_days=0.5).run_retention_days == 0.5
 
 
 def _planted(home, api_url: str) -> None:

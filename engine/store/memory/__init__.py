@@ -33,6 +33,7 @@ from signoff.engine.store.memory.groups import MemoryGroups
 from signoff.engine.store.memory.jobs import MemoryJobs
 from signoff.engine.store.memory.messages import MemoryMessages
 from signoff.engine.store.memory.mutes import MemoryMutes
+from signoff.engine.store.memory.retention import MemoryRetention
 from signoff.engine.store.memory.secrets import MemorySecrets
 from signoff.engine.store.memory.spans import MemorySpans
 from signoff.engine.store.memory.users import MemoryUsers
@@ -54,6 +55,7 @@ class MemoryStore(
     MemoryCheckpoints,
     MemoryMessages,
     MemorySpans,
+    MemoryRetention,  # before MemoryBlobs, which it builds on
     MemoryBlobs,
 ):
     """The whole Store in Python dicts, for one process (see the module docstring)."""

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from signoff.engine.models import Event, EventNote, JobStatus, utcnow
-from signoff.engine.store.base import StoreError
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, MemoryCore, _same, _Tables
 
@@ -33,6 +33,10 @@ class MemoryEvents(MemoryCore):
         for tail in self._tails:  # nothing in this store rolls back once appended
             tail.put_nowait(EventNote(job_id, len(events), event))
         return len(events)
+
+    def _note_access(self, t: _Tables, user_id: str) -> None:
+        """An access note for ``user_id`` (Store.tail_events)."""
+        self._append(t, ACCESS_NOTES + user_id, ACCESS_CHANGED, dumps({}), None)
 
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
         body = dumps(data)

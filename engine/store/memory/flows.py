@@ -87,7 +87,11 @@ class MemoryFlows(MemoryCore):
         self._tables().shares.setdefault((flow_id, user_id), set()).update(wanted)
 
     async def revoke_share(self, flow_id: str, user_id: str) -> bool:
-        return self._tables().shares.pop((flow_id, user_id), None) is not None
+        t = self._tables()
+        gone = t.shares.pop((flow_id, user_id), None) is not None
+        if gone:
+            self._note_access(t, user_id)
+        return gone
 
     async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
         t = self._tables()

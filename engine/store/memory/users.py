@@ -61,7 +61,11 @@ class MemoryUsers(MemoryCore):
         return user.model_copy() if user is not None else None
 
     async def revoke_api_key(self, key: str) -> bool:
-        return self._tables().api_keys.pop(hash_api_key(key), None) is not None
+        t = self._tables()
+        owner = t.api_keys.pop(hash_api_key(key), None)
+        if owner is not None:
+            self._note_access(t, owner)
+        return owner is not None
 
     @staticmethod
     def _revoke_keys(t: _Tables, user_id: str) -> int:
@@ -71,7 +75,11 @@ class MemoryUsers(MemoryCore):
         return len(doomed)
 
     async def revoke_api_keys(self, user_id: str) -> int:
-        return self._revoke_keys(self._tables(), user_id)
+        t = self._tables()
+        n = self._revoke_keys(t, user_id)
+        if n:
+            self._note_access(t, user_id)
+        return n
 
     async def delete_user(self, user_id: str) -> bool:
         """See Store.delete_user: the user, keys, shares to them and of their flows, secrets."""
@@ -95,4 +103,5 @@ class MemoryUsers(MemoryCore):
         for mute in [k for k in t.mutes if user_id in k]:
             del t.mutes[mute]
         t.stored.pop(user_id, None)
+        self._note_access(t, user_id)
         return user is not None

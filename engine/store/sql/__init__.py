@@ -14,7 +14,7 @@ holds across processes (API and worker) and, on PostgreSQL, across replicas.
 Modules: ``schema`` (the append-only ``MIGRATIONS``), ``queries`` (the named queries ``Q``),
 ``core`` (``Tx``, and ``SQLCore``: the backend's hooks, setup and migrations, ping), and one
 module per group of Store methods, combined below (``approvals`` builds on ``jobs``, which
-builds on ``events``).
+builds on ``events``; ``retention`` deletes an ended run and all of it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from signoff.engine.store.sql.groups import SQLGroups
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.messages import SQLMessages
 from signoff.engine.store.sql.mutes import SQLMutes
+from signoff.engine.store.sql.retention import SQLRetention
 from signoff.engine.store.sql.secrets import SQLSecrets
 from signoff.engine.store.sql.spans import SQLSpans
 from signoff.engine.store.sql.users import SQLUsers
@@ -49,5 +50,6 @@ class SQLStore(
     SQLMessages,
     SQLSpans,
     SQLBlobs,
+    SQLRetention,
 ):
     """Every Store method, written once. Subclasses provide transactions and value encoding."""

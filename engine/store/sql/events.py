@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from signoff.engine.models import Event, utcnow
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES
 from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
@@ -91,6 +92,11 @@ class SQLEvents(SQLCore):
         await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
         await self._tell(tx, job_id, seq, event)
         await self._charge_job(tx, job_id, self._json_octets(body))
+
+    async def _note_access(self, tx: Tx, user_id: str) -> None:
+        """An access note for ``user_id`` in ``tx`` (Store.tail_events): their open streams ask
+        again once it commits, in every process."""
+        await self._append(tx, ACCESS_NOTES + user_id, ACCESS_CHANGED, self._enc_json({}), None)
 
     async def _tell(self, tx: Tx, job_id: str, seq: int, event: str) -> None:
         """Tell the store's tails of this append when it commits (PostgreSQL: NOTIFY). SQLite's

@@ -77,7 +77,10 @@ class SQLFlows(SQLCore):
 
     async def revoke_share(self, flow_id: str, user_id: str) -> bool:
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_share, (flow_id, user_id)) > 0
+            gone = await tx.execute(Q.delete_share, (flow_id, user_id)) > 0
+            if gone:
+                await self._note_access(tx, user_id)
+            return gone
 
     async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
         async with self._tx(write=False) as tx:

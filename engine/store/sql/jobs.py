@@ -208,7 +208,7 @@ class SQLJobs(SQLEvents):
         for this transaction (its terminal event comes after this one)."""
         body = self._enc_json(pending.model_dump(mode="json"))
         data = self._enc_json(event[1]) if event is not None else None
-        # what the inbox sorts and filters by (migration 10), beside the request's JSON
+        # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
         try:
             async with self._tx(write=True) as tx:

@@ -378,6 +378,35 @@ class Q:
     get_blob = "SELECT data FROM blobs WHERE key = ?"
     delete_blobs = "DELETE FROM blobs WHERE substr(key, 1, ?) = ? RETURNING charged_to, size"
 
+    # deleting an ended run (retention.py): the job's row first, only when it ended and its
+    # workflow is let go of (one statement: a claim racing it finds it gone or finds it kept),
+    # then what hangs on its id. Each row comes back with what it counted (Store.stored_bytes):
+    # {octets} and {octet_text} are the dialect's (schema.py), filled in per store
+    delete_ended_job = (
+        "DELETE FROM jobs WHERE job_id = ? AND status IN ('completed', 'failed', 'cancelled', 'timed_out') "
+        "AND NOT EXISTS (SELECT 1 FROM workflow_releases r WHERE r.job_id = jobs.job_id) "
+        "RETURNING user_id, {octets}(CAST(request AS {octet_text})) "
+        "+ COALESCE({octets}(CAST(result AS {octet_text})), 0) + COALESCE({octets}(CAST(error AS {octet_text})), 0) AS size"
+    )
+    delete_job_seq = "DELETE FROM job_event_seq WHERE job_id = ?"
+    delete_job_events = "DELETE FROM events WHERE job_id = ? RETURNING {octets}(CAST(data AS {octet_text})) AS size"
+    delete_job_messages = (
+        "DELETE FROM messages WHERE job_id = ? RETURNING {octets}(CAST(text AS {octet_text})) "
+        "+ COALESCE({octets}(CAST(card AS {octet_text})), 0) AS size"
+    )
+    delete_run_checkpoints = "DELETE FROM checkpoints WHERE run_id = ? OR job_id = ? RETURNING charged_to, size"  # both indexed
+    delete_run_spans = "DELETE FROM spans WHERE trace_id = ? OR run_id = ? RETURNING charged_to, size"
+    delete_job_participants = "DELETE FROM job_participants WHERE job_id = ?"
+    # retention: the runs that ended longest ago, a range of the end time's index (jobs_finished).
+    # finished_at is set exactly when a job ends (a terminal status never changes), so no status
+    # condition here: with one, SQLite reads every ended job by (status, created_at) and sorts
+    # them. delete_ended_job checks the status again
+    ended_before = (
+        "SELECT job_id FROM jobs WHERE finished_at < ? "
+        "AND NOT EXISTS (SELECT 1 FROM workflow_releases r WHERE r.job_id = jobs.job_id) "
+        "ORDER BY finished_at, job_id LIMIT ?"
+    )
+
     # stored bytes per user (Store.stored_bytes): a few rows per user (shards, core.py), changed in
     # the transaction of each write they count
     charge_user = (

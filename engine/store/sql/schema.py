@@ -301,7 +301,14 @@ MIGRATIONS: list[list[str]] = [
                 SELECT charged_to AS who, size AS n FROM blobs
             ) AS counted WHERE who IS NOT NULL GROUP BY who""",
     ],
-    # 10: the inbox a page at a time (Store.inbox, inbox_count, inbox_flows; docs/pages.md): what a
+    # 10: deleting ended runs (Store.delete_run, delete_runs_ended_before, SIGNOFF_RUN_RETENTION_DAYS):
+    # the runs that ended longest ago are found by their end time, not among every run ever; a
+    # run's checkpoints by its job id too (each delete, not a scan of every paused run's)
+    [
+        "CREATE INDEX jobs_finished ON jobs (finished_at, job_id)",
+        "CREATE INDEX checkpoints_job ON checkpoints (job_id)",
+    ],
+    # 11: the inbox a page at a time (Store.inbox, inbox_count, inbox_flows; docs/pages.md): what a
     # waiting request is sorted and filtered by, in columns of the job (written with the pending
     # request by mark_suspended) instead of inside its JSON, and the indexes that give a person's
     # own waiting requests newest first and their flows, so a page of 25 reads 25 rows whatever

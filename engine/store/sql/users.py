@@ -71,12 +71,20 @@ class SQLUsers(SQLCore):
         return self._user(row) if row else None
 
     async def revoke_api_key(self, key: str) -> bool:
+        key_hash = hash_api_key(key)
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_api_key, (hash_api_key(key),)) > 0
+            owner = await tx.fetchone(Q.api_key_owner, (key_hash,))
+            gone = await tx.execute(Q.delete_api_key, (key_hash,)) > 0
+            if gone and owner is not None:
+                await self._note_access(tx, owner["user_id"])
+            return gone
 
     async def revoke_api_keys(self, user_id: str) -> int:
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.delete_user_api_keys, (user_id,))
+            n = await tx.execute(Q.delete_user_api_keys, (user_id,))
+            if n:
+                await self._note_access(tx, user_id)
+            return n
 
     async def delete_user(self, user_id: str) -> bool:
         """See Store.delete_user: one transaction; flows and jobs are left to the caller."""
@@ -94,4 +102,5 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_user_participation, (user_id,))
             await tx.execute(Q.delete_user_mutes, (user_id, user_id))
             await tx.execute(Q.delete_user_storage, (user_id,))
+            await self._note_access(tx, user_id)
         return existed

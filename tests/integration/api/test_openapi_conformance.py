@@ -213,6 +213,14 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("GET", "/api/v1/monitor/traces/{run_id}", 404, path={"run_id": "nope"})
         await N("GET", "/api/v1/monitor/traces/{run_id}", 401, path={"run_id": job_id})
 
+        # delete a run: an approver 403, a waiting run 409, an ended one 204, then 404
+        await B("DELETE", "/api/v2/workflows/{job_id}", 403, path={"job_id": theirs["job_id"]})
+        await A("DELETE", "/api/v2/workflows/{job_id}", 409, path={"job_id": theirs["job_id"]})
+        await N("DELETE", "/api/v2/workflows/{job_id}", 401, path={"job_id": job_id})
+        await B("DELETE", "/api/v2/workflows/{job_id}", 404, path={"job_id": job_id})
+        await A("DELETE", "/api/v2/workflows/{job_id}", 204, path={"job_id": job_id})
+        await A("DELETE", "/api/v2/workflows/{job_id}", 404, path={"job_id": job_id})
+
         await A("DELETE", "/api/v1/flows/{flow_id}", 204, path={"flow_id": flow})
         await A("DELETE", "/api/v1/flows/{flow_id}", 404, path={"flow_id": flow})
 

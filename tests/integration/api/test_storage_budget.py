@@ -2,8 +2,8 @@
 per user"), through real HTTP (uvicorn on 127.0.0.1) against the real app, worker and Temporal dev
 server: a user at their budget is refused a new flow or a new run with 409 STORAGE_LIMIT saying
 what they keep and what is allowed, while another user is not; the run they have going still
-takes its decision and ends; deleting a flow gives its bytes back. SQLite only: the count is the
-store's, tested on every store by tests/store_conformance.py."""
+takes its decision and ends; deleting a flow gives its bytes back, and so does deleting ended
+runs. SQLite only: the count is the store's, tested on every store by tests/store_conformance.py."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import asyncio
 import copy
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 
 import httpx
@@ -19,7 +20,7 @@ import pytest_asyncio
 from signoff.engine.models import JobStatus
 from tests.integration.api.conftest import REFUND, ROOT, Harness, harness, serving
 
-LIMIT = 6000
+LIMIT = 8000  # a run of the example refund flow with a 210-character input keeps about 6.8 KB
 
 
 def padded(pad: int) -> dict:
@@ -122,4 +123,41 @@ async def test_signoff_whoami_says_what_you_keep_against_your_budget(world) -> N
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"{name} ({h.users['bob'][0]})"
     shown = f"{kept} bytes" if kept < 1024 else f"{kept / 1024:.1f} KiB"
-    assert done.stdout.splitlines()[1] == f"stored: {shown} of 5.9 KiB ({100 * kept / LIMIT:.0f}%)"
+    assert done.stdout.splitlines()[1] == f"stored: {shown} of {LIMIT / 1024:.1f} KiB ({100 * kept / LIMIT:.0f}%)"
+
+
+async def test_a_user_stuck_at_their_budget_by_runs_deletes_ended_ones_and_runs_again(world) -> None:
+    """The runs alone fill the budget (the flow is kept): submitting is refused until the user
+    deletes ended runs (DELETE /api/v2/workflows/{job_id}), which gives back exactly what they kept."""
+    h, url = world
+    user = await h.store.create_user(f"carol-{uuid.uuid4().hex[:6]}")
+    key = await h.store.create_api_key(user.id)
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=60) as carol:
+        r = await carol.post("/api/v1/flows", json=REFUND)
+        assert r.status_code == 201, r.text
+        flow_id = r.json()["id"]
+        with_flow = await used(carol)
+        ended = []
+        for i in range(30):
+            if await used(carol) >= LIMIT:
+                break
+            r = await carol.post("/api/v2/workflows", json={"flow_id": flow_id, "mode": "sync", "session_id": f"s{i}",
+                                                            "input_value": "refund 42 " + "x" * 300})
+            assert r.status_code == 200 and r.json()["status"] == "suspended", r.text
+            job = r.json()
+            r = await carol.post(f"/api/v2/workflows/{job['job_id']}/resume",
+                                 json={"request_id": job["human_request"]["request_id"],
+                                       "decision": {"action_id": "reject"}})
+            assert r.status_code == 200, r.text
+            await h.wait_status(job["job_id"], JobStatus.completed)
+            ended.append(job["job_id"])
+        assert await used(carol) >= LIMIT and ended
+        r = await carol.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": "refund 43"})
+        assert r.status_code == 409 and r.json()["detail"]["code"] == "STORAGE_LIMIT", r.text
+        assert "ended runs" in r.json()["detail"]["message"]  # the message says how to get out
+
+        for job_id in ended:
+            assert (await carol.delete(f"/api/v2/workflows/{job_id}")).status_code == 204
+        assert await used(carol) == with_flow  # every byte of every run given back
+        r = await carol.post("/api/v2/workflows", json={"flow_id": flow_id, "input_value": "refund 44"})
+        assert r.status_code == 200, r.text

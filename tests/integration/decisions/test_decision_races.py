@@ -39,10 +39,11 @@ from signoff.engine.models import Decision, JobStatus
 from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.fixtures.langflow import chat_input, chat_output, human_input, lf_edge, lf_flow
 from tests.integration.api.conftest import Harness, harness
+from tests.helpers import rounds
 
 pytestmark = [pytest.mark.temporal, pytest.mark.both_stores]  # claims raced through the whole stack
 
-RACES = 30  # races per flow, per end (stop, supersede), per backend
+RACES = 30  # races per flow, per end (stop, supersede), on PostgreSQL (half on SQLite: tests/helpers.rounds)
 BATCH = 10  # races run side by side
 
 
@@ -156,7 +157,7 @@ async def _check(h: Harness, job_id: str, answer: tuple[int, dict[str, Any]], en
 @pytest.mark.parametrize(("surface", "end"), [("http", "stop"), ("http", "supersede"), ("temporal", "stop")])
 @pytest.mark.parametrize("flow", ["refund", "langflow"])
 async def test_a_resume_racing_an_end_is_applied_or_leaves_no_decision(races: Harness, flow: str, end: str,
-                                                                       surface: str) -> None:
+                                                                       surface: str, store_backend: str) -> None:
     """A resume (``POST /resume``, or the ``resume`` Update sent through Temporal) and a stop (or a
     supersede) of the same suspended run, sent together or a moment apart either way: the
     resume's answer, the decision events and the run's end agree."""
@@ -186,5 +187,5 @@ async def test_a_resume_racing_an_end_is_applied_or_leaves_no_decision(races: Ha
             answer, ended = await asyncio.gather(resume, stop)
             return await _check(h, job_id, answer, ended, end, f"{end} race {i} on {flow} ({surface}), job {job_id}")
 
-    outcomes = Counter(await asyncio.gather(*(one(i) for i in range(RACES))))
+    outcomes = Counter(await asyncio.gather(*(one(i) for i in range(rounds(store_backend, RACES)))))
     print(f"\nresume ({surface}) racing a {end} on {flow}: {dict(outcomes)}")

@@ -46,11 +46,11 @@ from signoff.devserver import temporal_binary
 from signoff.engine.models import Decision, JobStatus
 from signoff.service import RunService
 from signoff.workflows.types import ResumeInput, ResumeResult
-from tests.helpers import gate_flow
+from tests.helpers import gate_flow, rounds
 from tests.integration.api.conftest import Harness, harness
 
 ROOT = Path(__file__).resolve().parents[3]
-RACES = 100  # runs of the 2-of-3 race, per backend
+RACES = 100  # runs of the 2-of-3 race on PostgreSQL (half on SQLite: tests/helpers.rounds)
 BATCH = 25  # runs raced side by side
 STOP_RACES = 24  # runs of votes racing a stop, and as many racing a supersede, per backend
 
@@ -220,8 +220,8 @@ def assert_resolved(q: Quorum, events: list[Any], voters: list[str], action: str
 
 
 @pytest.mark.both_stores  # raced (or killed) through the whole stack
-async def test_two_of_three_votes_at_once_count_two_and_resolve_once(quorum: Quorum) -> None:
-    """100 runs: bob votes over HTTP, carol through the ``temporal`` CLI (naming herself with
+async def test_two_of_three_votes_at_once_count_two_and_resolve_once(quorum: Quorum, store_backend: str) -> None:
+    """100 runs (50 on SQLite): bob votes over HTTP, carol through the ``temporal`` CLI (naming herself with
     ``user``) and dave, racing them, over HTTP or through the Temporal client, all at once.
     Exactly two votes count (1, then 2), the request resolves once with both, the run completes on
     the approve branch; the first counted vote answered ``vote_recorded`` 1 of 2, the second
@@ -240,11 +240,12 @@ async def test_two_of_three_votes_at_once_count_two_and_resolve_once(quorum: Quo
                                            later(rnd.uniform(0, 0.05), third("dave", job_id)))
             return await _check_race(q, job_id, dict(zip(("bob", "carol", "dave"), answers)), i)
 
-    tally = sum(await asyncio.gather(*(one(i) for i in range(RACES))), Counter())
+    races = rounds(store_backend, RACES)
+    tally = sum(await asyncio.gather(*(one(i) for i in range(races))), Counter())
     elapsed = time.monotonic() - started
     # the race is real: more than one of them came too late in some run
     assert sum(tally[f"{who}:late"] > 0 for who in ("bob", "carol", "dave")) >= 2, tally
-    print(f"\n{RACES} races in {elapsed:.1f} s: {dict(tally)}")
+    print(f"\n{races} races in {elapsed:.1f} s: {dict(tally)}")
 
 
 async def _check_race(q: Quorum, job_id: str, answers: dict[str, tuple[int, dict[str, Any]]], i: int) -> Counter:

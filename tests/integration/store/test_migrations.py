@@ -23,7 +23,7 @@ from tests.store_conformance import new_job, new_user
 # finds the database as that older signoff left it (without any count).
 _LATER_COLUMNS = [("flow_versions", "size"), ("checkpoints", "size"), ("checkpoints", "charged_to"),
                   ("spans", "size"), ("spans", "charged_to"), ("blobs", "size"), ("blobs", "charged_to"),
-                  # and migration 10's (the inbox's columns, written by mark_suspended)
+                  # and migration 11's (the inbox's columns, written by mark_suspended)
                   ("jobs", "paused_at"), ("jobs", "pending_kind"), ("jobs", "pending_names")]
 _KINDS = {"charged_to": "TEXT", "pending_kind": "TEXT", "paused_at": "{ts}"}
 
@@ -320,15 +320,15 @@ async def test_schema_8_database_counts_each_users_stored_bytes_once(
         await new.close()
 
 
-async def test_schema_9_database_lists_its_waiting_requests_in_the_paged_inbox(
+async def test_schema_10_database_lists_its_waiting_requests_in_the_paged_inbox(
     fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Migration 10 gives each request that waits its inbox columns (its pause time from when it
-    was marked suspended, its kind, whether it names approvers) read from the row a schema-9
+    """Migration 11 gives each request that waits its inbox columns (its pause time from when it
+    was marked suspended, its kind, whether it names approvers) read from the row a schema-10
     signoff wrote, so the paged inbox lists what waited before the upgrade, as it did."""
     from tests.store_conformance import pending, uid
 
-    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:9])
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:10])
     old = open_store(fresh_db_url)
     await old.setup()
     me, approver = await new_user(old), await new_user(old)

@@ -1,0 +1,150 @@
+"""A decision attempt: the one procedure by which a decision takes effect on a paused run of the
+job table (DESIGN §1, §9). The worker's ``resume_run`` activity calls it once per attempt; what
+it does around it (who may decide, the values' check, the layers after the decision, webhook
+deliveries, metrics) is the activity's.
+
+    claim under the attempt's token ─┬─ an earlier attempt under that token recorded a decision → Recorded
+                                     ├─ not won (another decision holds the run)                → NotClaimed
+                                     ├─ won, the job ended meanwhile (a stop)                   → NotApplied
+                                     └─ won: the paused state, the decision applied, the gate's
+                                        span, the records in one store write                    → Applied
+                                           └─ the write refused (a stop or a twin attempt got
+                                              in first): looked at again → Recorded / NotApplied
+
+Safe to run again under the same token (a retried activity, a lost workflow task's local
+activity run again): the claim is the token's, each record's dedupe key is derived from it, and
+a second run finds the first one's record (Recorded) instead of applying anything twice. Never
+"applied" unless recorded: a decision the caller is told took effect is one in the store.
+
+The in-process runner (engine/runner.py, ``signoff run``) has no job table: its run lives in one
+process, its single flight is a per-run lock and it applies the decision with the same
+:func:`~signoff.engine.decisions.apply_decision`; there is nothing for it to claim or to go on
+from, so it does not go through this procedure."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from signoff.engine import tracing
+from signoff.engine.decisions import apply_decision, decision_event, expired_event
+from signoff.engine.errors import NotResumable
+from signoff.engine.graph import Graph
+from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, Vote
+from signoff.engine.state import RunState
+from signoff.engine.store.base import Store
+
+PausedState = Callable[[Job], Awaitable[tuple[RunState, Graph]]]
+
+
+@dataclass(frozen=True)
+class DecisionAttempt:
+    """One attempt at a decision: the job and request it is for, the claim ``token`` it runs
+    under, the decision, who made it (``decided_by``: a user id; None for the deadline's), the
+    votes of a quorum (``vote``: the one that completes it), how it was ``sent`` (the record's
+    ``via``...), who took part, and whether the caller checked its values already."""
+
+    job_id: str
+    request_id: str
+    token: str
+    decision: Decision
+    now: datetime
+    decided_by: str | None = None
+    votes: list[Vote] = field(default_factory=list)
+    vote: Vote | None = None
+    timed_out: bool = False
+    sent: dict[str, Any] | None = None
+    participants: list[str] = field(default_factory=list)
+    values_checked: bool = False
+
+
+@dataclass
+class Attempted:
+    """What an attempt came to (see the module's diagram). ``applied``: the decision, the state
+    it made (``state``, from ``paused``), its graph and the records' (event, seq) (``written``).
+    ``recorded``: an earlier attempt's record under the token (``claim`` holds it). ``not_claimed``:
+    nothing was done. ``not_applied``: claimed, not recorded; the job (``job``) ended first."""
+
+    outcome: Literal["applied", "recorded", "not_claimed", "not_applied"]
+    job: Job | None = None
+    claim: DecisionClaim | None = None
+    paused: RunState | None = None
+    state: RunState | None = None
+    graph: Graph | None = None
+    applied: AppliedDecision | None = None
+    written: list[tuple[str, int]] = field(default_factory=list)
+
+
+async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: PausedState) -> Attempted:
+    """Run the attempt ``a`` (module docstring). ``paused_state(job)``: the run's state at its
+    pause and its graph (the checkpoint, or the caller's copy). Raises NotResumable for a job
+    that is not there; store errors as they come (the caller retries under the same token)."""
+    claim = await store.claim_decision(a.job_id, a.request_id, a.token)
+    if claim.job is None:
+        raise NotResumable(f"job {a.job_id} not found")
+    job = claim.job
+    if "decision" in claim.recorded:
+        return Attempted("recorded", job, claim)
+    if not claim.won:
+        return Attempted("not_claimed", job, claim)
+    if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
+        return Attempted("not_applied", job, claim)
+    paused, graph = await paused_state(job)
+    votes = [*a.votes, a.vote] if a.vote is not None else a.votes
+    state, applied = apply_decision(paused, a.request_id, a.decision, a.now, a.decided_by, votes=votes,
+                                    timed_out=a.timed_out, values=not a.values_checked)
+    trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
+    written = await _record(store, job, paused, applied, a)
+    if written is None:
+        # Not recorded: another run of this attempt recorded its own decision first (a lost
+        # task's local activity still running beside the one that runs it again), or a stop
+        # ended the job after the claim. Never go on from a decision not recorded.
+        claim = await store.claim_decision(a.job_id, a.request_id, a.token, claim=False)
+        if "decision" in claim.recorded and claim.job is not None:
+            return Attempted("recorded", claim.job, claim)
+        return Attempted("not_applied", claim.job or job, claim)
+    return Attempted("applied", job, claim, paused=paused, state=state, graph=graph, applied=applied,
+                     written=written)
+
+
+def trace_gate(job: Job, graph: Graph, paused: RunState, applied: AppliedDecision) -> None:
+    """The gate's span, "Human In The Loop — {label}" (its id is the same each time: a decision
+    applied again writes it again, not twice)."""
+    assert paused.pending is not None and paused.pending_vertex is not None
+    tracing.record_gate(run_id=paused.run_id, pending=paused.pending, applied=applied,
+                        vertex_id=paused.pending_vertex, job_id=job.job_id, flow_id=paused.flow_id,
+                        component_type=graph.vertices[paused.pending_vertex].type)
+
+
+def vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, Any]:
+    """The data of a ``human_input_vote`` event: the ``n``-th vote of ``required``."""
+    return {"request_id": request_id, "user": vote.user, "action_id": vote.action_id, "values": vote.values,
+            "at": vote.at.isoformat(), "votes": n, "required": required}
+
+
+async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDecision,
+                  a: DecisionAttempt) -> list[tuple[str, int]] | None:
+    """The decision's records in one store write under the claim (Store.record_decision): the
+    vote that completed a quorum (``human_input_vote``, with the resolution),
+    ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
+    ``sent``), the card stamped, the pending request cleared, the participants recorded. Returns
+    each event's (name, seq); None when the claim is no longer the decision's, and nothing was
+    written."""
+    assert paused.pending is not None
+    sent = a.sent or {}
+    events: list[tuple[str, dict[str, Any], str]] = []
+    if a.vote is not None:  # the same dedupe key as a recorded vote's: one event per person, retries included
+        events.append(("human_input_vote", {
+            **vote_data(a.request_id, a.vote, len(applied.votes), paused.pending.required_approvals), **sent},
+            f"vote:{a.request_id}:{a.vote.user}"))
+    if applied.rerouted:
+        events.append(("human_input_expired", expired_event(applied), f"{a.token}:expired"))
+    events.append(("human_input_decision", {**decision_event(applied), **sent}, f"{a.token}:decision"))
+    seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
+                                       action_id=applied.action_id, participants=a.participants)
+    return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
+
+
+__all__ = ["Attempted", "DecisionAttempt", "attempt_decision", "trace_gate", "vote_data"]
