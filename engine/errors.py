@@ -198,6 +198,12 @@ class RateLimited(SignoffError):
     code = "RATE_LIMITED"
 
 
+class InvalidContact(SignoffError):
+    """A contact (email address, Slack user id) that signoff cannot use; the message says why."""
+
+    code = "INVALID_CONTACT"
+
+
 def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:
     """The SignoffError subclass whose ``code`` is ``code`` (``default`` when none is)."""
     stack = [SignoffError]

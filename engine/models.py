@@ -140,6 +140,40 @@ class User(BaseModel):
     id: str
     name: str
     created_at: UTCDateTime
+    # contacts (DESIGN §14, engine/contacts.py): where a request reaches the person
+    email: str | None = None
+    slack: str | None = None  # a Slack user id (U..., W...)
+
+
+class DecisionLink(BaseModel):
+    """A one-time decision link as stored (engine/links.py): only the token's hash, bound to one
+    request of one run and one approver, valid until ``expires_at``, used once (``used_at``)."""
+
+    token_hash: str
+    job_id: str
+    request_id: str
+    user_id: str
+    channel: str
+    csrf: str  # the link page's form token (random, per link: a POST must come from the page)
+    created_at: UTCDateTime
+    expires_at: UTCDateTime
+    used_at: UTCDateTime | None = None
+
+
+class Notification(BaseModel):
+    """One attempt to tell one person about one event of a run on one channel (a delivery log
+    row, readable by the run's owner)."""
+
+    id: str
+    job_id: str
+    seq: int
+    event: str
+    channel: str
+    user_id: str
+    attempt: int
+    delivered: bool
+    error: str | None = None
+    at: UTCDateTime
 
 
 class FlowRecord(BaseModel):
