@@ -21,11 +21,14 @@ class StateRef(BaseModel):
 
 
 class Delivery(BaseModel):
-    """One event for one webhook: what the workflow hands to ``deliver_webhook``."""
+    """One event for one webhook: what the workflow hands to ``deliver_webhook``; or, with a
+    ``channel``, one notification of the event to one person (``notify_person``)."""
 
-    webhook_id: str
+    webhook_id: str = ""
     job_id: str
     seq: int
+    channel: str | None = None  # "email", "slack": a notification (activities/notify.py)
+    user_id: str | None = None  # the person it is for
 
 
 class RunLayerInput(BaseModel):

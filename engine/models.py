@@ -89,6 +89,9 @@ class PendingRequest(BaseModel):
     remind_every_seconds: float = 0
     escalate_after_seconds: float = 0
     escalate_to: list[str] = Field(default_factory=list)
+    # the channels the request is sent on (DESIGN §14): "email", "slack"; [] none; None every
+    # channel the operator configured
+    notify: list[str] | None = None
 
     @property
     def quorum_action(self) -> str | None:

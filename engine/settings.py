@@ -195,6 +195,23 @@ class Settings(BaseSettings):
         "ended runs (DELETE /api/v2/workflows/{job_id}).",
     )
 
+    # Reaching the person (DESIGN §14, docs/channels.md): a channel not configured is skipped
+    smtp_url: str | None = Field(
+        None,
+        description="The SMTP server requests are mailed through: smtp://user:pass@host:port (add ?starttls=true to "
+        "upgrade with STARTTLS), smtps://... for implicit TLS. Unset: no email.",
+    )
+    smtp_from: str | None = Field(None, description="The From address of signoff's mail (one plain address).")
+    smtp_timeout_seconds: float = Field(
+        20.0, gt=0, le=300,
+        description="The most one mail's delivery to the SMTP server may take (connect, TLS, send) before the "
+        "attempt fails and is retried later.",
+    )
+    link_ttl_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0, le=90 * 24 * 3600,
+        description="How long a decision link works at most (it also stops at the request's deadline and once used).",
+    )
+
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
     max_webhooks_per_user: int = Field(
         20, ge=1,
@@ -324,6 +341,39 @@ class Settings(BaseSettings):
 
         EgressPolicy.parse(v)  # ValueError naming the entry
         return v
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _check_smtp_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from signoff.engine.mail import parse_smtp_url
+
+        parse_smtp_url(v.strip())  # ValueError saying what is wrong (never echoing the password)
+        return v.strip()
+
+    @field_validator("smtp_from")
+    @classmethod
+    def _check_smtp_from(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from signoff.engine.contacts import check_email
+        from signoff.engine.errors import InvalidContact
+
+        try:
+            return check_email(v)
+        except InvalidContact as e:
+            raise ValueError(f"SIGNOFF_SMTP_FROM: {e.message}") from None
+
+    @property
+    def email_enabled(self) -> bool:
+        """Whether requests are mailed (SIGNOFF_SMTP_URL and SIGNOFF_SMTP_FROM set)."""
+        return bool(self.smtp_url and self.smtp_from)
+
+    @property
+    def link_base_url(self) -> str:
+        """What decision links are built on: SIGNOFF_PUBLIC_URL, else the API's own URL."""
+        return self.public_url or self.effective_api_url
 
     @field_validator("public_url")
     @classmethod
