@@ -391,3 +391,30 @@ async def test_who_is_told(h: Harness, inbox) -> None:
     assert (await _log(h, "alice", silent))[1] == [] and (await _log(h, "alice", unreachable))[1] == []
     assert [n["user_id"] for n in (await _log(h, "alice", own))[1]] == [uid(h, "alice")]
     assert [n["user_id"] for n in (await _log(h, "alice", via_group))[1]] == [uid(h, "carol")]
+
+
+async def test_a_link_racing_the_api_decides_exactly_once(h: Harness, inbox) -> None:
+    """The link's POST (bob) and an HTTP resume (carol) at once, 20 times: one decision each
+    time, whoever is first; the loser is told who won."""
+    flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")],
+                                         "notify": []}))
+    won = {"email": 0, "api": 0}
+    for _ in range(20):
+        job_id = (await run_suspended(h, flow_id))["job_id"]
+        job = await h.store.get_job(job_id)
+        assert job is not None and job.pending is not None
+        token = await links.mint(h.store, job_id=job_id, pending=job.pending, user_id=uid(h, "bob"), channel="email",
+                                 now=utcnow(), ttl_seconds=600)
+        _, page = await _page(h, f"/d/{token}")
+        csrf = CSRF.search(page).group(1)  # type: ignore[union-attr]
+        (status, body), api = await asyncio.gather(_post(h, f"/d/{token}", {"csrf": csrf, "action_id": "approve"}),
+                                                   resume(h, "carol", job_id, "reject"))
+        await h.wait_status(job_id, JobStatus.completed)
+        decided = await _decisions(h, job_id)
+        assert len(decided) == 1, decided
+        won[decided[0]["via"]] += 1
+        if decided[0]["via"] == "email":
+            assert status == 200 and api.status_code == 409, (status, api.text)
+        else:
+            assert api.status_code == 200 and status == 409 and await user_name(h, "carol") in body, (status, body)
+    assert sum(won.values()) == 20
