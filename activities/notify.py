@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from signoff.activities.types import Delivery
 from signoff.activities.webhooks import WebhookActivities
-from signoff.engine import links, mail
+from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
 from signoff.engine.models import Job, PendingRequest, utcnow
 
@@ -29,7 +29,8 @@ TOLD = {"human_input_required": "required", "human_input_reminder": "reminder", 
 class NotifyActivities(WebhookActivities):
     def channels(self, pending: PendingRequest) -> list[str]:
         """The channels ``pending`` is sent on: those configured that its ``notify`` names."""
-        configured = ["email"] if self.settings.email_enabled else []
+        configured = (["email"] if self.settings.email_enabled else []) + \
+            (["slack"] if self.settings.slack_enabled else [])
         return [c for c in configured if pending.notify is None or c in pending.notify]
 
     async def _notifications(self, job: Job, event: str, pending: PendingRequest | None,
@@ -82,6 +83,40 @@ class NotifyActivities(WebhookActivities):
             return
         if inp.channel == "email" and user.email:
             await self._email(job, pending, user.id, user.email, event.event, event.seq)
+        elif inp.channel == "slack" and user.slack:
+            await self._slack(job, pending, user.id, user.slack, event.event, event.seq)
+
+    async def _sent(self, job: Job, seq: int, event: str, channel: str, user_id: str, error: str | None) -> None:
+        """Log the attempt; a failed one raises, for the workflow's retry policy."""
+        await self.store.log_notification(job_id=job.job_id, seq=seq, event=event, channel=channel, user_id=user_id,
+                                          attempt=activity.info().attempt, delivered=error is None, error=error)
+        if error is not None:
+            raise ApplicationError(error, type="NOTIFICATION_FAILED")
+
+    async def _slack(self, job: Job, pending: PendingRequest, user_id: str, slack_id: str, event: str,
+                     seq: int) -> None:
+        settings = self.settings
+        assert settings.slack_bot_token is not None
+        needs_page = pending.kind == "tool_approval" or any(
+            (pending.fields or {}).get(a) is not None for a in pending.allowed_decisions)
+        link = None
+        if needs_page:  # a decision with values is made on the link's page (its form)
+            now = utcnow()
+            token = await links.mint(self.store, job_id=job.job_id, pending=pending, user_id=user_id, channel="slack",
+                                     now=now, ttl_seconds=settings.link_ttl_seconds)
+            link = links.link_url(settings.link_base_url, token)
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        owner = await self.store.get_user(job.user_id)
+        text, blocks = slack.blocks(slack.SlackAsk(
+            flow_name=flow.name if flow else job.flow_id, owner_name=owner.name if owner else job.user_id,
+            pending=pending, job_id=job.job_id, input_text=str(job.request.get("input_value") or ""), link_url=link,
+            kind=TOLD[event]))
+        client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
+        try:
+            await client.call("chat.postMessage", channel=slack_id, text=text, blocks=blocks, unfurl_links=False)
+        except slack.SlackFailed as err:
+            await self._sent(job, seq, event, "slack", user_id, str(err))
+        await self._sent(job, seq, event, "slack", user_id, None)
 
     async def _email(self, job: Job, pending: PendingRequest, user_id: str, to: str, event: str, seq: int) -> None:
         settings = self.settings
@@ -104,7 +139,7 @@ class NotifyActivities(WebhookActivities):
         try:
             await mail.send(mail.parse_smtp_url(settings.smtp_url),
                             mail.message(asked, sender=settings.smtp_from, to=to, now=now),
-                            sender=settings.smtp_from, to=to, timeout=settings.smtp_timeout_seconds)
+                            sender=settings.smtp_from, to=to, timeout=settings.notify_timeout_seconds)
         except mail.MailFailed as err:
             await self.store.log_notification(job_id=job.job_id, seq=seq, event=event, channel="email",
                                               user_id=user_id, attempt=attempt, delivered=False, error=str(err))

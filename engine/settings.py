@@ -202,11 +202,16 @@ class Settings(BaseSettings):
         "upgrade with STARTTLS), smtps://... for implicit TLS. Unset: no email.",
     )
     smtp_from: str | None = Field(None, description="The From address of signoff's mail (one plain address).")
-    smtp_timeout_seconds: float = Field(
+    notify_timeout_seconds: float = Field(
         20.0, gt=0, le=300,
-        description="The most one mail's delivery to the SMTP server may take (connect, TLS, send) before the "
-        "attempt fails and is retried later.",
+        description="The most one notification's delivery may take (an SMTP server's connect, TLS and send; a "
+        "Slack call) before the attempt fails and is retried later.",
     )
+    slack_bot_token: str | None = Field(None, description="The Slack app's bot token (xoxb-...): requests are "
+                                        "sent as Slack messages. Unset: no Slack.")
+    slack_signing_secret: str | None = Field(None, description="The Slack app's signing secret: every interaction "
+                                             "(a button pressed) is checked against it (X-Slack-Signature).")
+    slack_api_url: str = Field("https://slack.com/api/", description="Slack's Web API (tests point it at a fake).")
     link_ttl_seconds: float = Field(
         7 * 24 * 3600.0, gt=0, le=90 * 24 * 3600,
         description="How long a decision link works at most (it also stops at the request's deadline and once used).",
@@ -369,6 +374,11 @@ class Settings(BaseSettings):
     def email_enabled(self) -> bool:
         """Whether requests are mailed (SIGNOFF_SMTP_URL and SIGNOFF_SMTP_FROM set)."""
         return bool(self.smtp_url and self.smtp_from)
+
+    @property
+    def slack_enabled(self) -> bool:
+        """Whether requests are sent to Slack (SIGNOFF_SLACK_BOT_TOKEN and SIGNOFF_SLACK_SIGNING_SECRET set)."""
+        return bool(self.slack_bot_token and self.slack_signing_secret)
 
     @property
     def link_base_url(self) -> str:
