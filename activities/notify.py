@@ -109,7 +109,7 @@ class NotifyActivities(WebhookActivities):
         owner = await self.store.get_user(job.user_id)
         text, blocks = slack.blocks(slack.SlackAsk(
             flow_name=flow.name if flow else job.flow_id, owner_name=owner.name if owner else job.user_id,
-            pending=pending, job_id=job.job_id, input_text=str(job.request.get("input_value") or ""), link_url=link,
+            pending=pending, job_id=job.job_id, user_id=user_id, input_text=str(job.request.get("input_value") or ""), link_url=link,
             kind=TOLD[event]))
         client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
         try:

@@ -204,6 +204,13 @@ class InvalidContact(SignoffError):
     code = "INVALID_CONTACT"
 
 
+class ContactTaken(SignoffError):
+    """That Slack user id is another signoff user's (a Slack id says who pressed a button, so it
+    is one user's); ask the operator if it is yours."""
+
+    code = "CONTACT_TAKEN"
+
+
 def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:
     """The SignoffError subclass whose ``code`` is ``code`` (``default`` when none is)."""
     stack = [SignoffError]

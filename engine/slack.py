@@ -45,26 +45,29 @@ class SlackAsk:
     owner_name: str
     pending: PendingRequest
     job_id: str
+    user_id: str  # the signoff user it is sent to
     input_text: str
     link_url: str | None  # the person's decision link (a decision with fields opens it)
     kind: str = "required"
 
 
-def button_value(job_id: str, request_id: str, action_id: str) -> str:
-    return json.dumps({"j": job_id, "r": request_id, "a": action_id}, separators=(",", ":"))
+def button_value(job_id: str, request_id: str, action_id: str, user_id: str) -> str:
+    """A button's value: the request, the action, and the signoff user the message was sent to
+    (a press by anyone else decides nothing)."""
+    return json.dumps({"j": job_id, "r": request_id, "a": action_id, "u": user_id}, separators=(",", ":"))
 
 
-def parse_value(value: Any) -> tuple[str, str, str] | None:
-    """(job id, request id, action id) of a button's value, None when it is not one of ours."""
+def parse_value(value: Any) -> tuple[str, str, str, str] | None:
+    """(job id, request id, action id, user id) of a button's value, None when it is not ours."""
     if not isinstance(value, str) or len(value) > VALUE_CHARS:
         return None
     try:
         data = json.loads(value)
     except ValueError:
         return None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data.get(k) for k in "jra"):
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), str) and data.get(k) for k in "jrau"):
         return None
-    return data["j"], data["r"], data["a"]
+    return data["j"], data["r"], data["a"], data["u"]
 
 
 def blocks(ask: SlackAsk) -> tuple[str, list[dict[str, Any]]]:
@@ -89,7 +92,7 @@ def blocks(ask: SlackAsk) -> tuple[str, list[dict[str, Any]]]:
                 continue
             button["url"] = f"{ask.link_url}?action={option.action_id}"  # values: filled on the link's page
         else:
-            button["value"] = button_value(ask.job_id, p.request_id, option.action_id)
+            button["value"] = button_value(ask.job_id, p.request_id, option.action_id, ask.user_id)
         if i == 0:
             button["style"] = "primary"
         buttons.append(button)

@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from signoff.engine.models import DecisionLink, JobStatus, utcnow
-from signoff.engine.store import Store
+from signoff.engine.store import Store, StoreConflict
 from tests.store_conformance import new_job, new_user, uid
 
 
@@ -42,6 +42,14 @@ async def test_contacts_are_set_kept_cleared_and_listed(store: Store) -> None:
     assert await store.user_by_slack(slack) is None
     assert (await store.get_user(bob.id)).email is None  # type: ignore[union-attr]
     assert await store.set_contacts(uid(), {"email": "x@example.com"}) is None  # no such user
+    # a Slack id is one user's: another who claims it is refused, nothing of theirs changed
+    theirs = "U" + uid().replace("-", "")[:20].upper()
+    assert await store.set_contacts(bob.id, {"slack": theirs})
+    with pytest.raises(StoreConflict):
+        await store.set_contacts(alice.id, {"email": "x@example.com", "slack": theirs})
+    assert (await store.get_user(alice.id)).email == "a2@example.com"  # type: ignore[union-attr]
+    assert (await store.user_by_slack(theirs)).id == bob.id  # type: ignore[union-attr]
+    assert await store.set_contacts(bob.id, {"slack": theirs})  # setting one's own again is fine
     with pytest.raises(ValueError):
         await store.set_contacts(alice.id, {"email": "z@example.com", "phone": "1"})
     assert (await store.get_user(alice.id)).email == "a2@example.com"  # type: ignore[union-attr]

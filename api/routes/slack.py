@@ -73,13 +73,17 @@ async def interactions(request: Request) -> JSONResponse:
     channel, ts = container.get("channel_id"), container.get("message_ts")
     if pressed is None or not isinstance(user_id, str):
         return JSONResponse({})
-    job_id, request_id, action_id = pressed
+    job_id, request_id, action_id, sent_to = pressed
     client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
     store = request.app.state.store
     person: User | None = await store.user_by_slack(user_id)
     if person is None:
         await _tell(client, channel, user_id, "Your Slack account is not linked to a signoff user (their `slack` "
                                               "contact), so nothing was decided.")
+        return JSONResponse({})
+    if person.id != sent_to:  # a message sent to someone else (shared, forwarded): not this person's to press
+        await _tell(client, channel, user_id, "This request was sent to someone else; nothing was decided. Open "
+                                              "signoff to decide it if it is yours to decide.")
         return JSONResponse({})
     try:
         resumed = await request.app.state.service.resume(person, job_id, request_id, Decision(action_id=action_id),

@@ -7,7 +7,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from signoff.engine.contacts import MAX_EMAIL_CHARS, MAX_SLACK_CHARS, checked
-from signoff.engine.errors import UserNotFound
+from signoff.engine.errors import ContactTaken, UserNotFound
+from signoff.engine.store.base import StoreConflict
 
 from signoff.api.deps import CurrentUser, SettingsDep, StoreDep
 from signoff.api.models import error_responses
@@ -44,12 +45,17 @@ async def me(store: StoreDep, settings: SettingsDep, user: CurrentUser) -> MePub
 
 
 @router.patch("/me", response_model=MePublic, responses=error_responses({422: "`INVALID_CONTACT`: an address "
-                                                                             "or Slack id signoff cannot use"},
+                                                                             "or Slack id signoff cannot use",
+                                                                            409: "`CONTACT_TAKEN`: that Slack id is "
+                                                                                 "another user's"},
                                                                        body=True))
 async def set_my_contacts(body: ContactsPatch, store: StoreDep, settings: SettingsDep, user: CurrentUser) -> MePublic:
     """Where requests reach you: your email address and Slack user id (DESIGN §14). Only the
     fields sent change."""
-    changed = await store.set_contacts(user.id, checked(body.model_dump(exclude_unset=True)))
+    try:
+        changed = await store.set_contacts(user.id, checked(body.model_dump(exclude_unset=True)))
+    except StoreConflict:
+        raise ContactTaken(field="slack") from None
     if changed is None:  # deleted meanwhile
         raise UserNotFound(f"User {user.id} no longer exists")
     return MePublic(id=changed.id, name=changed.name, stored_bytes=await store.stored_bytes(user.id),

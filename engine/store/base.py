@@ -390,12 +390,13 @@ class Store(CheckpointStore, HistoryStore):
     async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
         """Set the contacts named in ``contacts`` (``email``, ``slack``; None clears one), the
         others kept; returns the user as it is then (None: no such user, nothing changed). An
-        unknown key raises ValueError before any change. The values are the caller's to check
-        (engine/contacts.py)."""
+        unknown key raises ValueError before any change; a ``slack`` id another user has raises
+        StoreConflict, nothing changed (a Slack id is one user's: it says who pressed a button).
+        The values are the caller's to check (engine/contacts.py)."""
 
     @abc.abstractmethod
     async def user_by_slack(self, slack_id: str) -> User | None:
-        """The user whose ``slack`` contact is ``slack_id`` (several: the oldest)."""
+        """The one user whose ``slack`` contact is ``slack_id``."""
 
     @abc.abstractmethod
     async def create_link(self, link: DecisionLink) -> None:

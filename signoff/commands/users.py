@@ -66,7 +66,12 @@ async def _create(name: str, new_database: bool, contacts: dict[str, str | None]
         if user is None:
             user = await store.create_user(name)
         if contacts:
-            await store.set_contacts(user.id, contacts)
+            from signoff.engine.store.base import StoreConflict
+
+            try:
+                await store.set_contacts(user.id, contacts)
+            except StoreConflict:
+                raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
         key = await store.create_api_key(user.id)
         return user.id, key, existed
     finally:
@@ -82,7 +87,7 @@ def _handle_create(args: argparse.Namespace) -> int:
         return 1
     try:
         user_id, key, existed = asyncio.run(_create(name, args.new_database, _contacts(args)))
-    except (WrongDatabase, InvalidContact) as e:
+    except (WrongDatabase, InvalidContact, LookupError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     note = " (existing user: a new key was added)" if existed else ""
@@ -161,11 +166,16 @@ def _handle_delete(args: argparse.Namespace) -> int:
 
 
 async def _set(name: str, contacts: dict[str, str | None]) -> User:
+    from signoff.engine.store.base import StoreConflict
+
     store = _open(Settings())
     try:
         await store.setup()
         user = await store.get_user_by_name(name)
-        changed = await store.set_contacts(user.id, contacts) if user is not None else None
+        try:
+            changed = await store.set_contacts(user.id, contacts) if user is not None else None
+        except StoreConflict:
+            raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
         if changed is None:
             raise LookupError(f"no user named {name!r}")
         return changed

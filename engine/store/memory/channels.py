@@ -7,6 +7,7 @@ import uuid
 from datetime import datetime
 
 from signoff.engine.models import DecisionLink, Notification, User, utcnow
+from signoff.engine.store.base import StoreConflict
 from signoff.engine.store.encoding import as_utc
 from signoff.engine.store.memory.core import _first
 from signoff.engine.store.memory.users import MemoryUsers
@@ -19,16 +20,19 @@ class MemoryChannels(MemoryUsers):
         for key in contacts:
             if key not in ("email", "slack"):
                 raise ValueError(f"unknown contact {key!r}")
-        user = self._tables().users.get(user_id)
+        t = self._tables()
+        user = t.users.get(user_id)
         if user is None:
             return None
+        slack = contacts.get("slack")
+        if slack is not None and any(u.slack == slack and u.id != user_id for u in t.users.values()):
+            raise StoreConflict("That Slack user id is another signoff user's.")
         for key, value in contacts.items():
             setattr(user, key, value)
         return user.model_copy()
 
     async def user_by_slack(self, slack_id: str) -> User | None:
-        found = sorted((u for u in self._tables().users.values() if u.slack == slack_id),
-                       key=lambda u: (u.created_at, u.id))
+        found = [u for u in self._tables().users.values() if u.slack == slack_id]
         return found[0].model_copy() if found else None
 
     async def create_link(self, link: DecisionLink) -> None:

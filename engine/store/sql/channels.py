@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import DecisionLink, Notification, User, utcnow
+from signoff.engine.store.base import StoreConflict
 from signoff.engine.store.sql.queries import Q
 from signoff.engine.store.sql.users import SQLUsers
 
@@ -36,11 +37,15 @@ class SQLChannels(SQLUsers):
 
     async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
         async with self._tx(write=True) as tx:
-            for key, value in contacts.items():
-                sql = {"email": Q.set_user_email, "slack": Q.set_user_slack}.get(key)
-                if sql is None:
+            for key in contacts:
+                if key not in ("email", "slack"):
                     raise ValueError(f"unknown contact {key!r}")
-                await tx.execute(sql, (value, user_id))
+            slack = contacts.get("slack")
+            if slack is not None and await tx.fetchone(Q.slack_taken, (slack, user_id)):
+                raise StoreConflict("That Slack user id is another signoff user's.")
+            for key, value in contacts.items():
+                sql = Q.set_user_email if key == "email" else Q.set_user_slack
+                await tx.execute(sql, (value, user_id))  # (two at once: the unique index refuses one)
             row = await tx.fetchone(Q.user_by_id, (user_id,))
         return self._user(row) if row else None
 

@@ -132,7 +132,8 @@ class Q:
     # contacts, decision links, notifications (engine/store/sql/channels.py)
     set_user_email = "UPDATE users SET email = ? WHERE id = ?"
     set_user_slack = "UPDATE users SET slack = ? WHERE id = ?"
-    user_by_slack = "SELECT * FROM users WHERE slack = ? ORDER BY created_at, id LIMIT 1"
+    user_by_slack = "SELECT * FROM users WHERE slack = ?"
+    slack_taken = "SELECT id FROM users WHERE slack = ? AND id <> ?"
     insert_link = (
         "INSERT INTO decision_links (token_hash, job_id, request_id, user_id, channel, csrf, created_at, expires_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

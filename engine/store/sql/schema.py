@@ -313,7 +313,8 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE users ADD COLUMN email TEXT",
         "ALTER TABLE users ADD COLUMN slack TEXT",
-        "CREATE INDEX users_slack ON users (slack)",
+        # a Slack user id is one signoff user's (it says who pressed a button: api/routes/slack.py)
+        "CREATE UNIQUE INDEX users_slack ON users (slack)",
         """CREATE TABLE decision_links (
             token_hash TEXT PRIMARY KEY,
             job_id TEXT NOT NULL,

@@ -49,6 +49,19 @@ async def test_patch_me_refuses_what_could_inject_or_is_not_a_contact(api, body)
     assert (after["email"], after["slack"]) == (before["email"], before["slack"])
 
 
+async def test_a_slack_id_is_one_users(api) -> None:
+    async with api.client("alice") as a, api.client("bob") as b:
+        r = await a.patch("/api/v1/users/me", json={"slack": "U0ALICE42"})
+        assert r.status_code == 200, r.text
+        r = await b.patch("/api/v1/users/me", json={"slack": "U0ALICE42", "email": "bob2@example.com"})
+        assert r.status_code == 409 and r.json()["detail"]["code"] == "CONTACT_TAKEN", r.text
+        assert (await b.get("/api/v1/users/me")).json()["email"] != "bob2@example.com"  # nothing changed
+        assert (await a.patch("/api/v1/users/me", json={"slack": "U0ALICE42"})).status_code == 200
+        assert (await a.patch("/api/v1/users/me", json={"slack": None})).status_code == 200
+        assert (await b.patch("/api/v1/users/me", json={"slack": "U0ALICE42"})).status_code == 200  # free again
+        assert (await b.patch("/api/v1/users/me", json={"slack": None})).status_code == 200
+
+
 async def test_patch_me_refuses_unknown_fields_and_too_long_bodies(api) -> None:
     async with api.client("alice") as c:
         r = await c.patch("/api/v1/users/me", json={"phone": "+1"})

@@ -121,10 +121,13 @@ def _signed(body: str, *, secret: str = SECRET, at: int | None = None) -> dict[s
             "content-type": "application/x-www-form-urlencoded"}
 
 
-def _press(message: dict[str, Any], action: str, slack_user: str) -> str:
-    """The body Slack sends when ``slack_user`` presses ``action``'s button of ``message``."""
+def _press(message: dict[str, Any], action: str, slack_user: str, **value: str) -> str:
+    """The body Slack sends when ``slack_user`` presses ``action``'s button of ``message``
+    (``value``: fields of the button's value changed, as a message built by hand would)."""
     button = next(e for b in message["blocks"] if b["type"] == "actions" for e in b["elements"]
                   if e["action_id"] == f"signoff:{action}")
+    if value:
+        button = {**button, "value": json.dumps({**json.loads(button["value"]), **value})}
     payload = {"type": "block_actions", "user": {"id": slack_user}, "api_app_id": "A1",
                "container": {"type": "message", "channel_id": message["channel"], "message_ts": "1700000000.000100"},
                "actions": [{"action_id": button["action_id"], "block_id": "b", "value": button.get("value"),
@@ -193,12 +196,20 @@ async def test_an_unknown_slack_user_or_one_who_may_not_decide_is_told_and_decid
     assert await _send(h, body, _signed(body)) == 200
     told = fake.sent("chat.postEphemeral", message["channel"])
     assert told and told[-1]["user"] == stranger and "not linked" in told[-1]["text"]
-    body = _press(message, "approve", await _slack_id(h, "carol"))  # a signoff user, not an approver
+    # a signoff user the message was not sent to (it was shared into a channel): not theirs to press
+    body = _press(message, "approve", await _slack_id(h, "carol"))
     assert await _send(h, body, _signed(body)) == 200
     told = fake.sent("chat.postEphemeral", message["channel"])
-    assert told[-1]["user"] == await _slack_id(h, "carol") and "Nothing was decided" in told[-1]["text"]
+    assert told[-1]["user"] == await _slack_id(h, "carol") and "nothing was decided" in told[-1]["text"]
     job = await h.store.get_job(job_id)
     assert job is not None and job.status == JobStatus.suspended and await _decisions(h, job_id) == []
+    # the person it was sent to, with a decision the resume's checks refuse (an action the request
+    # does not offer, as a payload built by hand would send): told why, nothing decided
+    body = _press(message, "approve", await _slack_id(h, "bob"), a="pay_twice")
+    assert await _send(h, body, _signed(body)) == 200
+    told = fake.sent("chat.postEphemeral", message["channel"])
+    assert told[-1]["user"] == await _slack_id(h, "bob") and "Nothing was decided" in told[-1]["text"]
+    assert await _decisions(h, job_id) == []
     assert (await resume(h, "bob", job_id, "approve")).status_code == 200
 
 
