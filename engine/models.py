@@ -169,6 +169,7 @@ class Notification(BaseModel):
 
     id: str
     job_id: str
+    request_id: str
     seq: int
     event: str
     channel: str
@@ -176,6 +177,7 @@ class Notification(BaseModel):
     attempt: int
     delivered: bool
     error: str | None = None
+    ref: str | None = None  # what the channel calls what was sent (Slack: "{channel} {ts}": its update)
     at: UTCDateTime
 
 

@@ -99,15 +99,19 @@ async def test_concurrent_uses_of_one_link_have_one_winner(store: Store) -> None
 async def test_notifications_are_logged_newest_first_per_job(store: Store) -> None:
     user = await new_user(store)
     job_id, other = await new_job(store, user.id), await new_job(store, user.id)
-    first = await store.log_notification(job_id=job_id, seq=1, event="human_input_required", channel="email",
-                                         user_id=user.id, attempt=1, delivered=False, error="refused ✗")
-    second = await store.log_notification(job_id=job_id, seq=1, event="human_input_required", channel="email",
-                                          user_id=user.id, attempt=2, delivered=True, error=None)
-    await store.log_notification(job_id=other, seq=3, event="human_input_reminder", channel="slack",
-                                 user_id=user.id, attempt=1, delivered=True, error=None)
+    first = await store.log_notification(job_id=job_id, request_id="r", seq=1, event="human_input_required",
+                                         channel="email", user_id=user.id, attempt=1, delivered=False,
+                                         error="refused ✗")
+    second = await store.log_notification(job_id=job_id, request_id="r", seq=1, event="human_input_required",
+                                          channel="slack", user_id=user.id, attempt=2, delivered=True, error=None,
+                                          ref="D024BE91L 1700000000.000100")
+    await store.log_notification(job_id=other, request_id="r", seq=3, event="human_input_reminder",
+                                 channel="slack", user_id=user.id, attempt=1, delivered=True, error=None)
     listed = await store.list_notifications(job_id)
     assert [n.id for n in listed] == [second.id, first.id]
-    assert (listed[1].attempt, listed[1].delivered, listed[1].error, listed[1].channel) == (1, False, "refused ✗", "email")
+    assert (listed[1].attempt, listed[1].delivered, listed[1].error, listed[1].channel) == (1, False, "refused ✗",
+                                                                                              "email")
+    assert (listed[0].request_id, listed[0].ref, listed[1].ref) == ("r", "D024BE91L 1700000000.000100", None)
     assert [n.id for n in await store.list_notifications(job_id, limit=1)] == [second.id]
     assert await store.list_notifications(uid()) == []
 
@@ -120,10 +124,10 @@ async def test_deleting_a_user_or_a_run_takes_its_links_and_notifications(store:
     for link in (theirs, owners, kept):
         await store.create_link(link)
     for who in (owner.id, approver.id):
-        await store.log_notification(job_id=job_id, seq=1, event="e", channel="email", user_id=who, attempt=1,
-                                     delivered=True, error=None)
-    await store.log_notification(job_id=kept_job, seq=1, event="e", channel="email", user_id=owner.id, attempt=1,
-                                 delivered=True, error=None)
+        await store.log_notification(job_id=job_id, request_id="r", seq=1, event="e", channel="email", user_id=who,
+                                     attempt=1, delivered=True, error=None)
+    await store.log_notification(job_id=kept_job, request_id="r", seq=1, event="e", channel="email",
+                                 user_id=owner.id, attempt=1, delivered=True, error=None)
     assert await store.delete_user(approver.id)
     assert await store.get_link(theirs.token_hash) is None and await store.get_link(owners.token_hash) is not None
     assert [n.user_id for n in await store.list_notifications(job_id)] == [owner.id]

@@ -422,9 +422,11 @@ class Store(CheckpointStore, HistoryStore):
         """Forget the links whose ``expires_at`` is at or before ``now``; how many."""
 
     @abc.abstractmethod
-    async def log_notification(self, *, job_id: str, seq: int, event: str, channel: str, user_id: str,
-                               attempt: int, delivered: bool, error: str | None) -> Notification:
-        """Record one attempt to tell ``user_id`` about event ``seq`` of the job on ``channel``."""
+    async def log_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                               user_id: str, attempt: int, delivered: bool, error: str | None,
+                               ref: str | None = None) -> Notification:
+        """Record one attempt to tell ``user_id`` about event ``seq`` (of request ``request_id``)
+        of the job on ``channel``; ``ref``: what the channel calls what it sent."""
 
     @abc.abstractmethod
     async def list_notifications(self, job_id: str, *, limit: int = 100) -> list[Notification]:

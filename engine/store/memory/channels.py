@@ -67,10 +67,12 @@ class MemoryChannels(MemoryUsers):
             del t.links[k]
         return len(gone)
 
-    async def log_notification(self, *, job_id: str, seq: int, event: str, channel: str, user_id: str,
-                               attempt: int, delivered: bool, error: str | None) -> Notification:
-        row = Notification(id=str(uuid.uuid4()), job_id=job_id, seq=int(seq), event=event, channel=channel,
-                           user_id=user_id, attempt=int(attempt), delivered=delivered, error=error, at=utcnow())
+    async def log_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                               user_id: str, attempt: int, delivered: bool, error: str | None,
+                               ref: str | None = None) -> Notification:
+        row = Notification(id=str(uuid.uuid4()), job_id=job_id, request_id=request_id, seq=int(seq), event=event,
+                           channel=channel, user_id=user_id, attempt=int(attempt), delivered=delivered, error=error,
+                           ref=ref, at=utcnow())
         self._tables().notifications.append(row)
         return row.model_copy()
 

@@ -31,9 +31,9 @@ class SQLChannels(SQLUsers):
 
     def _notification(self, row: dict[str, Any]) -> Notification:
         return Notification(
-            id=row["id"], job_id=row["job_id"], seq=int(row["seq"]), event=row["event"], channel=row["channel"],
-            user_id=row["user_id"], attempt=int(row["attempt"]), delivered=bool(row["delivered"]),
-            error=row["error"], at=self._dec_dt(row["at"]))
+            id=row["id"], job_id=row["job_id"], request_id=row["request_id"], seq=int(row["seq"]), event=row["event"],
+            channel=row["channel"], user_id=row["user_id"], attempt=int(row["attempt"]),
+            delivered=bool(row["delivered"]), error=row["error"], ref=row["ref"], at=self._dec_dt(row["at"]))
 
     async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
         async with self._tx(write=True) as tx:
@@ -78,10 +78,11 @@ class SQLChannels(SQLUsers):
         async with self._tx(write=True) as tx:
             return await tx.execute(Q.delete_expired_links, (self._enc_dt(now),))
 
-    async def log_notification(self, *, job_id: str, seq: int, event: str, channel: str, user_id: str,
-                               attempt: int, delivered: bool, error: str | None) -> Notification:
-        params = (str(uuid.uuid4()), job_id, int(seq), event, channel, user_id, int(attempt), 1 if delivered else 0,
-                  error, self._enc_dt(utcnow()))
+    async def log_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                               user_id: str, attempt: int, delivered: bool, error: str | None,
+                               ref: str | None = None) -> Notification:
+        params = (str(uuid.uuid4()), job_id, request_id, int(seq), event, channel, user_id, int(attempt),
+                  1 if delivered else 0, error, ref, self._enc_dt(utcnow()))
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(Q.insert_notification, params)
         assert row is not None

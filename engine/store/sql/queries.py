@@ -148,8 +148,8 @@ class Q:
     delete_job_links = "DELETE FROM decision_links WHERE job_id = ?"
     delete_expired_links = "DELETE FROM decision_links WHERE expires_at <= ?"
     insert_notification = (
-        "INSERT INTO notifications (id, job_id, seq, event, channel, user_id, attempt, delivered, error, at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
+        "INSERT INTO notifications (id, job_id, request_id, seq, event, channel, user_id, attempt, delivered, error, "
+        "ref, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
     )
     list_notifications = "SELECT * FROM notifications WHERE job_id = ? ORDER BY pos DESC LIMIT ?"
     delete_job_notifications = "DELETE FROM notifications WHERE job_id = ?"

@@ -428,3 +428,33 @@ async def test_a_link_racing_the_api_decides_exactly_once(h: Harness, inbox) -> 
         else:
             assert api.status_code == 200 and status == 409 and await user_name(h, "carol") in body, (status, body)
     assert sum(won.values()) == 20
+
+
+async def test_a_request_answered_elsewhere_is_closed_by_mail(h: Harness, inbox) -> None:
+    """bob and carol were mailed; bob decides through the API: carol is told how it ended (bob,
+    who decided, is not)."""
+    box, _ = inbox
+    bob, carol = await _address(h, "bob"), await _address(h, "carol")
+    flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")]},
+                                        name="Closing"))
+    n_bob, n_carol = len(box.to(bob)), len(box.to(carol))
+    job_id = (await run_suspended(h, flow_id))["job_id"]
+    await _mails(box, bob, n_bob + 1)
+    await _mails(box, carol, n_carol + 1)
+    deadline = time.monotonic() + 30
+    while len([n for n in (await _log(h, "alice", job_id))[1] if n["delivered"]]) < 2:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert (await resume(h, "bob", job_id, "approve")).status_code == 200
+    closing = (await _mails(box, carol, n_carol + 2))[-1]
+    assert closing["Subject"] == "[signoff] Closing: answered"
+    text, html = _parts(closing)
+    assert f"approve by {await user_name(h, 'bob')}" in text and "/d/" not in text and "/d/" not in html
+    await h.wait_status(job_id, JobStatus.completed)
+    deadline = time.monotonic() + 30
+    while not [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    closed = [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]
+    assert [(n["user_id"], n["delivered"]) for n in closed] == [(uid(h, "carol"), True)]
+    assert len(box.to(bob)) == n_bob + 1  # the decider got no closing note

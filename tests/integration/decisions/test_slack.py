@@ -37,7 +37,7 @@ TOKEN = "xoxb-test-token"
 class FakeSlack(LocalHTTPServer):
     """Slack's Web API as far as signoff uses it: every call kept (method, JSON body, auth, status;
     ``sent``: those answered ok);
-    ``fail``: the next calls' answers (429, 500) before it answers ok again."""
+    ``fail``: the next chat.postMessage calls' answers (429, 500) before it answers ok again."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any], str, int]] = []
@@ -54,7 +54,7 @@ class FakeSlack(LocalHTTPServer):
                 except ValueError:
                     body = {"raw": raw.decode(errors="replace")}
                 with outer.lock:
-                    status = outer.fail.pop(0) if outer.fail else 200
+                    status = outer.fail.pop(0) if outer.fail and method == "chat.postMessage" else 200
                     outer.calls.append((method, body, self.headers.get("authorization", ""), status))
                 answer = {"ok": True, "channel": body.get("channel", "D1"), "ts": f"{time.time():.6f}"} \
                     if status == 200 else {"ok": False, "error": "ratelimited" if status == 429 else "internal_error"}
@@ -250,3 +250,24 @@ async def test_a_decision_with_fields_opens_the_link_and_html_is_escaped(h: Harn
         page = await c.get(buttons["signoff:reject"]["url"].split("signoff.example.com", 1)[1])
     assert page.status_code == 200 and 'name="v.reason"' in page.text
     assert job_id
+
+
+async def test_a_request_answered_elsewhere_updates_the_message(h: Harness, fake: FakeSlack) -> None:
+    job_id, message = await _assigned(h, fake)
+    deadline = time.monotonic() + 30
+    while True:  # the message's channel and ts are in the log once it was delivered
+        async with h.client("alice") as c:
+            log = (await c.get(f"/api/v2/workflows/{job_id}/notifications")).json()
+        if any(n["delivered"] for n in log):
+            break
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    before = len(fake.sent("chat.update", message["channel"]))
+    assert (await resume(h, "bob", job_id, "reject")).status_code == 200
+    deadline = time.monotonic() + 30
+    while len(fake.sent("chat.update", message["channel"])) <= before:
+        assert time.monotonic() < deadline, "the message was not updated"
+        await asyncio.sleep(0.05)
+    update = fake.sent("chat.update", message["channel"])[-1]
+    assert "Answered: reject by" in update["text"] and await user_name(h, "bob") in update["text"]
+    assert not [b for b in update["blocks"] if b["type"] == "actions"]  # the buttons are gone
