@@ -46,6 +46,9 @@ CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop
 # transaction): a backlog (a retention first set on a large database) goes over many rounds
 RETENTION_BATCH = 500
 
+# How long a decision link is kept after it expired (docs/channels.md)
+LINK_KEEP_DAYS = 30
+
 # How many times a stop reads the job again after a conditional write lost to the run moving on
 STOP_ROUNDS = 5
 
@@ -409,7 +412,8 @@ class RunService:
     async def recover(self) -> None:
         """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
         dead process end as ``failed``, runs left without their workflow get it), checkpoints
-        past ``checkpoint_ttl_seconds`` are deleted, and runs past SIGNOFF_RUN_RETENTION_DAYS."""
+        past ``checkpoint_ttl_seconds`` are deleted, decision links long expired, and runs past
+        SIGNOFF_RUN_RETENTION_DAYS."""
         for backend in self.backends.values():
             started = await backend.recover()
             if backend is self.temporal and started:
@@ -419,6 +423,9 @@ class RunService:
         # a backstop for an end's cleanup cut short by a process killed mid-write (a late
         # checkpoint of a run that ended): an ended run keeps none
         await self.store.delete_checkpoints_of_ended_runs()
+        # decision links expired for LINK_KEEP_DAYS: until then an expired link still shows its
+        # person what became of the request (never a bare 404)
+        await self.store.delete_expired_links(utcnow() - timedelta(days=LINK_KEEP_DAYS))
         await self.delete_expired_runs()
 
     async def release_due(self, *, older_than: float = 10.0) -> list[str]:
