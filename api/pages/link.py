@@ -33,7 +33,7 @@ from signoff.engine.models import DecisionLink, Job, User, utcnow
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
-from signoff.api.pages import card, forms, views
+from signoff.api.pages import card, context, forms, views
 from signoff.api.pages.page import page_router, text
 from signoff.api.pages.render import render
 from signoff.api.pages.session import CsrfRefused, check_same_origin
@@ -63,8 +63,17 @@ async def _found(request: Request, token: str) -> _Found:
     return _Found(link, job, person, view)
 
 
-def _page(request: Request, found: _Found, token: str, status: int = 200, *, chosen: str | None = None,
-          link_note: str | None = None, **card_kw: Any) -> Response:
+async def _facts(request: Request, found: _Found, view: views.RequestView) -> Any:
+    """What the card shows beside the question (api/pages/context.py), as the link's person sees it."""
+    store = request.app.state.store
+    job = view.job
+    flow = await store.get_flow(job.flow_id, version=job.flow_version) or await store.get_flow(job.flow_id)
+    until = None if view.is_open else (view.outcome.decided_at or job.updated_at)
+    return await context.facts(store, found.person, job, view.request, flow, until)
+
+
+async def _page(request: Request, found: _Found, token: str, status: int = 200, *, chosen: str | None = None,
+                link_note: str | None = None, **card_kw: Any) -> Response:
     """The link's page: the card with its forms posting to the link (while it can decide), or
     the request's outcome."""
     link, view = found.link, found.view
@@ -72,16 +81,16 @@ def _page(request: Request, found: _Found, token: str, status: int = 200, *, cho
     if view.is_open and not usable and link_note is None:
         link_note = ("This link was used already." if link.used_at is not None else "This link has expired.") + \
             " Open signoff and sign in to see the request."
-    context = card.card_context(view, **card_kw)
-    url = f"/d/{quote(token, safe='')}"
-    context["card_url"] = url
+    ctx = card.card_context(view, facts=await _facts(request, found, view), **card_kw)
+    ctx["card_url"] = f"/d/{quote(token, safe='')}"
     if not usable:  # nothing to decide from here: the card shows the request and what became of it
-        context["groups"], context["allowed"] = [], set()
+        ctx["groups"], ctx["choices"], ctx["allowed"] = [], [], set()
     elif chosen is not None and view.request.kind != "tool_approval":
-        # the mail's button for one action: only that action's form (its fields), to confirm
-        context["groups"] = [dict(g, options=[o for o in g["options"] if o.action_id == chosen])
-                             for g in context["groups"] if any(o.action_id == chosen for o in g["options"])]
-    response = render(request, "link.html", status, **context, csrf=link.csrf if usable else "", link=link,
+        # the message's button for one action: only that action, with its fields, to confirm
+        ctx["groups"] = [dict(g, options=[o for o in g["options"] if o.action_id == chosen])
+                         for g in ctx["groups"] if any(o.action_id == chosen for o in g["options"])]
+        ctx["choices"] = [dict(c, checked=True) for c in ctx["choices"] if c["option"].action_id == chosen]
+    response = render(request, "link.html", status, **ctx, csrf=link.csrf if usable else "", link=link,
                       usable=usable, person=found.person.name, chosen=chosen, link_note=link_note)
     response.headers["X-Robots-Tag"] = "noindex, nofollow"
     return response
@@ -94,7 +103,7 @@ async def show(request: Request, token: str, action: str | None = None) -> Respo
     if request.method == "HEAD":
         return Response(status_code=200, headers={"Cache-Control": "no-store"})
     chosen = action if action in found.view.request.allowed_decisions else None
-    return _page(request, found, token, chosen=chosen)
+    return await _page(request, found, token, chosen=chosen)
 
 
 async def _form(request: Request, found: _Found) -> Any:
@@ -118,14 +127,16 @@ async def decide(request: Request, token: str) -> Response:
     found = await _found(request, token)
     form = await _form(request, found)
     link, view = found.link, found.view
-    typed = forms.typed_values(form)
+    req = view.request
+    action = text(form.get("action_id")) or ""
+    typed = forms.typed_values(form, card.value_prefix(req, action))
     typed_args = forms.typed_args(form)
     typed_message = {k.split(".", 1)[1]: str(v) for k, v in form.items() if k.startswith("message.")}
-    action = text(form.get("action_id")) or ""
+    typed_by_option = {o.action_id: forms.typed_values(form, card.value_prefix(req, o.action_id)) for o in req.options}
     used_at = utcnow()
     if not await store.use_link(link.token_hash, used_at):
         found = await _found(request, token)  # what became of it
-        return _page(request, found, token, 409)
+        return await _page(request, found, token, 409)
     try:
         action, values = card._decision_from(view, form)
         try:
@@ -135,28 +146,32 @@ async def decide(request: Request, token: str) -> Response:
             raise InvalidRequest("; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()[:5]))
         check_body(body, request.app.state.settings, text=("decision",))
         resumed = await service.resume(found.person, link.job_id, link.request_id, body.decision, via=link.channel)
+    except (card.EditNotSent, card.NoChoice) as refused:  # nothing sent: the use is given back
+        await store.unuse_link(link.token_hash, used_at)
+        return await _page(request, found, token, 422, typed_args=typed_args, typed_message=typed_message,
+                           error=card._refusal(view, refused), typed_by_option=typed_by_option,
+                           error_action="approve" if isinstance(refused, card.EditNotSent) else None)
     except SignoffError as err:
         status = STATUS_BY_CODE.get(err.code, 500)
         if status == 409:  # another decision won (or this person voted already): the use stands
-            settled = await card._request(_AsPerson(request, found.person), link.job_id, link.request_id,
-                                          settle=True, lost=err.code == "NOT_RESUMABLE", decided=True)
-            found.view = settled
+            found.view = await card._request(_AsPerson(request, found.person), link.job_id, link.request_id,
+                                             settle=True, lost=err.code == "NOT_RESUMABLE", decided=True)
+            found.link = link.model_copy(update={"used_at": used_at})
             note = "Your vote was already counted." if err.code == "ALREADY_VOTED" else None
-            return _page(request, found, token, 409, conflict=err.code != "ALREADY_VOTED", link_note=note)
+            return await _page(request, found, token, 409, conflict=err.code != "ALREADY_VOTED", link_note=note)
         await store.unuse_link(link.token_hash, used_at)  # refused before anything was sent: correct it
         if status in (403, 422):
-            found.link = link.model_copy(update={"used_at": None})
-            field_errors, message = card._problems_by_field(err)
-            return _page(request, found, token, status, typed=typed, field_errors=field_errors, typed_args=typed_args,
-                         typed_message=typed_message, error=message, error_action=action)
+            field_errors, message = card._problems_by_field(err, (req.fields or {}).get(action))
+            return await _page(request, found, token, status, typed=typed, field_errors=field_errors,
+                               typed_args=typed_args, typed_message=typed_message, error=message, error_action=action,
+                               typed_by_option=typed_by_option)
         raise
     found.link = link.model_copy(update={"used_at": used_at})
-    settled = await card._request(_AsPerson(request, found.person), link.job_id, link.request_id, settle=True,
-                                  decided=True)
-    found.view = settled
+    found.view = await card._request(_AsPerson(request, found.person), link.job_id, link.request_id, settle=True,
+                                     decided=True)
     note = f"Your vote is recorded ({resumed.votes}/{resumed.required} approvals)." \
         if resumed.status == "vote_recorded" else "Your decision is recorded."
-    return _page(request, found, token, link_note=note)
+    return await _page(request, found, token, link_note=note)
 
 
 class _AsPerson:

@@ -270,12 +270,12 @@ async def test_a_link_decides_with_that_persons_checks_and_a_refusal_keeps_it(h:
     job_id, _, msg = await _assigned(h, box, fields=fields)
     path = _links(_parts(msg)[0])["reject"]
     _, page = await _page(h, path)
-    assert 'name="v.reason"' in page
+    assert 'name="v.reject.reason"' in page
     csrf = CSRF.search(page).group(1)  # type: ignore[union-attr]
-    status, body = await _post(h, path, {"csrf": csrf, "action_id": "reject", "v.reason": "x"})
+    status, body = await _post(h, path, {"csrf": csrf, "action_id": "reject", "v.reject.reason": "x"})
     assert status == 422, body
     assert await _decisions(h, job_id) == []
-    status, body = await _post(h, path, {"csrf": csrf, "action_id": "reject", "v.reason": "too dear"})
+    status, body = await _post(h, path, {"csrf": csrf, "action_id": "reject", "v.reject.reason": "too dear"})
     assert status == 200, body
     await h.wait_status(job_id, JobStatus.completed)
     decided = await _decisions(h, job_id)

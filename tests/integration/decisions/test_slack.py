@@ -248,7 +248,7 @@ async def test_a_decision_with_fields_opens_the_link_and_html_is_escaped(h: Harn
     assert "<!channel>" not in text and "&lt;!channel&gt;" in text and "<https://evil" not in text
     async with h.client() as c:
         page = await c.get(buttons["signoff:reject"]["url"].split("signoff.example.com", 1)[1])
-    assert page.status_code == 200 and 'name="v.reason"' in page.text
+    assert page.status_code == 200 and 'name="v.reject.reason"' in page.text
     assert job_id
 
 
