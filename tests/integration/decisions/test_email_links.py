@@ -178,6 +178,8 @@ async def test_the_mail_asks_and_its_link_decides_once_as_that_person(h: Harness
     await h.wait_status(job_id, JobStatus.completed)
     decided = await _decisions(h, job_id)
     assert len(decided) == 1 and decided[0]["decided_by"] == uid(h, "bob") and decided[0]["via"] == "email"
+    stored = await h.store.get_link(links.token_hash(approve.split("/d/", 1)[1].split("?")[0]))
+    assert stored is not None and stored.used_at is not None  # used: the link itself is spent
 
     # the same link again (replayed, or the button pressed twice): refused, the outcome shown
     status, body = await _post(h, approve, {"csrf": csrf, "action_id": "reject"})
