@@ -271,3 +271,24 @@ async def test_a_request_answered_elsewhere_updates_the_message(h: Harness, fake
     update = fake.sent("chat.update", message["channel"])[-1]
     assert "Answered: reject by" in update["text"] and await user_name(h, "bob") in update["text"]
     assert not [b for b in update["blocks"] if b["type"] == "actions"]  # the buttons are gone
+
+
+async def test_a_slack_press_racing_the_api_decides_exactly_once(h: Harness, fake: FakeSlack) -> None:
+    """bob's button and carol's HTTP resume at once, 15 times: one decision each time."""
+    flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")],
+                                         "notify": ["slack"]}))
+    bob = await _slack_id(h, "bob")
+    won: dict[str, int] = {"slack": 0, "api": 0}
+    for _ in range(15):
+        before = len(fake.sent("chat.postMessage", bob))
+        job_id = (await run_suspended(h, flow_id))["job_id"]
+        message = (await _posted(fake, bob, before + 1))[-1]
+        body = _press(message, "approve", bob)
+        status, api = await asyncio.gather(_send(h, body, _signed(body)), resume(h, "carol", job_id, "reject"))
+        assert status == 200
+        await h.wait_status(job_id, JobStatus.completed)
+        decided = await _decisions(h, job_id)
+        assert len(decided) == 1, decided
+        won[decided[0]["via"]] += 1
+        assert api.status_code == (200 if decided[0]["via"] == "api" else 409), api.text
+    assert sum(won.values()) == 15
