@@ -17,9 +17,10 @@ from signoff.activities.gates import GateActivities
 class FlowActivities(DecisionActivities, GateActivities):
     """Every activity of FlowRun, one worker registration: the layers (activities/layers.py), the
     decision attempt (activities/decision.py), a waiting request's votes and timers
-    (activities/gates.py), the webhooks (activities/webhooks.py), on the shared part
+    (activities/gates.py), the webhooks (activities/webhooks.py) and notifications
+    (activities/notify.py), on the shared part
     (activities/base.py)."""
 
     def all(self) -> list[Any]:
         return [self.run_layer, self.resume_run, self.rollback_resume, self.finish,
-                self.record_event, self.record_vote, self.gate_timer, self.deliver_webhook]
+                self.record_event, self.record_vote, self.gate_timer, self.deliver_webhook, self.notify_person]

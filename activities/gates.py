@@ -16,7 +16,7 @@ from signoff.activities.types import (
     RecordVoteInput,
     RecordVoteOutput,
 )
-from signoff.activities.webhooks import WebhookActivities
+from signoff.activities.notify import NotifyActivities
 from signoff.engine.decisions import (
     check_decision,
     user_ref,
@@ -30,7 +30,7 @@ from signoff.engine.attempt import vote_data
 from signoff.engine.models import JobStatus, Vote
 
 
-class GateActivities(WebhookActivities):
+class GateActivities(NotifyActivities):
     @activity.defn(name="record_vote")
     async def record_vote(self, inp: RecordVoteInput) -> RecordVoteOutput:
         """One approver's vote on a request that needs several: checked as their HTTP resume is,

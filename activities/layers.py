@@ -23,7 +23,7 @@ from signoff.activities.types import (
     RunLayerOutput,
     StateRef,
 )
-from signoff.activities.webhooks import WebhookActivities
+from signoff.activities.notify import NotifyActivities
 from signoff.engine import tracing
 from signoff.engine.context import RunBudget
 from signoff.engine.errors import (
@@ -44,7 +44,7 @@ HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
 MAX_INLINE_LAYERS = 64
 
 
-class LayerActivities(WebhookActivities):
+class LayerActivities(NotifyActivities):
     @activity.defn(name="run_layer")
     async def run_layer(self, inp: RunLayerInput) -> RunLayerOutput:
         """Build the next layer (and the instant ones after it, ``inp.inline``). On a pause the

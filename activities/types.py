@@ -21,11 +21,14 @@ class StateRef(BaseModel):
 
 
 class Delivery(BaseModel):
-    """One event for one webhook: what the workflow hands to ``deliver_webhook``."""
+    """One event for one webhook: what the workflow hands to ``deliver_webhook``; or, with a
+    ``channel``, one notification of the event to one person (``notify_person``)."""
 
-    webhook_id: str
+    webhook_id: str = ""
     job_id: str
     seq: int
+    channel: str | None = None  # "email", "slack": a notification (activities/notify.py)
+    user_id: str | None = None  # the person it is for
 
 
 class RunLayerInput(BaseModel):
@@ -63,6 +66,7 @@ class ResumeRunInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None  # the person it is for (name or id), when sent through Temporal
+    via: str | None = None  # the surface signoff's API took it from (ResumeInput.via)
     now: datetime
     state: StateRef | None = None
     step: int = 0
@@ -106,6 +110,7 @@ class RecordVoteInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None
+    via: str | None = None  # the surface signoff's API took it from (ResumeInput.via)
     now: datetime
     update_id: str | None = None  # the Update that sent it (None: a Signal)
     client_identity: str | None = None  # as ResumeRunInput.client_identity

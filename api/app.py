@@ -25,8 +25,8 @@ from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import docs, pages
-from signoff.api.routes import (agui, flows, groups, health, metrics, monitor, mutes, secrets, users, webhooks,
-                                 workflows)
+from signoff.api.routes import (agui, flows, groups, health, metrics, monitor, mutes, notifications, secrets, slack,
+                                 users, webhooks, workflows)
 
 log = logging.getLogger("signoff.api")
 
@@ -89,6 +89,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(groups.router)
     app.include_router(webhooks.router)
     app.include_router(mutes.router)
+    app.include_router(notifications.router)
+    app.include_router(slack.router)
     app.include_router(users.router)
     app.include_router(agui.router)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)

@@ -198,6 +198,19 @@ class RateLimited(SignoffError):
     code = "RATE_LIMITED"
 
 
+class InvalidContact(SignoffError):
+    """A contact (email address, Slack user id) that signoff cannot use; the message says why."""
+
+    code = "INVALID_CONTACT"
+
+
+class ContactTaken(SignoffError):
+    """That Slack user id is another signoff user's (a Slack id says who pressed a button, so it
+    is one user's); ask the operator if it is yours."""
+
+    code = "CONTACT_TAKEN"
+
+
 def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[SignoffError]:
     """The SignoffError subclass whose ``code`` is ``code`` (``default`` when none is)."""
     stack = [SignoffError]

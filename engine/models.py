@@ -89,6 +89,9 @@ class PendingRequest(BaseModel):
     remind_every_seconds: float = 0
     escalate_after_seconds: float = 0
     escalate_to: list[str] = Field(default_factory=list)
+    # the channels the request is sent on (DESIGN §14): "email", "slack"; [] none; None every
+    # channel the operator configured
+    notify: list[str] | None = None
 
     @property
     def quorum_action(self) -> str | None:
@@ -140,6 +143,42 @@ class User(BaseModel):
     id: str
     name: str
     created_at: UTCDateTime
+    # contacts (DESIGN §14, engine/contacts.py): where a request reaches the person
+    email: str | None = None
+    slack: str | None = None  # a Slack user id (U..., W...)
+
+
+class DecisionLink(BaseModel):
+    """A one-time decision link as stored (engine/links.py): only the token's hash, bound to one
+    request of one run and one approver, valid until ``expires_at``, used once (``used_at``)."""
+
+    token_hash: str
+    job_id: str
+    request_id: str
+    user_id: str
+    channel: str
+    csrf: str  # the link page's form token (random, per link: a POST must come from the page)
+    created_at: UTCDateTime
+    expires_at: UTCDateTime
+    used_at: UTCDateTime | None = None
+
+
+class Notification(BaseModel):
+    """One attempt to tell one person about one event of a run on one channel (a delivery log
+    row, readable by the run's owner)."""
+
+    id: str
+    job_id: str
+    request_id: str
+    seq: int
+    event: str
+    channel: str
+    user_id: str
+    attempt: int
+    delivered: bool
+    error: str | None = None
+    ref: str | None = None  # what the channel calls what was sent (Slack: "{channel} {ts}": its update)
+    at: UTCDateTime
 
 
 class FlowRecord(BaseModel):

@@ -200,6 +200,28 @@ class Settings(BaseSettings):
         "ended runs (DELETE /api/v2/workflows/{job_id}).",
     )
 
+    # Reaching the person (DESIGN §14, docs/channels.md): a channel not configured is skipped
+    smtp_url: str | None = Field(
+        None,
+        description="The SMTP server requests are mailed through: smtp://user:pass@host:port (add ?starttls=true to "
+        "upgrade with STARTTLS), smtps://... for implicit TLS. Unset: no email.",
+    )
+    smtp_from: str | None = Field(None, description="The From address of signoff's mail (one plain address).")
+    notify_timeout_seconds: float = Field(
+        20.0, gt=0, le=300,
+        description="The most one notification's delivery may take (an SMTP server's connect, TLS and send; a "
+        "Slack call) before the attempt fails and is retried later.",
+    )
+    slack_bot_token: str | None = Field(None, description="The Slack app's bot token (xoxb-...): requests are "
+                                        "sent as Slack messages. Unset: no Slack.")
+    slack_signing_secret: str | None = Field(None, description="The Slack app's signing secret: every interaction "
+                                             "(a button pressed) is checked against it (X-Slack-Signature).")
+    slack_api_url: str = Field("https://slack.com/api/", description="Slack's Web API (tests point it at a fake).")
+    link_ttl_seconds: float = Field(
+        7 * 24 * 3600.0, gt=0, le=90 * 24 * 3600,
+        description="How long a decision link works at most (it also stops at the request's deadline and once used).",
+    )
+
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
     max_webhooks_per_user: int = Field(
         20, ge=1,
@@ -329,6 +351,44 @@ class Settings(BaseSettings):
 
         EgressPolicy.parse(v)  # ValueError naming the entry
         return v
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _check_smtp_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from signoff.engine.mail import parse_smtp_url
+
+        parse_smtp_url(v.strip())  # ValueError saying what is wrong (never echoing the password)
+        return v.strip()
+
+    @field_validator("smtp_from")
+    @classmethod
+    def _check_smtp_from(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        from signoff.engine.contacts import check_email
+        from signoff.engine.errors import InvalidContact
+
+        try:
+            return check_email(v)
+        except InvalidContact as e:
+            raise ValueError(f"SIGNOFF_SMTP_FROM: {e.message}") from None
+
+    @property
+    def email_enabled(self) -> bool:
+        """Whether requests are mailed (SIGNOFF_SMTP_URL and SIGNOFF_SMTP_FROM set)."""
+        return bool(self.smtp_url and self.smtp_from)
+
+    @property
+    def slack_enabled(self) -> bool:
+        """Whether requests are sent to Slack (SIGNOFF_SLACK_BOT_TOKEN and SIGNOFF_SLACK_SIGNING_SECRET set)."""
+        return bool(self.slack_bot_token and self.slack_signing_secret)
+
+    @property
+    def link_base_url(self) -> str:
+        """What decision links are built on: SIGNOFF_PUBLIC_URL, else the API's own URL."""
+        return self.public_url or self.effective_api_url
 
     @field_validator("public_url")
     @classmethod

@@ -52,6 +52,9 @@ CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop
 # transaction): a backlog (a retention first set on a large database) goes over many rounds
 RETENTION_BATCH = 500
 
+# How long a decision link is kept after it expired (docs/channels.md)
+LINK_KEEP_DAYS = 30
+
 # How many times a stop reads the job again after a conditional write lost to the run moving on
 STOP_ROUNDS = 5
 
@@ -172,12 +175,14 @@ class RunService:
 
     # ---- resume ----------------------------------------------------------------------------
 
-    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Resumed:
+    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
+                     via: str | None = None) -> Resumed:
         """Apply a decision (or one vote of a quorum) to the job's pending request, for the run's
         owner or an approver of the request. Raises, in this order, JobNotFound (404),
         Forbidden / NotAnApprover (403), InvalidDecision / InvalidValues (422), NotResumable /
         AlreadyVoted (409): the engine's one check (``check_decision``), here before anything is
-        sent, and again by the run; the job stays suspended in every case."""
+        sent, and again by the run; the job stays suspended in every case. ``via``: the surface it
+        came through, recorded in the decision's event (page, agui, email, slack; None: the API)."""
         job = await visible_job(self.store, user, job_id)
         try:
             pending = await self.access.current_request(job)
@@ -197,7 +202,7 @@ class RunService:
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise
-        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id)
+        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id, via=via)
 
     async def pending_for(self, user: User, flow_id: str | None = None) -> list[Job]:
         """What waits for ``user`` to decide, newest first: their own runs' requests (those with
@@ -426,7 +431,8 @@ class RunService:
     async def recover(self) -> None:
         """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
         dead process end as ``failed``, runs left without their workflow get it), checkpoints
-        past ``checkpoint_ttl_seconds`` are deleted, and runs past SIGNOFF_RUN_RETENTION_DAYS."""
+        past ``checkpoint_ttl_seconds`` are deleted, decision links long expired, and runs past
+        SIGNOFF_RUN_RETENTION_DAYS."""
         for backend in self.backends.values():
             started = await backend.recover()
             if backend is self.temporal and started:
@@ -436,6 +442,9 @@ class RunService:
         # a backstop for an end's cleanup cut short by a process killed mid-write (a late
         # checkpoint of a run that ended): an ended run keeps none
         await self.store.delete_checkpoints_of_ended_runs()
+        # decision links expired for LINK_KEEP_DAYS: until then an expired link still shows its
+        # person what became of the request (never a bare 404)
+        await self.store.delete_expired_links(utcnow() - timedelta(days=LINK_KEEP_DAYS))
         await self.delete_expired_runs()
 
     async def release_due(self, *, older_than: float = 10.0) -> list[str]:

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from signoff.workflows.policies import (
         STORE_RETRY,
         STORE_TIMEOUT,
+        NOTIFY_TIMEOUT,
         WEBHOOK_RETRY,
     )
     from signoff.workflows.types import (
@@ -117,10 +118,14 @@ class RunCore:
         return out
 
     def _deliver(self, deliveries: list[Delivery]) -> None:
-        """Start the webhook deliveries of an event: retried with backoff by Temporal, never
+        """Start the webhook deliveries and notifications of an event: retried with backoff by Temporal, never
         waited for by the run (a failing endpoint never blocks it); the workflow waits for them
         only once the run is over."""
         for d in deliveries:
+            if d.channel is not None:  # a notification to a person (activities/notify.py)
+                self._outbox.append(workflow.start_activity_method(
+                    FlowActivities.notify_person, d, start_to_close_timeout=NOTIFY_TIMEOUT, retry_policy=WEBHOOK_RETRY))
+                continue
             self._outbox.append(workflow.start_activity_method(
                 FlowActivities.deliver_webhook, d, start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=WEBHOOK_RETRY))

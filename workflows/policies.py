@@ -29,6 +29,9 @@ STORE_RETRY = RetryPolicy(
     non_retryable_error_types=["NON_RETRYABLE", "NOT_RESUMABLE", "INVALID_DECISION"],
 )
 STORE_TIMEOUT = timedelta(seconds=30)
+# A notification (activities/notify.py): it bounds its own call (SIGNOFF_NOTIFY_TIMEOUT_SECONDS, at
+# most 300 s); this is the backstop for an attempt whose worker went away.
+NOTIFY_TIMEOUT = timedelta(seconds=330)
 # A webhook delivery: backoff from 1 s to 2 min, for about 15 minutes in all; each attempt is
 # logged, and a dead endpoint changes nothing for the run.
 WEBHOOK_RETRY = RetryPolicy(

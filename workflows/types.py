@@ -54,6 +54,9 @@ class ResumeInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None
+    # the surface signoff's API took it from for ``decided_by`` (activities/sender.py: VIAS): page,
+    # agui, email, slack; None: the HTTP API itself
+    via: str | None = None
 
 
 class ResumeResult(BaseModel):

@@ -142,7 +142,7 @@ class AguiRun:
             # a decision got in before the stop: tell what it did
         else:
             assert decision is not None
-            done = await self.service.resume(self.user, job.job_id, entry.interrupt_id, decision)
+            done = await self.service.resume(self.user, job.job_id, entry.interrupt_id, decision, via="agui")
             if done.status == "vote_recorded":  # one vote of a quorum: the run still waits
                 job = await self.service.get_job(self.user, job.job_id)
                 if job.status == JobStatus.suspended and job.pending is not None:

@@ -24,6 +24,7 @@ from signoff.engine.valueschema import ValuesValidator, pattern_problem
 UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 DEFAULT_DECISIONS = ["Approve", "Reject"]
 ON_TIMEOUT = ("fallback", "default", "fail")
+CHANNELS = ("email", "slack")  # what ``notify`` may name (DESIGN §14)
 GROUP_PREFIX = "group:"
 # What a values schema may use: the shapes a form can render (DESIGN §9).
 VALUE_TYPES = {"string", "number", "integer", "boolean"}
@@ -187,6 +188,8 @@ class HumanInput(Component):
         ParamDef("remind_every", "any", description="Remind (event, webhooks) this often until decided."),
         ParamDef("escalate_after", "any", description="Add escalate_to to the approvers after this long."),
         ParamDef("escalate_to", "str_list", description="Approvers added by the escalation."),
+        ParamDef("notify", "str_list", description="Channels the request is sent on: [] none, or email, slack "
+                                                   "(default: every channel the operator configured)."),
     ]
 
     @classmethod
@@ -287,6 +290,9 @@ class HumanInput(Component):
         if params.get("allow_self_approval") is False and params.get("approvers") in (None, []):
             problems.append("param 'allow_self_approval' false needs approvers (without them only the run's owner "
                             "decides)")
+        for channel in params.get("notify") or []:
+            if channel not in CHANNELS:
+                problems.append(f"param 'notify': {str(channel)[:40]!r} is not a channel ({', '.join(CHANNELS)})")
         if bool(params.get("escalate_to")) != bool(durations.get("escalate_after")):
             problems.append("params 'escalate_after' and 'escalate_to' go together")
         return problems
@@ -363,4 +369,5 @@ class HumanInput(Component):
             remind_every_seconds=duration_seconds(p.get("remind_every"), "remind_every"),
             escalate_after_seconds=duration_seconds(p.get("escalate_after"), "escalate_after"),
             escalate_to=[str(a).strip() for a in p.get("escalate_to") or []],
+            notify=list(dict.fromkeys(p["notify"])) if isinstance(p.get("notify"), list) else None,
         )

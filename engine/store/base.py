@@ -24,6 +24,7 @@ from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
     DecisionClaim,
+    DecisionLink,
     Event,
     EventNote,
     FlowRecord,
@@ -33,6 +34,7 @@ from signoff.engine.models import (
     JobStatus,
     Message,
     NewJob,
+    Notification,
     PendingRequest,
     SecretInfo,
     SecretRecord,
@@ -193,7 +195,8 @@ class Store(CheckpointStore, HistoryStore):
         user existed; the keys, shares and secrets recorded under that id go even when it did
         not. Also the user's group memberships, the groups the user owns (with their members)
         and the user's webhooks (with their deliveries), and the runs recorded as ones the user
-        took part in (add_participants), and the mutes by and of the user, and the user's count of
+        took part in (add_participants), the decision links and notifications sent to the user,
+        and the mutes by and of the user, and the user's count of
         stored bytes (stored_bytes: 0 afterwards). Flows and jobs are the caller's to delete or keep: they
         are not touched (nor the approver references of jobs)."""
 
@@ -415,6 +418,53 @@ class Store(CheckpointStore, HistoryStore):
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         """The webhook's delivery attempts, newest first (the order they were logged)."""
 
+    # ---- reaching the person (DESIGN §14): contacts, one-time decision links, notifications
+    @abc.abstractmethod
+    async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
+        """Set the contacts named in ``contacts`` (``email``, ``slack``; None clears one), the
+        others kept; returns the user as it is then (None: no such user, nothing changed). An
+        unknown key raises ValueError before any change; a ``slack`` id another user has raises
+        StoreConflict, nothing changed (a Slack id is one user's: it says who pressed a button).
+        The values are the caller's to check (engine/contacts.py)."""
+
+    @abc.abstractmethod
+    async def user_by_slack(self, slack_id: str) -> User | None:
+        """The one user whose ``slack`` contact is ``slack_id``."""
+
+    @abc.abstractmethod
+    async def create_link(self, link: DecisionLink) -> None:
+        """Store a decision link (its ``used_at`` ignored: a new link is unused). The token
+        itself is never stored, only ``token_hash``."""
+
+    @abc.abstractmethod
+    async def get_link(self, token_hash: str) -> DecisionLink | None: ...
+
+    @abc.abstractmethod
+    async def use_link(self, token_hash: str, now: datetime) -> bool:
+        """Mark the link used at ``now`` if it is unused and ``expires_at`` is after ``now``;
+        whether this call did. Of concurrent callers exactly one wins."""
+
+    @abc.abstractmethod
+    async def unuse_link(self, token_hash: str, used_at: datetime) -> bool:
+        """Give back a use (its decision was refused before anything was sent: the person may
+        correct it), only when the link is still marked used at ``used_at`` (this caller's use);
+        whether it did."""
+
+    @abc.abstractmethod
+    async def delete_expired_links(self, now: datetime) -> int:
+        """Forget the links whose ``expires_at`` is at or before ``now``; how many."""
+
+    @abc.abstractmethod
+    async def log_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                               user_id: str, attempt: int, delivered: bool, error: str | None,
+                               ref: str | None = None) -> Notification:
+        """Record one attempt to tell ``user_id`` about event ``seq`` (of request ``request_id``)
+        of the job on ``channel``; ``ref``: what the channel calls what it sent."""
+
+    @abc.abstractmethod
+    async def list_notifications(self, job_id: str, *, limit: int = 100) -> list[Notification]:
+        """The job's notification attempts, newest first (the order they were logged)."""
+
     # ---- mutes: a person who muted a requester gets none of that requester's requests (their
     # inbox, pending list and webhooks skip them; docs/security.md, "Fan-out and approvers")
     @abc.abstractmethod
@@ -615,7 +665,8 @@ class Store(CheckpointStore, HistoryStore):
         """Delete an ended job and everything the store keeps of it, in one transaction: the job
         row, its events (and their seq counter), the messages with its ``job_id``, its checkpoints
         (``run_id`` or ``job_id``), its spans (``trace_id`` or ``run_id``: run_id = job_id), its
-        blobs (``runs/<job id>/``), its approver references and its participants; what those rows
+        blobs (``runs/<job id>/``), its approver references, its participants, its decision links
+        and its notification log; what those rows
         counted is given back to its user (stored_bytes is then what a fresh count of what is
         left would give). Returns whether it was deleted. Only a job that has ended (completed,
         failed, cancelled, timed out) and whose workflow is let go of (no want_release left: the

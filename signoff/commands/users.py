@@ -1,6 +1,7 @@
-"""`signoff users create NAME | list | revoke-key NAME | delete NAME` (talks to the database
-directly): create a user and print its API key (shown once), list the users, revoke a user's
-keys, delete a user.
+"""`signoff users create NAME | set NAME | list | revoke-key NAME | delete NAME` (talks to the
+database directly): create a user and print its API key (shown once), set a user's contacts
+(``--email``, ``--slack``: where requests reach them, DESIGN §14), list the users, revoke a
+user's keys, delete a user.
 
 They open the database the server opens: SIGNOFF_DATABASE_URL, else the SQLite file in
 SIGNOFF_HOME (./.signoff). Run in another folder, that default would be a new, empty database
@@ -48,7 +49,15 @@ def _open(settings: Settings, *, may_create: bool = False):
     return open_store(settings.resolved_database_url)
 
 
-async def _create(name: str, new_database: bool) -> tuple[str, str, bool]:
+def _contacts(args: argparse.Namespace) -> dict[str, str | None]:
+    """The contacts the command sets (``--email ""`` clears one), checked (InvalidContact)."""
+    from signoff.engine.contacts import checked
+
+    given = {k: getattr(args, k) for k in ("email", "slack") if getattr(args, k, None) is not None}
+    return checked(given)
+
+
+async def _create(name: str, new_database: bool, contacts: dict[str, str | None]) -> tuple[str, str, bool]:
     store = _open(Settings(), may_create=new_database)
     try:
         await store.setup()
@@ -56,6 +65,13 @@ async def _create(name: str, new_database: bool) -> tuple[str, str, bool]:
         existed = user is not None
         if user is None:
             user = await store.create_user(name)
+        if contacts:
+            from signoff.engine.store.base import StoreConflict
+
+            try:
+                await store.set_contacts(user.id, contacts)
+            except StoreConflict:
+                raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
         key = await store.create_api_key(user.id)
         return user.id, key, existed
     finally:
@@ -63,13 +79,15 @@ async def _create(name: str, new_database: bool) -> tuple[str, str, bool]:
 
 
 def _handle_create(args: argparse.Namespace) -> int:
+    from signoff.engine.errors import InvalidContact
+
     name = args.name.strip()
     if not name or len(name) > 200:
         print("error: a user name is 1 to 200 characters", file=sys.stderr)
         return 1
     try:
-        user_id, key, existed = asyncio.run(_create(name, args.new_database))
-    except WrongDatabase as e:
+        user_id, key, existed = asyncio.run(_create(name, args.new_database, _contacts(args)))
+    except (WrongDatabase, InvalidContact, LookupError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     note = " (existing user: a new key was added)" if existed else ""
@@ -147,6 +165,40 @@ def _handle_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _set(name: str, contacts: dict[str, str | None]) -> User:
+    from signoff.engine.store.base import StoreConflict
+
+    store = _open(Settings())
+    try:
+        await store.setup()
+        user = await store.get_user_by_name(name)
+        try:
+            changed = await store.set_contacts(user.id, contacts) if user is not None else None
+        except StoreConflict:
+            raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
+        if changed is None:
+            raise LookupError(f"no user named {name!r}")
+        return changed
+    finally:
+        await store.close()
+
+
+def _handle_set(args: argparse.Namespace) -> int:
+    from signoff.engine.errors import InvalidContact
+
+    try:
+        contacts = _contacts(args)
+        if not contacts:
+            print("error: say what to set: --email ADDR and/or --slack UID ('' clears one)", file=sys.stderr)
+            return 1
+        user = asyncio.run(_set(args.name, contacts))
+    except (LookupError, WrongDatabase, InvalidContact) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{user.name}: email {user.email or '-'}, slack {user.slack or '-'}", file=sys.stderr)
+    return 0
+
+
 async def _list() -> list[User]:
     store = _open(Settings())
     try:
@@ -166,7 +218,7 @@ def _handle_list(args: argparse.Namespace) -> int:
         print(json.dumps([u.model_dump(mode="json") for u in users], indent=2))
     else:
         for u in users:
-            print(f"{u.name}\t{u.id}\t{u.created_at:%Y-%m-%d %H:%M} UTC")
+            print(f"{u.name}\t{u.id}\t{u.created_at:%Y-%m-%d %H:%M} UTC\t{u.email or '-'}\t{u.slack or '-'}")
         if not users:
             print("(no users)", file=sys.stderr)
     return 0
@@ -179,8 +231,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("name", help="user name")
     create.add_argument("--new-database", action="store_true",
                         help="make the database when SIGNOFF_HOME has none yet (a first user before the first start)")
+    for p in (create, set_ := sub.add_parser("set", help="set a user's contacts: where requests reach them")):
+        p.add_argument("--email", help="their email address (requests by email; '' clears it)")
+        p.add_argument("--slack", help="their Slack user id, e.g. U024BE7LH (requests in Slack; '' clears it)")
     create.set_defaults(handler=_handle_create)
-    listed = sub.add_parser("list", help="list the users: name, id, when created")
+    set_.add_argument("name", help="user name")
+    set_.set_defaults(handler=_handle_set)
+    listed = sub.add_parser("list", help="list the users: name, id, when created, email, Slack id")
     listed.add_argument("--json", action="store_true", help="print JSON")
     listed.set_defaults(handler=_handle_list)
     revoke = sub.add_parser("revoke-key", help="revoke a user's API keys (all, or --key KEY): they get 401 from now on")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from signoff.engine.store.memory.approvals import MemoryApprovals
 from signoff.engine.store.memory.blobs import MemoryBlobs
+from signoff.engine.store.memory.channels import MemoryChannels
 from signoff.engine.store.memory.checkpoints import MemoryCheckpoints
 from signoff.engine.store.memory.events import MemoryEvents
 from signoff.engine.store.memory.flows import MemoryFlows
@@ -43,6 +44,7 @@ __all__ = ["MemoryStore"]
 
 
 class MemoryStore(
+    MemoryChannels,  # before MemoryUsers, which it builds on
     MemoryUsers,
     MemorySecrets,
     MemoryGroups,

@@ -10,7 +10,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any, TypeVar
 
-from signoff.engine.models import EventNote, JobStatus, User, WebhookDelivery
+from signoff.engine.models import DecisionLink, EventNote, JobStatus, Notification, User, WebhookDelivery
 from signoff.engine.store.base import Store, StoreError
 from signoff.engine.store.encoding import ApproverRef, dumps
 
@@ -194,6 +194,8 @@ class _Tables:
     blobs: dict[str, bytes] = field(default_factory=dict)
     blob_charges: dict[str, str] = field(default_factory=dict)  # key -> the user a run's blob counts to
     stored: dict[str, int] = field(default_factory=dict)  # user id -> bytes (Store.stored_bytes)
+    links: dict[str, DecisionLink] = field(default_factory=dict)  # token hash -> link
+    notifications: list[Notification] = field(default_factory=list)  # in the order logged
 
 
 class MemoryCore(Store):

@@ -44,6 +44,9 @@ class MemoryRetention(MemoryBlobs):
         for key in [k for k in t.approvers if k[0] == job_id]:
             del t.approvers[key]
         t.participants = {p for p in t.participants if p[1] != job_id}
+        for token_hash in [k for k, link in t.links.items() if link.job_id == job_id]:
+            del t.links[token_hash]
+        t.notifications = [n for n in t.notifications if n.job_id != job_id]
         return True
 
     async def delete_runs_ended_before(self, before: datetime, *, limit: int = 500) -> list[str]:

@@ -103,5 +103,8 @@ class MemoryUsers(MemoryCore):
         for mute in [k for k in t.mutes if user_id in k]:
             del t.mutes[mute]
         t.stored.pop(user_id, None)
+        for token_hash in [k for k, link in t.links.items() if link.user_id == user_id]:
+            del t.links[token_hash]
+        t.notifications = [n for n in t.notifications if n.user_id != user_id]
         self._note_access(t, user_id)
         return user is not None

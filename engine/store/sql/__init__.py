@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from signoff.engine.store.sql.approvals import SQLApprovals
 from signoff.engine.store.sql.blobs import SQLBlobs
+from signoff.engine.store.sql.channels import SQLChannels
 from signoff.engine.store.sql.checkpoints import SQLCheckpoints
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.flows import SQLFlows
@@ -38,6 +39,7 @@ __all__ = ["SQLStore", "Tx"]
 
 
 class SQLStore(
+    SQLChannels,  # before SQLUsers, which it builds on
     SQLUsers,
     SQLSecrets,
     SQLGroups,

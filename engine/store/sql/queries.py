@@ -159,6 +159,32 @@ class Q:
     )
     list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
 
+    # contacts, decision links, notifications (engine/store/sql/channels.py)
+    set_user_email = "UPDATE users SET email = ? WHERE id = ?"
+    set_user_slack = "UPDATE users SET slack = ? WHERE id = ?"
+    user_by_slack = "SELECT * FROM users WHERE slack = ?"
+    slack_taken = "SELECT id FROM users WHERE slack = ? AND id <> ?"
+    insert_link = (
+        "INSERT INTO decision_links (token_hash, job_id, request_id, user_id, channel, csrf, created_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    link = "SELECT * FROM decision_links WHERE token_hash = ?"
+    use_link = (
+        "UPDATE decision_links SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND expires_at > ? "
+        "RETURNING token_hash"
+    )
+    unuse_link = "UPDATE decision_links SET used_at = NULL WHERE token_hash = ? AND used_at = ?"
+    delete_user_links = "DELETE FROM decision_links WHERE user_id = ?"
+    delete_job_links = "DELETE FROM decision_links WHERE job_id = ?"
+    delete_expired_links = "DELETE FROM decision_links WHERE expires_at <= ?"
+    insert_notification = (
+        "INSERT INTO notifications (id, job_id, request_id, seq, event, channel, user_id, attempt, delivered, error, "
+        "ref, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
+    )
+    list_notifications = "SELECT * FROM notifications WHERE job_id = ? ORDER BY pos DESC LIMIT ?"
+    delete_job_notifications = "DELETE FROM notifications WHERE job_id = ?"
+    delete_user_notifications = "DELETE FROM notifications WHERE user_id = ?"
+
     # mutes: (user_id, muted_id) is the key
     insert_mute = (
         "INSERT INTO user_mutes (user_id, muted_id, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING "

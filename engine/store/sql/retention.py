@@ -46,6 +46,8 @@ class SQLRetention(SQLCore):
         rows += await tx.fetchall(Q.delete_blobs, (len(prefix), prefix))
         await tx.execute(Q.delete_job_approvers, (job_id,))
         await tx.execute(Q.delete_job_participants, (job_id,))
+        await tx.execute(Q.delete_job_links, (job_id,))
+        await tx.execute(Q.delete_job_notifications, (job_id,))
         await self._refund(tx, rows, job_id)  # what the rows counted, charged_to as they were written
         return True
 

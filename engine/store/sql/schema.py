@@ -325,6 +325,41 @@ MIGRATIONS: list[list[str]] = [
         # the flows a person's own waiting requests are of, one probe per flow (Store.inbox_flows)
         "CREATE INDEX jobs_inbox_flows ON jobs (user_id, status, pending_names, flow_id)",
     ],
+    # 12: reaching the person (DESIGN §14): a user's contacts; one-time decision links (only the
+    # token's hash is kept); the log of every notification sent (engine/store/sql/channels.py)
+    [
+        "ALTER TABLE users ADD COLUMN email TEXT",
+        "ALTER TABLE users ADD COLUMN slack TEXT",
+        # a Slack user id is one signoff user's (it says who pressed a button: api/routes/slack.py)
+        "CREATE UNIQUE INDEX users_slack ON users (slack)",
+        """CREATE TABLE decision_links (
+            token_hash TEXT PRIMARY KEY,
+            job_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            expires_at {ts} NOT NULL,
+            used_at {ts})""",
+        "CREATE INDEX decision_links_job ON decision_links (job_id)",
+        "CREATE INDEX decision_links_user ON decision_links (user_id)",
+        """CREATE TABLE notifications (
+            pos {serial},
+            id TEXT NOT NULL UNIQUE,
+            job_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            event TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            user_id TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            delivered INTEGER NOT NULL,
+            error TEXT,
+            ref TEXT,
+            at {ts} NOT NULL)""",
+        "CREATE INDEX notifications_job ON notifications (job_id, pos)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -1,6 +1,7 @@
 """Users and their API keys, in SQL. A key is stored only as its hash (encoding.hash_api_key).
 Deleting a user also takes what hangs on the user's id: keys, shares, secrets, group
-memberships, the groups the user owns, the user's webhooks and the mutes by and of the user."""
+memberships, the groups the user owns, the user's webhooks, the mutes by and of the user, and the
+decision links and notifications sent to the user."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class SQLUsers(SQLCore):
     """Part of SQLStore: users and API keys."""
 
     def _user(self, row: dict[str, Any]) -> User:
-        return User(id=row["id"], name=row["name"], created_at=self._dec_dt(row["created_at"]))
+        return User(id=row["id"], name=row["name"], created_at=self._dec_dt(row["created_at"]),
+                    email=row.get("email"), slack=row.get("slack"))
 
     async def create_user(self, name: str) -> User:
         async with self._tx(write=True) as tx:
@@ -102,5 +104,7 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_user_participation, (user_id,))
             await tx.execute(Q.delete_user_mutes, (user_id, user_id))
             await tx.execute(Q.delete_user_storage, (user_id,))
+            await tx.execute(Q.delete_user_links, (user_id,))
+            await tx.execute(Q.delete_user_notifications, (user_id,))
             await self._note_access(tx, user_id)
         return existed

@@ -289,6 +289,19 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 422, path={"person": "x" * 201})
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 204, path={"person": bob_id})
 
+        # contacts (DESIGN §14) and a run's notification log (its owner's)
+        await A("PATCH", "/api/v1/users/me", 200, json={"email": "alice@example.com"})
+        await A("PATCH", "/api/v1/users/me", 422, json={"email": "alice@example.com\r\nBcc: x@example.com"})
+        await A("PATCH", "/api/v1/users/me", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await A("PATCH", "/api/v1/users/me", 200, json={"slack": "U0CONFORM1"})
+        await B("PATCH", "/api/v1/users/me", 409, json={"slack": "U0CONFORM1"})
+        await A("PATCH", "/api/v1/users/me", 200, json={"slack": None})
+        await A("GET", "/api/v2/workflows/{job_id}/notifications", 200, path={"job_id": theirs["job_id"]})
+        await B("GET", "/api/v2/workflows/{job_id}/notifications", 403, path={"job_id": theirs["job_id"]})
+        await A("GET", "/api/v2/workflows/{job_id}/notifications", 404, path={"job_id": str(uuid.uuid4())})
+        await A("GET", "/api/v2/workflows/{job_id}/notifications", 422, path={"job_id": theirs["job_id"]},
+                params={"limit": 0})
+
         # stored bytes: what the caller keeps, and 409 STORAGE_LIMIT at the budget
         r = await A("GET", "/api/v1/users/me", 200)
         assert r.json()["id"] == alice_id and r.json()["stored_bytes"] > 0

@@ -1,0 +1,218 @@
+"""Telling people about a request where they are (DESIGN §14): who is told on which channel
+(``_notifications``, beside the webhooks of the same event), and the sending of one
+notification to one person (``notify_person``, retried by the workflow's policy, every attempt
+in the run's notification log).
+
+Who: the request's approvers (groups expanded; with none named, the run's owner), but the owner
+when ``allow_self_approval`` is false, anyone who muted the owner, and at a reminder anyone who
+voted already; at an escalation only the people it added. Which channels: the Human Input's
+``notify`` (default every channel the operator configured), to the people with that contact.
+A notification is sent only while the request still waits: one that comes after the decision
+sends nothing. When the request is answered (``human_input_decision``; ``human_input_expired``
+with nothing to apply), everyone who was told of it is told how it ended (``_closing``): a
+short mail to those mailed (but the person who decided), and each Slack message updated to the
+outcome, its buttons gone.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from signoff.activities.types import Delivery
+from signoff.activities.webhooks import WebhookActivities
+from signoff.engine import links, mail, slack
+from signoff.engine.decisions import deadline, user_ref
+from signoff.engine.models import Job, PendingRequest, utcnow
+
+# the events a person is told of, and what the mail calls each
+TOLD = {"human_input_required": "required", "human_input_reminder": "reminder", "human_input_escalated": "escalated"}
+# the events that end a request, told to those who were told of it
+CLOSING = ("human_input_decision", "human_input_expired")
+
+
+class NotifyActivities(WebhookActivities):
+    def channels(self, pending: PendingRequest) -> list[str]:
+        """The channels ``pending`` is sent on: those configured that its ``notify`` names."""
+        configured = (["email"] if self.settings.email_enabled else []) + \
+            (["slack"] if self.settings.slack_enabled else [])
+        return [c for c in configured if pending.notify is None or c in pending.notify]
+
+    async def _notifications(self, job: Job, event: str, pending: PendingRequest | None,
+                             seq: int) -> list[Delivery]:
+        """The notifications of event ``seq`` (module docstring): one Delivery per person and
+        channel."""
+        if event not in TOLD or pending is None or not (channels := self.channels(pending)):
+            return []
+        refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+        if event == "human_input_escalated":
+            original = job.pending.approver_refs if job.pending is not None else []
+            people = await self.access.people(refs) - await self.access.people(original or [user_ref(job.user_id)])
+        else:
+            people = await self.access.people(refs) if refs else {job.user_id}
+            if refs and not pending.allow_self_approval:
+                people.discard(job.user_id)
+            if event == "human_input_reminder":
+                people -= {v.user for v in await self.access.votes(job.job_id, pending.request_id)}
+        people = await self._not_muting(job, people)
+        out = []
+        for user_id in sorted(people):
+            user = await self.store.get_user(user_id)
+            for channel in channels:
+                if user is not None and getattr(user, channel, None):
+                    out.append(Delivery(job_id=job.job_id, seq=seq, channel=channel, user_id=user_id))
+        return out
+
+    async def _closing(self, job: Job, request_id: str, written: list[tuple[str, int]]) -> list[Delivery]:
+        """The closing notes of a request's end (``written``: the events of it, (name, seq)):
+        one per person and channel that was told of the request (delivered)."""
+        ends = [seq for event, seq in written if event in CLOSING]
+        if not ends:
+            return []
+        told = sorted({(n.user_id, n.channel) for n in await self.store.list_notifications(job.job_id, limit=500)
+                       if n.request_id == request_id and n.delivered and n.event in TOLD})
+        return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id)
+                for user_id, channel in told]
+
+    async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
+                                   written: list[tuple[str, int]]) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (WebhookActivities) and its closing notes."""
+        out = await super()._decision_deliveries(job, request, written)
+        return out + (await self._closing(job, request.request_id, written) if request is not None else [])
+
+    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None) -> list[Delivery]:
+        """The webhook deliveries of the event (WebhookActivities) and its notifications."""
+        out = await super()._deliveries(job, event, request_id, pending, seq)
+        if event in CLOSING and seq is not None:  # (on_timeout: fail) the request ended at its deadline
+            return out + await self._closing(job, request_id, [(event, seq)])
+        if event not in TOLD or pending is None or not self.channels(pending):
+            return out
+        seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
+        return out + (await self._notifications(job, event, pending, seq) if seq is not None else [])
+
+    @activity.defn(name="notify_person")
+    async def notify_person(self, inp: Delivery) -> None:
+        """One notification (retried with backoff by the workflow's policy; every attempt logged).
+        Nothing is sent once the request no longer waits (but its closing note), to a person
+        deleted meanwhile or without the contact any more, or on a channel no longer configured."""
+        job = await self.store.get_job(inp.job_id)
+        events = await self.store.read_events(inp.job_id, after_seq=inp.seq - 1, limit=1)
+        user = await self.store.get_user(inp.user_id or "")
+        if job is None or not events or user is None:
+            return
+        event = events[0]
+        request_id = str(event.data.get("request_id"))
+        if event.event in CLOSING:
+            await self._close(job, request_id, inp, event.event, event.seq, event.data)
+            return
+        if event.event not in TOLD:
+            return
+        pending = await self.access.current_request(job, request_id)
+        if pending is None or not job.waits_for(pending.request_id) or inp.channel not in self.channels(pending):
+            return
+        if inp.channel == "email" and user.email:
+            await self._email(job, pending, user.id, user.email, event.event, event.seq)
+        elif inp.channel == "slack" and user.slack:
+            await self._slack(job, pending, user.id, user.slack, event.event, event.seq)
+
+    async def _sent(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
+                    error: str | None, ref: str | None = None) -> None:
+        """Log the attempt; a failed one raises, for the workflow's retry policy."""
+        await self.store.log_notification(job_id=job.job_id, request_id=request_id, seq=seq, event=event,
+                                          channel=channel, user_id=user_id, attempt=activity.info().attempt,
+                                          delivered=error is None, error=error, ref=ref)
+        if error is not None:
+            raise ApplicationError(error, type="NOTIFICATION_FAILED")
+
+    async def _names(self, job: Job) -> tuple[str, str]:
+        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        owner = await self.store.get_user(job.user_id)
+        return (flow.name if flow else job.flow_id), (owner.name if owner else job.user_id)
+
+    async def _close(self, job: Job, request_id: str, inp: Delivery, event: str, seq: int,
+                     data: dict[str, object]) -> None:
+        """The closing note of ``request_id`` to ``inp.user_id`` on ``inp.channel``."""
+        user = await self.store.get_user(inp.user_id or "")
+        if user is None:
+            return
+        decider = str(data.get("decided_by") or "")
+        who = await self.store.get_user(decider) if decider else None
+        if event == "human_input_expired" or data.get("timed_out"):
+            outcome = f"It reached its deadline{': ' + str(data.get('action_id')) if data.get('action_id') else ''}."
+        else:
+            outcome = f"{data.get('action_id')} by {who.name if who else decider or 'someone'}."
+        flow_name, owner_name = await self._names(job)
+        if inp.channel == "email" and user.email and self.settings.email_enabled and user.id != decider:
+            assert self.settings.smtp_url is not None and self.settings.smtp_from is not None
+            msg = mail.closing(flow_name=flow_name, owner_name=owner_name, outcome=outcome,
+                               sender=self.settings.smtp_from, to=user.email, now=utcnow())
+            try:
+                await mail.send(mail.parse_smtp_url(self.settings.smtp_url), msg, sender=self.settings.smtp_from,
+                                to=user.email, timeout=self.settings.notify_timeout_seconds)
+            except mail.MailFailed as err:
+                await self._sent(job, request_id, seq, event, "email", user.id, str(err))
+            await self._sent(job, request_id, seq, event, "email", user.id, None)
+        elif inp.channel == "slack" and self.settings.slack_enabled:
+            assert self.settings.slack_bot_token is not None
+            refs = {n.ref for n in await self.store.list_notifications(job.job_id, limit=500)
+                    if n.request_id == request_id and n.user_id == user.id and n.channel == "slack" and n.ref}
+            client = slack.Slack(self.settings.slack_bot_token, self.settings.slack_api_url,
+                                 self.settings.notify_timeout_seconds)
+            text, blocks = slack.outcome_blocks(flow_name, "", f"Answered: {outcome}")
+            for ref in sorted(r for r in refs if r):
+                channel, _, ts = ref.partition(" ")
+                try:
+                    await client.call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+                except slack.SlackFailed as err:
+                    await self._sent(job, request_id, seq, event, "slack", user.id, str(err))
+            if refs:
+                await self._sent(job, request_id, seq, event, "slack", user.id, None)
+
+    async def _slack(self, job: Job, pending: PendingRequest, user_id: str, slack_id: str, event: str,
+                     seq: int) -> None:
+        settings = self.settings
+        assert settings.slack_bot_token is not None
+        needs_page = pending.kind == "tool_approval" or any(
+            (pending.fields or {}).get(a) is not None for a in pending.allowed_decisions)
+        link = None
+        if needs_page:  # a decision with values is made on the link's page (its form)
+            now = utcnow()
+            token = await links.mint(self.store, job_id=job.job_id, pending=pending, user_id=user_id, channel="slack",
+                                     now=now, ttl_seconds=settings.link_ttl_seconds)
+            link = links.link_url(settings.link_base_url, token)
+        flow_name, owner_name = await self._names(job)
+        text, blocks = slack.blocks(slack.SlackAsk(
+            flow_name=flow_name, owner_name=owner_name, pending=pending, job_id=job.job_id, user_id=user_id,
+            input_text=str(job.request.get("input_value") or ""), link_url=link, kind=TOLD[event]))
+        client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
+        try:
+            posted = await client.call("chat.postMessage", channel=slack_id, text=text, blocks=blocks,
+                                       unfurl_links=False)
+        except slack.SlackFailed as err:
+            await self._sent(job, pending.request_id, seq, event, "slack", user_id, str(err))
+        ref = f"{posted.get('channel')} {posted.get('ts')}" if posted.get("channel") and posted.get("ts") else None
+        await self._sent(job, pending.request_id, seq, event, "slack", user_id, None, ref)
+
+    async def _email(self, job: Job, pending: PendingRequest, user_id: str, to: str, event: str, seq: int) -> None:
+        settings = self.settings
+        assert settings.smtp_url is not None and settings.smtp_from is not None
+        now = utcnow()
+        token = await links.mint(self.store, job_id=job.job_id, pending=pending, user_id=user_id, channel="email",
+                                 now=now, ttl_seconds=settings.link_ttl_seconds)
+        base = settings.link_base_url
+        flow_name, owner_name = await self._names(job)
+        asked = mail.Asked(
+            flow_name=flow_name, owner_name=owner_name, pending=pending,
+            input_text=str(job.request.get("input_value") or ""), page_url=links.link_url(base, token),
+            action_urls=[(o.label, links.link_url(base, token, o.action_id)) for o in pending.options
+                         if o.action_id in pending.allowed_decisions],
+            expires_at=links.expiry(pending, now, settings.link_ttl_seconds), deadline=deadline(pending),
+            kind=TOLD[event])
+        try:
+            await mail.send(mail.parse_smtp_url(settings.smtp_url),
+                            mail.message(asked, sender=settings.smtp_from, to=to, now=now),
+                            sender=settings.smtp_from, to=to, timeout=settings.notify_timeout_seconds)
+        except mail.MailFailed as err:
+            await self._sent(job, pending.request_id, seq, event, "email", user_id, str(err))
+        await self._sent(job, pending.request_id, seq, event, "email", user_id, None)

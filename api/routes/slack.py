@@ -1,0 +1,125 @@
+"""Slack's interactions (DESIGN §14): a person pressed a button of a request's message.
+
+The request is Slack's, signed: ``X-Slack-Signature`` (v0, HMAC-SHA256 of ``v0:{timestamp}:{raw
+body}`` with the app's signing secret) and ``X-Slack-Request-Timestamp`` within five minutes are
+checked by ``slack_sdk``'s SignatureVerifier before the body is parsed; anything else is 401 and
+nothing is read or decided. The API key middleware lets this one path through for that reason
+(api/auth.py: SIGNED_PATHS); the body limit holds.
+
+Who decides is the Slack user Slack names (``user.id``), as the signoff user with that ``slack``
+contact, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP resume. A
+Slack user with no signoff user, or one who may not decide, is told so (an ephemeral message)
+and nothing is decided. The message is then updated to the outcome (``chat.update``), also when
+another decision won.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from signoff.engine import slack
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import Decision, User
+
+from signoff.api.errors import STATUS_BY_CODE, Unauthorized, printable
+
+router = APIRouter(prefix="/api/v1/slack", tags=["slack"])
+log = logging.getLogger("signoff.api.slack")
+
+
+def _verified(settings: Any, body: bytes, timestamp: str | None, signature: str | None) -> bool:
+    from slack_sdk.signature import SignatureVerifier
+
+    if not settings.slack_enabled or not timestamp or not signature or not timestamp.isdigit() or len(timestamp) > 12:
+        return False
+    return SignatureVerifier(settings.slack_signing_secret).is_valid(body, timestamp, signature)
+
+
+async def _outcome(store: Any, job_id: str, request_id: str) -> str | None:
+    """Who decided the request what, and when (None: not decided)."""
+    for event in reversed(await store.read_events_named(job_id, "human_input_decision")):
+        if event.data.get("request_id") == request_id:
+            who = event.data.get("decided_by")
+            person = await store.get_user(who) if who else None
+            name = person.name if person else ("the deadline" if event.data.get("timed_out") else str(who))
+            return f"{event.data.get('action_id')} by {name} at {str(event.data.get('decided_at'))[:19]} UTC"
+    return None
+
+
+@router.post("/interactions", include_in_schema=False)
+async def interactions(request: Request) -> JSONResponse:
+    settings = request.app.state.settings
+    body = await request.body()
+    if not _verified(settings, body, request.headers.get("x-slack-request-timestamp"),
+                     request.headers.get("x-slack-signature")):
+        raise Unauthorized("Not a request signed by Slack for this app (X-Slack-Signature, X-Slack-Request-Timestamp "
+                           "within 5 minutes)")
+    try:
+        payload = json.loads((parse_qs(body.decode("utf-8")).get("payload") or ["{}"])[0])
+    except (ValueError, UnicodeDecodeError):
+        payload = {}
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return JSONResponse({})
+    actions = payload.get("actions") or []
+    pressed = slack.parse_value(actions[0].get("value")) if actions and isinstance(actions[0], dict) else None
+    user_id = (payload.get("user") or {}).get("id") if isinstance(payload.get("user"), dict) else None
+    container = payload.get("container") if isinstance(payload.get("container"), dict) else {}
+    channel, ts = container.get("channel_id"), container.get("message_ts")
+    if pressed is None or not isinstance(user_id, str):
+        return JSONResponse({})
+    job_id, request_id, action_id, sent_to = pressed
+    client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
+    store = request.app.state.store
+    person: User | None = await store.user_by_slack(user_id)
+    if person is None:
+        await _tell(client, channel, user_id, "Your Slack account is not linked to a signoff user (their `slack` "
+                                              "contact), so nothing was decided.")
+        return JSONResponse({})
+    if person.id != sent_to:  # a message sent to someone else (shared, forwarded): not this person's to press
+        await _tell(client, channel, user_id, "This request was sent to someone else; nothing was decided. Open "
+                                              "signoff to decide it if it is yours to decide.")
+        return JSONResponse({})
+    try:
+        resumed = await request.app.state.service.resume(person, job_id, request_id, Decision(action_id=action_id),
+                                                         via="slack")
+    except SignoffError as err:
+        if STATUS_BY_CODE.get(err.code) == 409 and err.code != "ALREADY_VOTED":
+            outcome = await _outcome(store, job_id, request_id)
+            await _update(client, store, channel, ts, job_id, f"Already answered: {outcome}" if outcome else
+                          "This request no longer waits for a decision.")
+        else:
+            await _tell(client, channel, user_id, f"Nothing was decided: {printable(err.message)}")
+        return JSONResponse({})
+    if resumed.status == "vote_recorded":
+        await _tell(client, channel, user_id, f"Your vote is recorded ({resumed.votes}/{resumed.required}).")
+        return JSONResponse({})
+    await _update(client, store, channel, ts, job_id, f"{action_id} by {person.name}")
+    return JSONResponse({})
+
+
+async def _tell(client: slack.Slack, channel: Any, user_id: str, text: str) -> None:
+    if not isinstance(channel, str):
+        return
+    try:
+        await client.call("chat.postEphemeral", channel=channel, user=user_id, text=text)
+    except slack.SlackFailed as err:
+        log.warning("Slack: could not tell %s: %s", user_id, err)
+
+
+async def _update(client: slack.Slack, store: Any, channel: Any, ts: Any, job_id: str, outcome: str) -> None:
+    """The message, its buttons given way to the outcome."""
+    if not isinstance(channel, str) or not isinstance(ts, str):
+        return
+    job = await store.get_job(job_id)
+    flow = await store.get_flow(job.flow_id, version=job.flow_version) if job else None
+    text, blocks = slack.outcome_blocks(flow.name if flow else "signoff", "", outcome)
+    try:
+        await client.call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+    except slack.SlackFailed as err:
+        log.warning("Slack: could not update the message of job %s: %s", job_id, err)
