@@ -229,7 +229,7 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
         except ValidationError as e:
             raise InvalidRequest("; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()[:5]))
         check_body(body, request.app.state.settings, text=("decision",))
-        resumed = await page.service.resume(page.user, job_id, request_id, body.decision)
+        resumed = await page.service.resume(page.user, job_id, request_id, body.decision, via="page")
     except (EditNotSent, NoChoice) as refused:
         await with_count(request, page)
         return render(request, "card.html", 422, **card_context(

@@ -3,6 +3,8 @@ time; and its live stream (``/inbox/live``, api/pages/live.py)."""
 
 from __future__ import annotations
 
+import functools
+
 import math
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -90,7 +92,7 @@ async def decide_many(request: Request, page: PageContext = Page) -> Response:
         job_id, request_id = value.split("|", 1)
         items.append(batch.BatchItem(job_id, request_id, Decision(action_id=action)))
     settings = request.app.state.settings
-    outcomes = await batch.resume_batch(page.service.resume, page.user, items,
+    outcomes = await batch.resume_batch(functools.partial(page.service.resume, via="page"), page.user, items,
                                         concurrency=settings.resume_batch_concurrency,
                                         admit=paced_writes(request.app.state.write_buckets, page.user.id))
     decided = sum(isinstance(o, Resumed) for o in outcomes)

@@ -97,3 +97,5 @@ async def test_a_page_form_field_too_deep_to_read_shows_the_form_again(api: Harn
         r = await browser.post(card, data={"csrf": csrf, "action_id": "approve", "v.data": '{"ok": [1, 2]}'})
         assert r.status_code in (200, 303), r.text[:500]
     job = await api.wait_status(job_id, JobStatus.completed)
+    (decided,) = [e for e in await api.store.read_events(job_id) if e.event == "human_input_decision"]
+    assert decided.data["via"] == "page", decided.data  # the card's decision says where it was made

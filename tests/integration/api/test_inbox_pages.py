@@ -153,10 +153,13 @@ async def test_ticked_rows_are_decided_in_one_go_each_once(api: Harness):
         assert r.status_code == 303 and r.headers["location"] == "/?decided=3&refused=2", r.headers
         r = await page.get(r.headers["location"])
         assert "3 decided; 2 could not be" in r.text
+        vias = []
         for job_id in jobs:
             await api.wait_status(job_id, JobStatus.completed)
             decisions = [e for e in await api.store.read_events(job_id) if e.event == "human_input_decision"]
             assert len(decisions) == 1, job_id
+            vias.append(decisions[0].data["via"])
+        assert vias.count("page") == 3, vias  # the three the form decided say where they were made
         assert (await api.store.get_job(bobs)).status == JobStatus.suspended  # not hers to decide
         r = await page.post("/inbox/decide", data={"csrf": csrf, "action_id": "approve"})  # nothing ticked
         assert r.headers["location"] == "/?decided=0&refused=0"
