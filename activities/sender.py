@@ -6,8 +6,9 @@ passes it to the decision's activity (``client_identity``). The decision's event
 carries:
 
 - ``via``: ``"api"`` when signoff's API sent it for the person it authenticated (it sets
-  ``decided_by`` and no ``user``), ``"temporal"`` when a Temporal client sent it, naming the
-  person (``user``) or not (the run's owner);
+  ``decided_by`` and no ``user``), or the protocol the API took it by (``"mcp"``, ``"a2a"``:
+  :data:`VIAS`), ``"temporal"`` when a Temporal client sent it, naming the person (``user``)
+  or not (the run's owner);
 - ``client_identity``: the Temporal client's identity as Temporal recorded it (the API's own
   client for ``"api"``; ``temporal --identity ...``, an SDK client's ``identity``), None when it
   sent none.
@@ -19,11 +20,16 @@ from typing import Any
 
 from signoff.activities.types import RecordVoteInput, ResumeRunInput
 
+# the protocols signoff's API may name as a decision's ``via`` besides "api" (another value is "api")
+VIAS = frozenset({"mcp", "a2a"})
+
 
 def sender(inp: ResumeRunInput | RecordVoteInput) -> dict[str, Any]:
     """``{"via", "client_identity"}`` of a decision (or vote) being applied (module docstring),
     and the Update that carried it."""
     via = "api" if inp.decided_by and inp.user is None else "temporal"
+    if via == "api" and inp.via in VIAS:
+        via = inp.via
     sent: dict[str, Any] = {"via": via, "client_identity": inp.client_identity or None}
     if inp.update_id is not None:
         sent["update_id"] = inp.update_id

@@ -63,6 +63,7 @@ class ResumeRunInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None  # the person it is for (name or id), when sent through Temporal
+    via: str | None = None  # the protocol signoff's API took it by (activities/sender.py)
     now: datetime
     state: StateRef | None = None
     step: int = 0
@@ -106,6 +107,7 @@ class RecordVoteInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None
+    via: str | None = None  # as ResumeRunInput.via
     now: datetime
     update_id: str | None = None  # the Update that sent it (None: a Signal)
     client_identity: str | None = None  # as ResumeRunInput.client_identity

@@ -50,7 +50,7 @@ class RunBackend(abc.ABC):
         """Start the job's run. Idempotent: a second start of the same job starts nothing."""
 
     @abc.abstractmethod
-    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, via: str = "api") -> Resumed:
         """Deliver a decision the service checked; what it did. Raises what the run answers
         (NotResumable when another decision won, AlreadyVoted, Unavailable...)."""
 

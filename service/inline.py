@@ -124,7 +124,7 @@ class InlineBackend(RunBackend):
 
         task.add_done_callback(done)
 
-    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str) -> Resumed:
+    async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, via: str = "api") -> Resumed:
         raise NotResumable("An inline run never waits for a decision", job_id=job.job_id)
 
     async def release(self, job_id: str) -> None:

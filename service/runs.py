@@ -166,12 +166,14 @@ class RunService:
 
     # ---- resume ----------------------------------------------------------------------------
 
-    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision) -> Resumed:
+    async def resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
+                     via: str = "api") -> Resumed:
         """Apply a decision (or one vote of a quorum) to the job's pending request, for the run's
         owner or an approver of the request. Raises, in this order, JobNotFound (404),
         Forbidden / NotAnApprover (403), InvalidDecision / InvalidValues (422), NotResumable /
         AlreadyVoted (409): the engine's one check (``check_decision``), here before anything is
-        sent, and again by the run; the job stays suspended in every case."""
+        sent, and again by the run; the job stays suspended in every case. ``via`` names the
+        surface that took it (``api``, ``mcp``, ``a2a``), recorded with the decision."""
         job = await visible_job(self.store, user, job_id)
         try:
             pending = await self.access.current_request(job)
@@ -191,7 +193,7 @@ class RunService:
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise
-        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id)
+        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id, via=via)
 
     async def pending_for(self, user: User, flow_id: str | None = None) -> list[Job]:
         """What waits for ``user`` to decide, newest first: their own runs' requests (those with

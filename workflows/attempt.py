@@ -96,7 +96,7 @@ class DecisionAttempt(RunCore):
         try:
             out: RecordVoteOutput = await self._store_activity(FlowActivities.record_vote, RecordVoteInput(
                 job_id=self._inp.job_id, request_id=inp.request_id, decision=inp.decision, decided_by=inp.decided_by,
-                user=inp.user, now=workflow.now(), update_id=current_update_id(), check_only=completes,
+                user=inp.user, via=inp.via, now=workflow.now(), update_id=current_update_id(), check_only=completes,
                 client_identity=caller()))
         except ActivityError as err:
             cause = err.cause
@@ -155,7 +155,7 @@ class DecisionAttempt(RunCore):
         token = claim_token(self._attempts)
         decision = self._decision = DecisionSlot()
         run = ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
-                             decided_by=inp.decided_by, user=inp.user, now=workflow.now(), state=self._state,
+                             decided_by=inp.decided_by, user=inp.user, via=inp.via, now=workflow.now(), state=self._state,
                              step=self._step, votes=list(self._votes), timed_out=timed_out,
                              update_id=current_update_id(), vote=vote, persist=True,
                              client_identity=caller())

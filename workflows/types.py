@@ -54,6 +54,8 @@ class ResumeInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None
+    # the protocol signoff's API took it by, with ``decided_by`` (activities/sender.py: VIAS)
+    via: str | None = None
 
 
 class ResumeResult(BaseModel):
