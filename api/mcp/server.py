@@ -29,10 +29,12 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from signoff.engine.errors import NotResumable, SignoffError
+from signoff.engine.secrets import deployment_key
 from signoff.engine.models import Decision, Job, JobStatus, PendingRequest, User
 from signoff.engine.settings import Settings
 from signoff.service import RunService
@@ -50,6 +52,7 @@ log = logging.getLogger("signoff.api.mcp")
 # no longer names anyone)
 Caller = Callable[[Context], Awaitable[tuple[User, RunService]]]
 
+STATE_TTL_SECONDS = 24 * 3600.0  # how long a person may take over a form before its answer is refused
 ELICITATION_KEY = "decision"  # the key of the one input request of an InputRequiredResult
 VIA = "mcp"
 
@@ -91,7 +94,11 @@ class SignoffMcp:
     def __init__(self, caller: Caller, settings: Settings) -> None:
         self.caller = caller
         self.settings = settings
-        self.server = MCPServer(name="signoff", instructions=(
+        # the state of an elicitation (2026-07-28) is sealed with the deployment's key, so the
+        # client's retry may reach any API replica, and bound to the user who was asked
+        security = RequestStateSecurity(keys=[deployment_key(settings)], ttl=STATE_TTL_SECONDS,
+                                        bind_principal=_principal, audience="signoff")
+        self.server = MCPServer(name="signoff", request_state_security=security, instructions=(
             "Run signoff flows and answer their human gates. run_flow starts a run; when it stops at a gate "
             "you are asked (elicitation) or get the waiting request to answer with decide."))
         add = self.server.tool
@@ -266,6 +273,14 @@ class SignoffMcp:
                 raise
             return {"answer": "refused", "refused": {"code": err.code, "message": err.message}}
         return {"answer": "applied"}
+
+
+def _principal(ctx: Any) -> str | None:
+    """Who a sealed request state is for: the user the HTTP request's key names (stdio: its one
+    user, unbound)."""
+    scope = getattr(ctx.request, "scope", None) or {}
+    user = scope.get("state", {}).get("user")
+    return user.id if user is not None else None
 
 
 def _can_elicit(ctx: Context) -> bool:
