@@ -184,6 +184,11 @@ class SignoffA2A(RequestHandler):
                                          data={"code": "NOT_RESUMABLE", "job_id": job.job_id})
             try:
                 decision = decision_of(message, job.pending)
+                problems = string_problems(decision.values, c.settings.max_string_chars, ("values",),
+                                           max_depth=c.settings.max_json_depth)
+                if problems:
+                    raise InvalidParamsError(message="; ".join(f"{p['loc']}: {p['message']}" for p in problems),
+                                             data={"code": "INVALID_REQUEST", "problems": problems})
                 await c.service.resume(c.user, job.job_id, job.pending.request_id, decision, via=VIA)
                 return await c.service.get_job(c.user, job.job_id)
             except SignoffError as err:
@@ -200,6 +205,13 @@ class SignoffA2A(RequestHandler):
     async def _follow(self, c: Caller, job: Job) -> AsyncGenerator[Event, None]:
         """The task, then a status update at each change of its state until the run waits or
         ends (its owner's: an approver's decision on someone else's run gets the task alone)."""
+        try:
+            async for event in self._changes(c, job):
+                yield event
+        except SignoffError as err:
+            raise _refused(err) from None
+
+    async def _changes(self, c: Caller, job: Job) -> AsyncGenerator[Event, None]:
         yield task_of(job)
         if job.user_id != c.user.id or job.status.terminal:
             return

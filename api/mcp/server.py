@@ -266,6 +266,7 @@ class SignoffMcp:
             decision = Decision(action_id=action)
         else:
             decision = elicit.decision_of(pending, answer.content)
+            _check(decision.values, "values", self.settings, max_chars=self.settings.max_string_chars)
         try:
             await service.resume(user, job.job_id, pending.request_id, decision, via=VIA)
         except SignoffError as err:

@@ -19,7 +19,8 @@ import pytest
 import pytest_asyncio
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
-    CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, Task, TaskState,
+    CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, SubscribeToTaskRequest, Task,
+    TaskState,
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from google.protobuf import json_format, struct_pb2
@@ -117,6 +118,36 @@ async def test_streaming_follows_the_run_to_the_gate_and_to_the_end(h: Harness, 
         assert state == TaskState.TASK_STATE_COMPLETED, events
 
 
+async def test_subscribe_follows_a_task_started_without_waiting(h: Harness, base: str):
+    request = message("refund 42")
+    request.configuration.return_immediately = True
+    async with agent(base, h, h.flows["refund"]) as client:
+        task = await send(client, request)
+        assert task.status.state in (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING,
+                                     TaskState.TASK_STATE_INPUT_REQUIRED)
+    async with agent(base, h, h.flows["refund"], streaming=True) as client:
+        events = [r async for r in client.subscribe(SubscribeToTaskRequest(id=task.id))]
+    last = events[-1]
+    state = last.task.status.state if last.HasField("task") else last.status_update.status.state
+    assert state == TaskState.TASK_STATE_INPUT_REQUIRED, events
+
+
+async def test_streams_are_bounded_per_user(h: Harness, base: str, monkeypatch):
+    """Past SIGNOFF_MAX_STREAMS_PER_USER (here none left) a stream is refused before anything runs."""
+    async with agent(base, h, h.flows["refund"]) as client:
+        task = await send(client, message("refund 42"))
+    before = await h.store.list_pending(h.users["alice"][0])
+    monkeypatch.setattr(h.service.feed, "max_per_user", 0)
+    async with agent(base, h, h.flows["refund"], streaming=True) as client:
+        with pytest.raises(InvalidParamsError) as err:
+            [r async for r in client.send_message(message("refund 42"))]
+        assert err.value.data["code"] == "TOO_MANY_STREAMS"
+        with pytest.raises(InvalidParamsError) as err:
+            [r async for r in client.subscribe(SubscribeToTaskRequest(id=task.id))]
+        assert err.value.data["code"] == "TOO_MANY_STREAMS"
+    assert len(await h.store.list_pending(h.users["alice"][0])) == len(before)
+
+
 async def test_cancel_stops_the_waiting_run(h: Harness, base: str):
     async with agent(base, h, h.flows["refund"]) as client:
         task = await send(client, message("refund 42"))
@@ -143,6 +174,10 @@ async def test_a_wrong_action_bad_values_or_no_decision_are_errors_and_the_run_s
             assert err.value.data["code"] == code, err.value
         with pytest.raises(InvalidParamsError) as err:
             await send(client, message("maybe", task_id=task.id))
+        assert err.value.data["code"] == "INVALID_REQUEST"
+        huge = {"action_id": "approve", "values": {"amount": 1, "note": "x" * (h.settings.max_string_chars + 1)}}
+        with pytest.raises(InvalidParamsError) as err:
+            await send(client, message(data=huge, task_id=task.id))
         assert err.value.data["code"] == "INVALID_REQUEST"
         assert (await client.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         done = await send(client, message(data={"action_id": "approve", "values": {"amount": 3}}, task_id=task.id))
