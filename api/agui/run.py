@@ -23,6 +23,7 @@ from ag_ui.core import (
 )
 
 from signoff.engine.components.human_input import HumanInput
+from signoff.engine.decisions import deadline
 from signoff.engine.errors import NotResumable, SignoffError
 from signoff.engine.models import Event, Job, JobStatus, PendingRequest, SpanRecord, User, utcnow
 from signoff.engine.store.base import Store
@@ -44,7 +45,6 @@ from signoff.api.agui.translate import (
     _uid,
     announce,
     decision_of,
-    expires_at,
     iso,
     shows,
     gate_vertex,
@@ -145,11 +145,11 @@ class AguiRun:
             # a decision got in before the stop: tell what it did
         else:
             assert decision is not None
-            deadline = expires_at(resumed) if resumed is not None and resumed.request_id == entry.interrupt_id else None
-            if deadline is not None and utcnow() >= deadline:
+            expires = deadline(resumed) if resumed is not None and resumed.request_id == entry.interrupt_id else None
+            if expires is not None and utcnow() >= expires:
                 # AG-UI's stale resume: the client cancels an expired interrupt, never answers it
                 # (a late answer over HTTP is rerouted, DESIGN §5); the job is left as it is
-                yield RunErrorEvent(message=f"Interrupt {entry.interrupt_id!r} expired at {iso(deadline)} and can "
+                yield RunErrorEvent(message=f"Interrupt {entry.interrupt_id!r} expired at {iso(expires)} and can "
                                     "no longer be answered; cancel it to continue the thread",
                                     code=INTERRUPT_EXPIRED, timestamp=_ms(), metadata=self._meta())
                 return

@@ -10,7 +10,7 @@ import json
 import re
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from ag_ui.core import (
@@ -35,7 +35,7 @@ from signoff.engine.components.agent import REJECTED_DEFAULT
 from signoff.engine.components.base import as_text
 from signoff.engine.components.human_input import HumanInput
 from signoff.engine.components.io import message_id
-from signoff.engine.decisions import TOOL_APPROVAL_VALUES
+from signoff.engine.decisions import TOOL_APPROVAL_VALUES, deadline
 from signoff.engine.models import Decision, Event, Job, PendingRequest, SpanRecord
 from signoff.engine.tracing import A_VERTEX
 
@@ -124,11 +124,6 @@ def response_schema(p: PendingRequest) -> dict[str, Any]:
     }
 
 
-def expires_at(p: PendingRequest) -> datetime | None:
-    """When the request's deadline is (``paused_at + timeout_seconds``), None when it has none."""
-    return p.paused_at + timedelta(seconds=p.timeout_seconds) if p.timeout_seconds > 0 else None
-
-
 def iso(at: datetime) -> str:
     return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -145,7 +140,7 @@ def interrupt_of(job: Job, p: PendingRequest, **extra: Any) -> Interrupt:
         message=p.prompt or None,
         tool_call_id=str(p.tool["call_id"]) if p.tool and p.tool.get("call_id") else None,
         response_schema=response_schema(p),
-        expires_at=iso(deadline) if (deadline := expires_at(p)) is not None else None,
+        expires_at=iso(expires) if (expires := deadline(p)) is not None else None,
         metadata={"job_id": job.job_id, **public.model_dump(mode="json"), **extra},
     )
 

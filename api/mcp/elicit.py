@@ -2,8 +2,9 @@
 store, no service, no SDK session.
 
 An elicitation form is flat (MCP allows only top-level primitive properties), so the request
-becomes one ``action`` property (an enum of the allowed action ids, their labels as the enum's
-titles) plus the primitive properties of every action's ``fields`` schema. The answer is
+becomes one ``action`` property (an enum of the allowed action ids, their labels in its
+description) plus the primitive properties of every action's ``fields`` schema (a tool approval's:
+``message``, and an edit's ``args`` as JSON text, which the engine reads as the object). The answer is
 checked as any decision is, by :meth:`RunService.resume` against the chosen action's schema:
 the form only says what to ask."""
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from signoff.engine.decisions import TOOL_APPROVAL_VALUES
 from signoff.engine.models import Decision, PendingRequest
 
 from signoff.api.errors import InvalidRequest
@@ -27,6 +29,13 @@ def labels(p: PendingRequest) -> dict[str, str]:
     """Each allowed action id with its label (the id itself when the gate gave none)."""
     named = {o.action_id: o.label for o in p.options}
     return {a: named.get(a, a) for a in p.allowed_decisions}
+
+
+def schemas(p: PendingRequest) -> dict[str, dict[str, Any]]:
+    """The values' schema of each action: the gate's ``fields``, or a tool approval's own."""
+    if p.kind == "tool_approval":
+        return {a: TOOL_APPROVAL_VALUES[a] for a in p.allowed_decisions if a in TOOL_APPROVAL_VALUES}
+    return p.fields or {}
 
 
 def _primitive(schema: Any) -> dict[str, Any] | None:
@@ -49,8 +58,11 @@ def requested_schema(p: PendingRequest) -> dict[str, Any]:
                               "description": "; ".join(f"{a}: {label}" for a, label in names.items())}
     properties: dict[str, Any] = {ACTION: action}
     for action_id in p.allowed_decisions:
-        schema = (p.fields or {}).get(action_id) or {}
+        schema = schemas(p).get(action_id) or {}
         for name, prop in (schema.get("properties") or {}).items():
+            if p.kind == "tool_approval" and name == "args":  # an edit's arguments, as JSON text
+                prop = {"type": "string", "title": "Arguments (edit)",
+                        "description": "edit: the arguments to run the tool with, as a JSON object"}
             flat = _primitive(prop)
             if flat is not None and name != ACTION and name not in properties:
                 properties[name] = flat
@@ -74,7 +86,7 @@ def decision_of(p: PendingRequest, content: dict[str, Any] | None) -> Decision:
     if not isinstance(action_id, str) or not action_id:
         raise InvalidRequest(f"The elicitation's answer has no {ACTION!r}: choose one of "
                              f"{', '.join(p.allowed_decisions)}")
-    schema = (p.fields or {}).get(action_id)
+    schema = schemas(p).get(action_id)
     names = set((schema or {}).get("properties") or {})
     values = {k: v for k, v in content.items() if k in names}
     return Decision(action_id=action_id[:200], values=values or None)

@@ -241,3 +241,48 @@ async def test_stdio_runs_a_flow_and_decides(h: Harness):
         done = data(await client.call_tool("decide", {"job_id": run["job_id"], "action_id": "reject",
                                                       "request_id": run["request"]["request_id"]}))
     assert done["output"]["text"] == "Refund refused"
+
+
+async def test_a_tool_approval_is_asked_and_an_edit_takes_its_arguments_as_json(h: Harness, url: str):
+    from tests.fixtures.fake_openai import FakeOpenAI, ToolTarget, call, say
+    from tests.integration.agui.test_agui_api import agent_flow
+
+    with FakeOpenAI() as llm, ToolTarget() as target:
+        h.egress.add(llm, target)
+        llm.add(call("refund", {"body": "45 EUR"}, "call_pay"), say("Refund of 40 EUR sent."))
+        async with h.client("alice") as c:
+            r = await c.post("/api/v1/flows", json=agent_flow(llm, target))
+        person = Person("accept", {"action": "edit", "args": json.dumps({"body": "40 EUR"})})
+        async with over_http(url, h.users["alice"][1], elicitation_callback=person) as client:
+            run = data(await client.call_tool("run_flow", {"flow": r.json()["id"], "input": "refund 40 EUR"}))
+    assert run["status"] == "completed", run
+    [asked] = person.asked
+    props = asked.requested_schema["properties"]
+    assert props["action"]["enum"] == ["approve", "edit", "reject", "respond"]
+    assert props["args"]["type"] == "string" and props["message"]["type"] == "string"
+    assert "refund" in asked.message and "45 EUR" in asked.message
+    assert [hit["body"] for hit in target.hits] == ["40 EUR"]
+
+
+async def test_an_elicitations_state_is_the_asked_users_and_answers_once(h: Harness, url: str):
+    """The request state of an elicitation (2026-07-28) is sealed and bound to the user asked:
+    another user's retry with it is refused; the asked user's second retry finds the request
+    decided and is refused, one decision applied."""
+    person = Person("accept", {"action": "approve"})
+    async with over_http(url, h.users["alice"][1], elicitation_callback=person) as alice:
+        first = await alice.session.call_tool("run_flow", {"flow": h.flows["refund"], "input": "refund 42"},
+                                              allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state
+        answer = {"decision": types.ElicitResult(action="accept", content={"action": "approve"})}
+        async with over_http(url, h.users["bob"][1], elicitation_callback=person) as bob:
+            with pytest.raises(MCPError) as err:
+                await bob.session.call_tool("run_flow", {"flow": h.flows["refund"], "input": "x"},
+                                            input_responses=answer, request_state=first.request_state)
+            assert err.value.data == {"reason": "invalid_request_state"}  # bound to alice: unsealed for nobody else
+        done = await alice.session.call_tool("run_flow", {"flow": h.flows["refund"], "input": "refund 42"},
+                                             input_responses=answer, request_state=first.request_state)
+        again = await alice.session.call_tool("run_flow", {"flow": h.flows["refund"], "input": "refund 42"},
+                                              input_responses=answer, request_state=first.request_state)
+    assert data(done)["status"] == "completed", done
+    assert data(again)["answer"] == "refused" and data(again)["refused"]["code"] == "NOT_RESUMABLE"
+    assert len(await h.store.read_events_named(data(done)["job_id"], "human_input_decision")) == 1
