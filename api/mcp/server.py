@@ -256,7 +256,8 @@ class SignoffMcp:
 
     async def _apply(self, user: User, service: RunService, job: Job, pending: PendingRequest,
                      answer: types.ElicitResult) -> dict[str, Any]:
-        """The person's answer to a gate: ``{"answer": "applied" | "waiting" | "refused", ...}``."""
+        """The person's answer to a gate: ``{"answer": "applied" | "voted" | "waiting" | "refused", ...}``
+        (anything but "applied" ends the tool call with the run as it is)."""
         if answer.action == "cancel":
             return {"answer": "waiting"}
         if answer.action == "decline":
@@ -268,11 +269,13 @@ class SignoffMcp:
             decision = elicit.decision_of(pending, answer.content)
             _check(decision.values, "values", self.settings, max_chars=self.settings.max_string_chars)
         try:
-            await service.resume(user, job.job_id, pending.request_id, decision, via=VIA)
+            done = await service.resume(user, job.job_id, pending.request_id, decision, via=VIA)
         except SignoffError as err:
             if STATUS_BY_CODE.get(err.code, 500) >= 500:
                 raise
             return {"answer": "refused", "refused": {"code": err.code, "message": err.message}}
+        if done.status == "vote_recorded":  # one vote of a quorum: the request waits for the others
+            return {"answer": "voted", "votes": done.votes, "required": done.required}
         return {"answer": "applied"}
 
 

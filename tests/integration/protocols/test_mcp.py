@@ -286,3 +286,21 @@ async def test_an_elicitations_state_is_the_asked_users_and_answers_once(h: Harn
     assert data(done)["status"] == "completed", done
     assert data(again)["answer"] == "refused" and data(again)["refused"]["code"] == "NOT_RESUMABLE"
     assert len(await h.store.read_events_named(data(done)["job_id"], "human_input_decision")) == 1
+
+
+async def test_a_vote_of_a_quorum_is_told_and_the_other_approver_decides_over_mcp(h: Harness, url: str):
+    alice_id, bob_id = h.users["alice"][0], h.users["bob"][0]
+    flow = await gate_flow(h, approvers=[alice_id, bob_id], required_approvals=2)
+    person = Person("accept", {"action": "approve"})
+    async with over_http(url, h.users["alice"][1], elicitation_callback=person) as alice:
+        run = data(await alice.call_tool("run_flow", {"flow": flow, "input": "refund 42"}))
+    assert run["answer"] == "voted" and (run["votes"], run["required"]) == (1, 2), run
+    assert run["status"] == "suspended" and len(person.asked) == 1
+    async with over_http(url, h.users["bob"][1]) as bob:
+        [pending] = [p for p in data(await bob.call_tool("list_pending", {}))["pending"] if p["job_id"] == run["job_id"]]
+        done = data(await bob.call_tool("decide", {"job_id": run["job_id"], "action_id": "approve",
+                                                   "request_id": pending["request"]["request_id"]}))
+    assert done == {"job_id": run["job_id"], "status": "resuming"}  # the rest of the run is alice's
+    job = await h.wait_status(run["job_id"], JobStatus.completed)
+    [decision] = await h.store.read_events_named(job.job_id, "human_input_decision")
+    assert [v["user"] for v in decision.data["votes"]] == [alice_id, bob_id] and decision.data["via"] == "mcp"
