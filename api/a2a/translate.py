@@ -39,8 +39,25 @@ def data_part(value: Any) -> Part:
 
 
 def value_of(part: Part) -> Any:
-    """A part's DataPart value as JSON (None for another kind of part)."""
-    return json_format.MessageToDict(part.data) if part.WhichOneof("content") == "data" else None
+    """A part's DataPart value as JSON (None for another kind of part), its whole numbers as
+    integers again (protobuf's Value holds every number as a double)."""
+    return _whole(json_format.MessageToDict(part.data)) if part.WhichOneof("content") == "data" else None
+
+
+def _whole(value: Any) -> Any:
+    """``value`` with each integral float as an int, walked with a stack (any depth protobuf read)."""
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        container, key = stack.pop()
+        item = container[key]
+        if isinstance(item, float) and item.is_integer() and abs(item) < 2 ** 53:
+            container[key] = int(item)
+        elif isinstance(item, dict):
+            stack.extend((item, k) for k in item)
+        elif isinstance(item, list):
+            stack.extend((item, i) for i in range(len(item)))
+    return root[0]
 
 
 def _agent(job: Job, parts: list[Part]) -> Message:

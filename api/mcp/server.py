@@ -29,7 +29,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.request_state import RequestStateSecurity
+from mcp.server.request_state import AESGCMRequestStateCodec, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -96,7 +96,7 @@ class SignoffMcp:
         self.settings = settings
         # the state of an elicitation (2026-07-28) is sealed with the deployment's key, so the
         # client's retry may reach any API replica, and bound to the user who was asked
-        security = RequestStateSecurity(keys=[deployment_key(settings)], ttl=STATE_TTL_SECONDS,
+        security = RequestStateSecurity(codec=_DeploymentKeyCodec(settings), ttl=STATE_TTL_SECONDS,
                                         bind_principal=_principal, audience="signoff")
         self.server = MCPServer(name="signoff", request_state_security=security, instructions=(
             "Run signoff flows and answer their human gates. run_flow starts a run; when it stops at a gate "
@@ -277,6 +277,26 @@ class SignoffMcp:
         if done.status == "vote_recorded":  # one vote of a quorum: the request waits for the others
             return {"answer": "voted", "votes": done.votes, "required": done.required}
         return {"answer": "applied"}
+
+
+class _DeploymentKeyCodec:
+    """The SDK's AES-256-GCM codec under the deployment's key, read at the first elicitation
+    rather than when the app is built (a home gets a key file only once something needs one)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._codec: AESGCMRequestStateCodec | None = None
+
+    def _inner(self) -> AESGCMRequestStateCodec:
+        if self._codec is None:
+            self._codec = AESGCMRequestStateCodec([deployment_key(self.settings)])
+        return self._codec
+
+    def seal(self, payload: bytes) -> str:
+        return self._inner().seal(payload)
+
+    def unseal(self, token: str) -> bytes:
+        return self._inner().unseal(token)
 
 
 def _principal(ctx: Any) -> str | None:
