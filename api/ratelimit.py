@@ -6,7 +6,9 @@ gets ``total / writers`` (their fair share). A user who writes less than their s
 refused because of the others; one who writes more is paced to it. Beyond it 429 ``RATE_LIMITED``
 with ``Retry-After``. One dependency of the whole app (:func:`limit_writes`) applies it to every
 POST, PUT, PATCH and DELETE of the JSON API (submit, resume, stop, flows, shares, secrets,
-groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``).
+groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``), as do
+the writes of the agent protocols (MCP's ``run_flow``, ``decide``, ``stop_run``; A2A's messages and
+cancels: they call :func:`check_write`).
 
 The buckets are in this process's memory: the limit holds per API process (N replicas behind a
 balancer let a user N times the rate), and a restart refills them."""

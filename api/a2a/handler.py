@@ -48,6 +48,7 @@ from signoff.service import RunService
 from signoff.api.errors import STATUS_BY_CODE
 from signoff.api.errors import _jsonable as jsonable
 from signoff.api.limits import ID_MAX_CHARS, string_problems
+from signoff.api.ratelimit import WriteBudget, check_write
 from signoff.api.sse import follow_job, key_still_sees
 from signoff.api.a2a.translate import decision_of, input_text, status_of, task_of
 
@@ -68,6 +69,14 @@ class Caller:
         self.settings: Settings = self.service.settings
         self.flow_id: str = state["signoff_flow_id"]
         self.key: str = state["signoff_key"]
+        self.writes: WriteBudget = state["signoff_writes"]
+
+    def write(self) -> None:
+        """Take one write from the caller's SIGNOFF_WRITE_RATE (a submit, a decision, a stop)."""
+        try:
+            check_write(self.writes, self.user.id)
+        except SignoffError as err:
+            raise _refused(err) from None
 
 
 def _refused(err: SignoffError) -> Exception:
@@ -94,6 +103,7 @@ class SignoffA2A(RequestHandler):
         job = await self._task(c, params.id)
         if job.status.terminal:
             raise TaskNotCancelableError(message=f"The run is {job.status.value} already")
+        c.write()
         try:
             job = await c.service.stop(c.user, job.job_id)
         except Forbidden as err:
@@ -166,6 +176,7 @@ class SignoffA2A(RequestHandler):
 
     async def _send(self, c: Caller, params: SendMessageRequest) -> Job:
         """A new run, or a decision on the waiting run the message names; the job as it is then."""
+        c.write()
         message = params.message
         problems = string_problems(input_text(message), c.settings.max_string_chars, ("message",),
                                    max_depth=c.settings.max_json_depth)

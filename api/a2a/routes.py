@@ -39,7 +39,8 @@ class _Context(DefaultServerCallContextBuilder):
         context.state["headers"] = {k: v for k, v in context.state.get("headers", {}).items() if k != "x-api-key"}
         context.state.update(signoff_user=request.scope["state"]["user"], signoff_service=request.app.state.service,
                              signoff_flow_id=request.path_params["flow_id"],
-                             signoff_key=request.headers.get("x-api-key", "").strip())
+                             signoff_key=request.headers.get("x-api-key", "").strip(),
+                             signoff_writes=request.app.state.write_buckets)
         return context
 
 

@@ -19,6 +19,7 @@ from signoff.engine.settings import Settings
 from signoff.service import RunService
 
 from signoff.api.errors import Unauthorized
+from signoff.api.ratelimit import WriteBudget
 from signoff.api.mcp.server import SignoffMcp, refusal
 
 PATH = "/mcp"
@@ -37,12 +38,17 @@ async def request_caller(ctx: Context) -> tuple[User, RunService]:
     return user, service
 
 
+def request_budget(ctx: Context) -> WriteBudget:
+    """The app's write buckets (SIGNOFF_WRITE_RATE, shared with the API's write routes)."""
+    return ctx.request_context.request.scope["app"].state.write_buckets
+
+
 class McpEndpoint:
     """The ASGI endpoint of ``/mcp`` and the SDK's session manager it needs running
     (:meth:`running`, in the app's lifespan)."""
 
     def __init__(self, settings: Settings) -> None:
-        self.mcp = SignoffMcp(request_caller, settings)
+        self.mcp = SignoffMcp(request_caller, settings, request_budget)
         # no DNS-rebinding host check: every request carries an API key, and signoff is reached
         # under whatever host its operator gives it
         self.manager = StreamableHTTPSessionManager(

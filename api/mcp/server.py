@@ -44,6 +44,7 @@ from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
 from signoff.api.errors import _jsonable as jsonable
 from signoff.api.limits import ID_MAX_CHARS, REQUEST_ID_MAX_CHARS, string_problems
 from signoff.api.models import human_request, workflow_response
+from signoff.api.ratelimit import WriteBudget, check_write
 from signoff.api.mcp import elicit
 
 log = logging.getLogger("signoff.api.mcp")
@@ -51,6 +52,8 @@ log = logging.getLogger("signoff.api.mcp")
 # The caller of one MCP request: the user and the service to act for them (raises when the key
 # no longer names anyone)
 Caller = Callable[[Context], Awaitable[tuple[User, RunService]]]
+# The write budget (SIGNOFF_WRITE_RATE) of the process that serves a request
+Budget = Callable[[Context], WriteBudget]
 
 STATE_TTL_SECONDS = 24 * 3600.0  # how long a person may take over a form before its answer is refused
 ELICITATION_KEY = "decision"  # the key of the one input request of an InputRequiredResult
@@ -91,9 +94,10 @@ def run_state(job: Job, **more: Any) -> dict[str, Any]:
 class SignoffMcp:
     """The MCP server over a :data:`Caller` (see the module's docstring)."""
 
-    def __init__(self, caller: Caller, settings: Settings) -> None:
+    def __init__(self, caller: Caller, settings: Settings, budget: Budget) -> None:
         self.caller = caller
         self.settings = settings
+        self.budget = budget
         # the state of an elicitation (2026-07-28) is sealed with the deployment's key, so the
         # client's retry may reach any API replica, and bound to the user who was asked
         security = RequestStateSecurity(codec=_DeploymentKeyCodec(settings), ttl=STATE_TTL_SECONDS,
@@ -128,6 +132,7 @@ class SignoffMcp:
         assert ctx is not None
         user, service = await self.caller(ctx)
         try:
+            check_write(self.budget(ctx), user.id)  # a submit or a decision: a write (SIGNOFF_WRITE_RATE)
             if ctx.request_state is not None:  # the client's retry with the answer (2026-07-28)
                 return await self._answered(ctx, user, service)
             _check(flow, "flow", self.settings, max_chars=ID_MAX_CHARS)
@@ -162,6 +167,7 @@ class SignoffMcp:
         assert ctx is not None
         user, service = await self.caller(ctx)
         try:
+            check_write(self.budget(ctx), user.id)
             _check(job_id, "job_id", self.settings, max_chars=ID_MAX_CHARS)
             _check(request_id, "request_id", self.settings, max_chars=REQUEST_ID_MAX_CHARS)
             _check(action_id, "action_id", self.settings, max_chars=ID_MAX_CHARS)
@@ -179,6 +185,7 @@ class SignoffMcp:
     async def stop_run(self, job_id: str, ctx: Context) -> types.CallToolResult:
         user, service = await self.caller(ctx)
         try:
+            check_write(self.budget(ctx), user.id)
             _check(job_id, "job_id", self.settings, max_chars=ID_MAX_CHARS)
             job = await service.stop(user, job_id)
         except SignoffError as err:

@@ -24,6 +24,7 @@ from signoff.service import RunService
 
 from signoff.api.errors import Unauthorized
 from signoff.api.mcp.server import SignoffMcp, refusal
+from signoff.api.ratelimit import write_buckets
 
 
 def key_caller(key: str, store: Store, service: RunService):
@@ -61,4 +62,5 @@ async def opened(settings: Settings) -> AsyncIterator[tuple[Store, RunService]]:
 
 async def serve(settings: Settings, key: str) -> None:
     async with opened(settings) as (store, service):
-        await SignoffMcp(key_caller(key, store, service), settings).server.run_stdio_async()
+        budget = write_buckets(settings)  # SIGNOFF_WRITE_RATE, in this process as in each API process
+        await SignoffMcp(key_caller(key, store, service), settings, lambda _ctx: budget).server.run_stdio_async()

@@ -242,3 +242,17 @@ async def test_the_card_names_the_endpoint_and_the_key_scheme(h: Harness, base: 
     assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"] == {
         "location": "header", "name": "x-api-key", "description": "API key from `signoff users create`"}
     assert card["capabilities"]["streaming"] is True
+
+
+async def test_messages_and_cancels_take_from_the_users_write_rate(h: Harness, base: str, monkeypatch):
+    from signoff.api.ratelimit import WriteBudget
+
+    monkeypatch.setattr(h.app.state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
+    async with agent(base, h, h.flows["refund"]) as client:
+        task = await send(client, message("refund 42"))
+        for call in (lambda: send(client, message("Approve", task_id=task.id)),
+                     lambda: client.cancel_task(CancelTaskRequest(id=task.id))):
+            with pytest.raises(InvalidParamsError) as err:
+                await call()
+            assert err.value.data["code"] == "RATE_LIMITED"
+        assert (await client.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_INPUT_REQUIRED

@@ -304,3 +304,18 @@ async def test_a_vote_of_a_quorum_is_told_and_the_other_approver_decides_over_mc
     job = await h.wait_status(run["job_id"], JobStatus.completed)
     [decision] = await h.store.read_events_named(job.job_id, "human_input_decision")
     assert [v["user"] for v in decision.data["votes"]] == [alice_id, bob_id] and decision.data["via"] == "mcp"
+
+
+async def test_writes_take_from_the_users_write_rate(h: Harness, url: str, monkeypatch):
+    """run_flow, decide and stop_run are writes (SIGNOFF_WRITE_RATE, the API's buckets); reads are not."""
+    from signoff.api.ratelimit import WriteBudget
+
+    monkeypatch.setattr(h.app.state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
+    async with over_http(url, h.users["alice"][1]) as client:
+        run = data(await client.call_tool("run_flow", {"flow": h.flows["refund"], "input": "refund 42"}))
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("decide", {"job_id": run["job_id"], "action_id": "approve",
+                                              "request_id": run["request"]["request_id"]})
+        assert err.value.data["code"] == "RATE_LIMITED" and err.value.data["retry_after"] >= 1
+        assert data(await client.call_tool("get_request", {"job_id": run["job_id"]}))["request"]  # a read
+    assert (await h.store.get_job(run["job_id"])).status == JobStatus.suspended
