@@ -247,7 +247,8 @@ async def test_the_card_names_the_endpoint_and_the_key_scheme(h: Harness, base: 
 async def test_messages_and_cancels_take_from_the_users_write_rate(h: Harness, base: str, monkeypatch):
     from signoff.api.ratelimit import WriteBudget
 
-    monkeypatch.setattr(h.app.state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
+    # (setitem on its dict: monkeypatch cannot put back an attribute of a Starlette State)
+    monkeypatch.setitem(h.app.state._state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
     async with agent(base, h, h.flows["refund"]) as client:
         task = await send(client, message("refund 42"))
         for call in (lambda: send(client, message("Approve", task_id=task.id)),
@@ -256,3 +257,29 @@ async def test_messages_and_cancels_take_from_the_users_write_rate(h: Harness, b
                 await call()
             assert err.value.data["code"] == "RATE_LIMITED"
         assert (await client.get_task(GetTaskRequest(id=task.id))).status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+async def test_a_new_message_in_a_context_supersedes_its_waiting_run(h: Harness, base: str):
+    session = f"ctx-{uuid.uuid4().hex[:8]}"
+    async with agent(base, h, h.flows["refund"]) as client:
+        first = await send(client, message("refund 1", context_id=session))
+        second = await send(client, message("refund 2", context_id=session))
+        asked(second)
+        assert (await client.get_task(GetTaskRequest(id=first.id))).status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_the_0_3_method_names_are_served_too(h: Harness, base: str):
+    """A client of A2A 0.3 (no A2A-Version header, ``message/send``, ``tasks/get``) gets the same run."""
+    url = f"{base}/a2a/{h.flows['refund']}"
+    async with httpx.AsyncClient(headers={"x-api-key": h.users["alice"][1]}, timeout=60) as c:
+        r = await c.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
+            "kind": "message", "messageId": str(uuid.uuid4()), "role": "user",
+            "parts": [{"kind": "text", "text": "refund 42"}]}}})
+        task = r.json()["result"]
+        assert task["status"]["state"] == "input-required", r.json()
+        r = await c.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "message/send", "params": {"message": {
+            "kind": "message", "messageId": str(uuid.uuid4()), "role": "user", "taskId": task["id"],
+            "parts": [{"kind": "data", "data": {"action_id": "approve"}}]}}})
+        assert r.json()["result"]["status"]["state"] == "completed", r.json()
+        r = await c.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": task["id"]}})
+        assert r.json()["result"]["status"]["state"] == "completed"

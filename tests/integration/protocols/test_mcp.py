@@ -310,7 +310,8 @@ async def test_writes_take_from_the_users_write_rate(h: Harness, url: str, monke
     """run_flow, decide and stop_run are writes (SIGNOFF_WRITE_RATE, the API's buckets); reads are not."""
     from signoff.api.ratelimit import WriteBudget
 
-    monkeypatch.setattr(h.app.state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
+    # (setitem on its dict: monkeypatch cannot put back an attribute of a Starlette State)
+    monkeypatch.setitem(h.app.state._state, "write_buckets", WriteBudget(0.0001, 1))  # one write, then none for hours
     async with over_http(url, h.users["alice"][1]) as client:
         run = data(await client.call_tool("run_flow", {"flow": h.flows["refund"], "input": "refund 42"}))
         with pytest.raises(MCPError) as err:
