@@ -71,6 +71,9 @@ async def agent_card(request: Request) -> Response:
     except SignoffError as err:
         return error_response(STATUS_BY_CODE.get(err.code, 500), err.code, err.message)
     url = str(request.url_for("a2a_agent", flow_id=flow_id))
+    public = request.app.state.settings.public_url  # behind a proxy: the origin people reach signoff at
+    if public:
+        url = public + url[len(str(request.base_url).rstrip("/")):]
     return JSONResponse(agent_card_to_dict(card_of(flow, url)))
 
 

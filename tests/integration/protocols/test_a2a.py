@@ -283,3 +283,10 @@ async def test_the_0_3_method_names_are_served_too(h: Harness, base: str):
         assert r.json()["result"]["status"]["state"] == "completed", r.json()
         r = await c.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": {"id": task["id"]}})
         assert r.json()["result"]["status"]["state"] == "completed"
+
+
+async def test_the_card_names_the_public_origin_behind_a_proxy(h: Harness, base: str, monkeypatch):
+    monkeypatch.setattr(h.settings, "public_url", "https://signoff.example.com")
+    async with httpx.AsyncClient(headers={"x-api-key": h.users["alice"][1]}) as c:
+        card = (await c.get(f"{base}/a2a/{h.flows['refund']}/.well-known/agent-card.json")).json()
+    assert card["supportedInterfaces"][0]["url"] == f"https://signoff.example.com/a2a/{h.flows['refund']}"
