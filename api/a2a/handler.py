@@ -11,7 +11,8 @@ task is a job, read afresh at every call, so any API replica answers.
   ``returnImmediately``).
 - ``SendStreamingMessage`` / ``SubscribeToTask``: the task, then a status update at each change
   of state, until the run waits or ends; the stream counts as one of the caller's live streams
-  (SIGNOFF_MAX_STREAMS_PER_USER) and ends when their key no longer sees the run.
+  (SIGNOFF_MAX_STREAMS_PER_USER) and ends when their key no longer sees the run (asked before
+  each update and every SIGNOFF_STREAM_RECHECK_SECONDS while it is quiet).
 - ``GetTask`` reads the run, ``CancelTask`` stops it.
 
 Refusals are A2A's JSON-RPC errors: a run or flow the caller may not see (or of another flow)
@@ -23,6 +24,7 @@ as it was. Push notifications and task lists are not served.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -230,12 +232,17 @@ class SignoffA2A(RequestHandler):
         told = (job.status, job.pending.request_id if job.pending else None)
         if job.status == JobStatus.suspended:
             return  # it waits for input: the task said so
+        clock = asyncio.get_running_loop().time
+        checked = clock()
         async for batch in follow_job(c.store, c.service.feed, job.job_id, user_id=c.user.id,
                                       after_seq=await _last_seq(c.store, job.job_id), tick=POLL_SECONDS):
-            if not batch:
+            if not batch and clock() - checked < c.settings.stream_recheck_seconds:
                 continue
+            checked = clock()  # before an update, and every SIGNOFF_STREAM_RECHECK_SECONDS while quiet
             if not await allowed():
                 return
+            if not batch:
+                continue
             now = await c.store.get_job(job.job_id)
             if now is not None and (now.status, now.pending.request_id if now.pending else None) != told:
                 told = (now.status, now.pending.request_id if now.pending else None)

@@ -290,3 +290,41 @@ async def test_the_card_names_the_public_origin_behind_a_proxy(h: Harness, base:
     async with httpx.AsyncClient(headers={"x-api-key": h.users["alice"][1]}) as c:
         card = (await c.get(f"{base}/a2a/{h.flows['refund']}/.well-known/agent-card.json")).json()
     assert card["supportedInterfaces"][0]["url"] == f"https://signoff.example.com/a2a/{h.flows['refund']}"
+
+
+async def test_a_revoked_key_ends_a_running_stream(h: Harness, base: str, monkeypatch):
+    """A stream asks whether its key still sees the run while it is quiet (every
+    SIGNOFF_STREAM_RECHECK_SECONDS): revoked while the run works, the stream ends, nothing after."""
+    import asyncio
+
+    from tests.integration.agui.test_agui_api import slow_flow
+    from tests.integration.api.conftest import BlockingHTTP
+
+    monkeypatch.setattr(h.settings, "stream_recheck_seconds", 0.05)
+    server = BlockingHTTP()
+    h.egress.add(server)
+    name = f"a2a-{uuid.uuid4().hex[:6]}"
+    async with h.client("alice") as c:
+        flow = (await c.post("/api/v1/flows", json={**slow_flow(f"{server.url}/block/{name}"),
+                                                     "name": name})).json()["id"]
+    key = await h.store.create_api_key(h.users["alice"][0])
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendStreamingMessage", "params": {"message": {
+        "messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "go"}]}}}
+    try:
+        async with httpx.AsyncClient(headers={"x-api-key": key, "A2A-Version": "1.0"}, timeout=60) as c:
+            async with c.stream("POST", f"{base}/a2a/{flow}", json=body) as r:
+                assert r.status_code == 200
+                chunks, seen = r.aiter_text(), ""
+                while '"task"' not in seen:
+                    seen += await anext(chunks)
+                await helpers.eventually(lambda: name in server.seen, what="the run to make its call")
+                assert await h.store.revoke_api_key(key)
+
+                async def rest() -> str:
+                    return "".join([chunk async for chunk in chunks])
+
+                seen += await asyncio.wait_for(rest(), 10)  # the stream ended, the call still waiting
+                assert not server.gate(name).is_set()
+    finally:
+        server.close()
+    assert "TASK_STATE_COMPLETED" not in seen  # nothing of the run after the revoke
