@@ -36,7 +36,7 @@ test: $(TESTING)
 	./scripts/ensure-postgres
 	./scripts/ensure-agui-client
 	./scripts/ensure-chromium
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 bench: $(TESTING)
 	./scripts/ensure-postgres

@@ -141,6 +141,17 @@ def _jsonable(value: Any) -> Any:
     return printable(str(value))
 
 
+def error_answer(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The status and body the API answers ``exc`` with, as its handlers do: a SignoffError with
+    a status of its own by its code, anything else 500 INTERNAL_ERROR with no details out. For
+    an answer that carries several (a batch's items); the handlers below answer one."""
+    status = STATUS_BY_CODE.get(exc.code, 500) if isinstance(exc, SignoffError) else 500
+    if status == 500 or not isinstance(exc, SignoffError):
+        return 500, error_body("INTERNAL_ERROR", "Internal error; see the server log", error="InternalError")
+    extra = {k: _jsonable(v) for k, v in exc.details.items()}
+    return status, error_body(exc.code, exc.message, error=type(exc).__name__, **extra)
+
+
 async def _signoff_error(request: Request, exc: SignoffError) -> JSONResponse:
     status = STATUS_BY_CODE.get(exc.code, 500)
     if status == 500:  # not one the API answers on purpose (e.g. the database failed): no details out

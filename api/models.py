@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, PendingRequest
 
 from signoff.api.limits import ID_MAX_CHARS, REQUEST_ID_MAX_CHARS
+from signoff.service.batch import MAX_ITEMS as RESUME_BATCH_MAX_ITEMS
 
 ID = Field(min_length=1, max_length=ID_MAX_CHARS)
 SHORT = ID_MAX_CHARS
@@ -340,6 +341,35 @@ class ResumeResponse(BaseModel):
         # No return annotation: with one, the response's OpenAPI schema would be that type's.
         data = handler(self)
         return {k: v for k, v in data.items() if v is not None or k not in ("votes", "required", "run")}
+
+
+class ResumeBatchItem(ResumeRequest):
+    # unbounded like StopRequest's: a malformed job id is that item's 404, as in the path form
+    job_id: str = Field(description="a malformed or unknown id is that item's 404 JOB_NOT_FOUND")
+
+
+class ResumeBatchRequest(_Request):
+    items: list[ResumeBatchItem] = Field(min_length=1, max_length=RESUME_BATCH_MAX_ITEMS, description=(
+        f"at most {RESUME_BATCH_MAX_ITEMS}; each a decision of its own, as `POST /api/v2/workflows/{{job_id}}/resume` "
+        "takes it"))
+
+
+class ResumeBatchResult(BaseModel):
+    """One item's answer, as its own ``POST /resume`` would have given it: ``status_code`` 200 and
+    ``body`` the :class:`ResumeResponse`, or the error's status and its body (``{"detail":
+    {"error", "code", "message", ...}}``)."""
+
+    job_id: str
+    request_id: str
+    status_code: int
+    body: ResumeResponse | ErrorBody
+
+
+class ResumeBatchResponse(BaseModel):
+    """One result per item, in the items' order; ``applied``: how many answered 200."""
+
+    results: list[ResumeBatchResult]
+    applied: int
 
 
 class PendingItem(BaseModel):

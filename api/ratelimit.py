@@ -6,18 +6,20 @@ gets ``total / writers`` (their fair share). A user who writes less than their s
 refused because of the others; one who writes more is paced to it. Beyond it 429 ``RATE_LIMITED``
 with ``Retry-After``. One dependency of the whole app (:func:`limit_writes`) applies it to every
 POST, PUT, PATCH and DELETE of the JSON API (submit, resume, stop, flows, shares, secrets,
-groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``), as do
-the writes of the agent protocols (MCP's ``run_flow``, ``decide``, ``stop_run``; A2A's messages and
-cancels: they call :func:`check_write`).
+groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``). A
+batch of decisions takes one write per item (:func:`paced_writes`), and the agent protocols'
+writes (MCP's ``run_flow``, ``decide``, ``stop_run``; A2A's messages and cancels) one each
+(:func:`check_write`).
 
 The buckets are in this process's memory: the limit holds per API process (N replicas behind a
 balancer let a user N times the rate), and a restart refills them."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import Request
 
@@ -114,14 +116,50 @@ def check_write(budget: WriteBudget, user_id: str) -> None:
     """Take one write of ``user_id`` from its bucket, or raise RateLimited (429, Retry-After)."""
     wait = budget.take(user_id)
     if wait > 0:
-        retry_after = max(1, math.ceil(wait))
-        share = budget.share()
-        shared = (f"; the service's {budget.total:g} a second (SIGNOFF_WRITE_RATE_TOTAL) is shared by "
-                  f"{budget.writers(budget.clock())} users writing now" if share < budget.rate or budget.rate <= 0
-                  else "")
-        raise RateLimited(f"Too many writes: at most {share:g} a second with bursts of {budget.burst:g} per user "
-                          f"(SIGNOFF_WRITE_RATE, SIGNOFF_WRITE_BURST{shared}); try again in {retry_after} s",
-                          retry_after=retry_after)
+        raise _refusal(budget, wait)
+
+
+# The longest a batch of decisions (POST /api/v2/workflows/resume-batch, the inbox's bulk form)
+# waits for its items' writes: a batch within the burst goes at once, a larger one is paced at
+# the user's rate for up to this long, and its items beyond that are refused as RATE_LIMITED.
+BATCH_PACE_SECONDS = 10.0
+
+
+def paced_writes(budget: WriteBudget, user_id: str, *, free: int = 1,
+                 pace_seconds: float = BATCH_PACE_SECONDS) -> Callable[[int], Awaitable[None]]:
+    """For a call that makes many writes (a batch's items): an ``admit(i)`` that takes one write
+    per item from ``user_id``'s bucket (the first ``free`` are paid for by the request's own
+    write, taken by :func:`limit_writes`), waiting for it while the whole call has waited less
+    than ``pace_seconds``, else raising RateLimited as :func:`check_write` does. A batch of 100
+    is 100 writes: never a way around SIGNOFF_WRITE_RATE."""
+    deadline = budget.clock() + pace_seconds
+    admitted = 0
+
+    async def admit(_index: int) -> None:
+        nonlocal admitted
+        admitted += 1
+        if admitted <= free:
+            return
+        while True:
+            wait = budget.take(user_id)
+            if wait <= 0:
+                return
+            if budget.clock() + wait > deadline:
+                raise _refusal(budget, wait)
+            await asyncio.sleep(wait)
+
+    return admit
+
+
+def _refusal(budget: WriteBudget, wait: float) -> RateLimited:
+    retry_after = max(1, math.ceil(wait))
+    share = budget.share()
+    shared = (f"; the service's {budget.total:g} a second (SIGNOFF_WRITE_RATE_TOTAL) is shared by "
+              f"{budget.writers(budget.clock())} users writing now" if share < budget.rate or budget.rate <= 0
+              else "")
+    return RateLimited(f"Too many writes: at most {share:g} a second with bursts of {budget.burst:g} per user "
+                       f"(SIGNOFF_WRITE_RATE, SIGNOFF_WRITE_BURST{shared}); try again in {retry_after} s",
+                       retry_after=retry_after)
 
 
 async def limit_writes(request: Request) -> None:

@@ -1,22 +1,33 @@
-"""The person's pages under load (issue 12): the inbox with many waiting requests, and the API
-process with many open live pages. Prints JSON.
+"""The person's pages under load (issues 12 and 29): the inbox with many waiting requests, a bulk
+decision against one at a time, and the API process with many open live pages. Prints JSON.
 
 A real signoff: the Temporal dev server, a worker (``signoff worker``) and the API
 (``signoff api``) in their own processes, as under a deployment. Measured in the same run:
 
-(a) the inbox of a person with ``--waiting`` (default 1,000) requests waiting, against one with
+(a) the inbox of a person with ``--waiting`` (default 10,000) requests waiting, against one with
     ``--small`` (10): the time of ``GET /`` as a client on the same host sees it (median of
-    ``--reps``), and the first contentful paint in Chromium (Playwright, Debian's
-    ``/usr/bin/chromium``; ``performance.getEntriesByType('paint')``, median of ``--paints``);
-(b) the API process's CPU time (``/proc/PID/stat`` utime+stime) and RSS (``/proc/PID/status``
+    ``--reps``; the page's own work, the HTTP round trip on the loopback around it), and the
+    first contentful paint in Chromium (Playwright, Debian's ``/usr/bin/chromium``;
+    ``performance.getEntriesByType('paint')``, median of ``--paints``). The waiting requests are
+    written to the store as a pause writes them (the job, ``suspended`` with its pending request
+    and its ``human_input_required`` event, by the store's own methods): the inbox reads nothing
+    else, and 10,000 runs through Temporal would take the box most of an hour. On PostgreSQL the
+    bench then runs ``ANALYZE jobs``, as autovacuum would within a minute of such a change;
+(b) ``--decide`` (100) requests decided by one ``POST /api/v2/workflows/resume-batch`` against the
+    same number decided by ``POST /resume`` one after the other (and 8 at a time), each set of
+    runs really suspended through Temporal: the wall time until the last answer, and the ratio;
+(c) the API process's CPU time (``/proc/PID/stat`` utime+stime) and RSS (``/proc/PID/status``
     VmRSS) over ``--seconds`` (30) with ``--pages`` (100) live pages held open by a client:
     half inbox streams (``/inbox/live``) and half run pages (``/runs/{job}/live``) of the person
-    with 10 waiting, then all of them inbox streams of the person with 1,000 waiting; against
-    the same process idle for the same time.
+    with 10 waiting, then all of them inbox streams of the person with many waiting; against
+    the same process idle for the same time (``--pages 0``: not measured).
 
-Usage: python bench/pages.py [--waiting 1000] [--pages 100] [--seconds 30]
+The API runs with SIGNOFF_WRITE_RATE=0: 100 resumes in a row are past the default budget, which
+is not what is measured here.
+
+Usage: python bench/pages.py [--waiting 10000] [--decide 100] [--pages 100] [--seconds 30]
        [--database-url postgresql://...]   (default: a SQLite file in a temp folder)
-Takes ~3 minutes on the 2-core box.
+Takes ~5 minutes on the 2-core box.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.suspended import rss_mb, suspend  # noqa: E402
+from signoff.engine.models import JobStatus, NewJob, Option, PendingRequest, utcnow  # noqa: E402
 from bench.overhead import GATE_FLOW  # noqa: E402
 from bench._proc import cpu_seconds  # noqa: E402
 from signoff.devserver import DevServer, free_port  # noqa: E402
@@ -77,6 +89,58 @@ def stop(proc: subprocess.Popen | None) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+async def seed_waiting(store, user, flow, n: int, concurrency: int = 16) -> list[str]:
+    """``n`` requests waiting for ``user``, written as a run's pause writes them (the store's
+    own methods: the job, ``in_progress``, then ``suspended`` with its pending request and the
+    ``human_input_required`` event), a second apart, newest last; their job ids."""
+    sem = asyncio.Semaphore(concurrency)
+    start = utcnow() - timedelta(seconds=n)
+    session = uuid.uuid4().hex[:8]
+
+    async def one(i: int) -> str:
+        async with sem:
+            job_id = str(uuid.uuid4())
+            await store.create_job(NewJob(job_id=job_id, flow_id=flow.id, flow_version=flow.version, user_id=user.id,
+                                          session_id=f"{session}-{i}", request={"input_value": f"refund {i}",
+                                                                                "tweaks": {}, "mode": "background",
+                                                                                "session_id": f"{session}-{i}"}))
+            await store.set_status(job_id, JobStatus.in_progress)
+            pending = PendingRequest(
+                request_id=f"gate:{job_id}", prompt=f"Approve the refund for order {i}?",
+                options=[Option(action_id="approve", label="Approve"), Option(action_id="reject", label="Reject")],
+                allowed_decisions=["approve", "reject"], paused_at=start + timedelta(seconds=i))
+            await store.mark_suspended(job_id, pending, event=("human_input_required", pending.model_dump(mode="json")))
+            return job_id
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+async def decide(url: str, key: str, jobs: list, how: str) -> dict:
+    """Approve each of ``jobs`` (suspended): ``batch`` in one resume-batch call, ``one`` by one
+    resume after the other, ``eight`` by resumes 8 at a time; the wall time to the last answer."""
+    async with httpx.AsyncClient(base_url=url, headers={"x-api-key": key}, timeout=300) as c:
+        def body(job) -> dict:
+            return {"request_id": job.pending.request_id, "decision": {"action_id": "approve"}}
+
+        t = time.perf_counter()
+        if how == "batch":
+            r = await c.post("/api/v2/workflows/resume-batch",
+                             json={"items": [{"job_id": j.job_id, **body(j)} for j in jobs]})
+            assert r.status_code == 200, r.text
+            codes = [x["status_code"] for x in r.json()["results"]]
+        else:
+            sem = asyncio.Semaphore(1 if how == "one" else 8)
+
+            async def one(job) -> int:
+                async with sem:
+                    return (await c.post(f"/api/v2/workflows/{job.job_id}/resume", json=body(job))).status_code
+
+            codes = list(await asyncio.gather(*(one(j) for j in jobs)))
+        seconds = time.perf_counter() - t
+    assert codes == [200] * len(jobs), codes
+    return {"seconds": round(seconds, 2), "decisions_per_second": round(len(jobs) / seconds, 1)}
 
 
 async def sign_in(browser, url: str, key: str):
@@ -171,11 +235,12 @@ async def main() -> None:
     from playwright.async_api import async_playwright
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--waiting", type=int, default=1000)
+    ap.add_argument("--waiting", type=int, default=10_000)
+    ap.add_argument("--decide", type=int, default=100, help="requests decided by a batch, and one by one")
     ap.add_argument("--small", type=int, default=10)
     ap.add_argument("--reps", type=int, default=20, help="GET / timed, per inbox")
     ap.add_argument("--paints", type=int, default=5, help="page loads in Chromium, per inbox")
-    ap.add_argument("--pages", type=int, default=100, help="live pages held open")
+    ap.add_argument("--pages", type=int, default=100, help="live pages held open (0: not measured)")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--concurrency", type=int, default=32, help="submissions in flight")
     ap.add_argument("--database-url", default=None)
@@ -189,14 +254,16 @@ async def main() -> None:
     try:
         client = with_converter(await server.wait_healthy())
         settings = Settings(home=tmp, database_url=args.database_url or f"sqlite:///{tmp / 'bench.db'}",
-                            temporal_address=server.address, task_queue=f"bench-{uuid.uuid4()}")
+                            temporal_address=server.address, task_queue=f"bench-{uuid.uuid4()}",
+                            user_max_runs_in_flight=0)
         store = open_store(settings.resolved_database_url)
         await store.setup()
         port = free_port()
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")},
                "SIGNOFF_HOME": str(tmp), "SIGNOFF_DATABASE_URL": settings.resolved_database_url,
                "SIGNOFF_TEMPORAL_ADDRESS": server.address, "SIGNOFF_TASK_QUEUE": settings.task_queue,
-               "SIGNOFF_API_PORT": str(port), "PYTHONPATH": str(ROOT)}
+               "SIGNOFF_API_PORT": str(port), "PYTHONPATH": str(ROOT), "SIGNOFF_WRITE_RATE": "0",
+               "SIGNOFF_USER_MAX_RUNS_IN_FLIGHT": "0"}
         worker = subprocess.Popen([sys.executable, "-m", "signoff.cli", "worker"], cwd=ROOT, env=env,
                                   stdout=open(tmp / "worker.log", "ab"), stderr=subprocess.STDOUT)
         api = start_api(env, port, tmp / "api.log")
@@ -209,10 +276,13 @@ async def main() -> None:
         small_flow = await store.save_flow(small_user.id, "Refund approval", GATE_FLOW)
         many_flow = await store.save_flow(many_user.id, "Refund approval", GATE_FLOW)
         t = time.perf_counter()
-        small_jobs = await suspend(service, store, small_user, small_flow, args.small, args.small)
-        await suspend(service, store, many_user, many_flow, args.waiting, args.concurrency)
-        suspend_seconds = time.perf_counter() - t
-
+        small_jobs = await seed_waiting(store, small_user, small_flow, args.small)
+        await seed_waiting(store, many_user, many_flow, args.waiting)
+        seed_seconds = time.perf_counter() - t
+        if settings.resolved_database_url.startswith("postgres"):
+            # what autovacuum does within a minute of a change this size: the planner's statistics
+            async with store._tx(write=True) as tx:
+                await tx.execute("ANALYZE jobs")
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(executable_path=CHROMIUM)
             small_ctx, small_cookies = await sign_in(browser, url, small_key)
@@ -221,22 +291,46 @@ async def main() -> None:
             inbox_many = await inbox_figures(url, many_ctx, many_cookies, args.reps, args.paints)
             await browser.close()
 
-        await asyncio.sleep(2.0)
-        rss_idle_before = rss_mb(api.pid)
-        quiet = await idle(api.pid, args.seconds)
-        half = args.pages // 2
-        since = "&since=" + quote((datetime.now(timezone.utc) - timedelta(seconds=5)).isoformat())  # as the page says
-        mixed = [f"/inbox/live?rows=1{since}" for _ in range(half)] + \
-            [f"/runs/{small_jobs[i % len(small_jobs)].job_id}/live?seq=0&status=suspended"
-             for i in range(args.pages - half)]
-        live_mixed = await hold(url, small_cookies, mixed, args.seconds, api.pid)
-        live_many = await hold(url, many_cookies, [f"/inbox/live?rows=1{since}"] * args.pages, args.seconds, api.pid)
-        await asyncio.sleep(2.0)
-        rss_after = rss_mb(api.pid)
+        decider = await store.create_user(f"bench-decider-{uuid.uuid4().hex[:6]}")
+        decider_key = await store.create_api_key(decider.id)
+        decider_flow = await store.save_flow(decider.id, "Refund approval", GATE_FLOW)
+        decisions: dict = {}
+        if args.decide:
+            t = time.perf_counter()
+            sets = [await suspend(service, store, decider, decider_flow, args.decide, args.concurrency)
+                    for _ in range(3)]
+            decisions["suspend_seconds"] = round(time.perf_counter() - t, 1)
+            for how, jobs in zip(("one", "batch", "eight"), sets):
+                decisions[how] = await decide(url, decider_key, jobs, how)
+            decisions["ratio_batch_to_one_by_one"] = round(decisions["batch"]["seconds"] / decisions["one"]["seconds"], 2)
+            decisions["ratio_batch_to_eight_at_a_time"] = round(decisions["batch"]["seconds"]
+                                                                / decisions["eight"]["seconds"], 2)
+
+        api_process: dict = {}
+        if args.pages:
+            await asyncio.sleep(2.0)
+            rss_idle_before = rss_mb(api.pid)
+            quiet = await idle(api.pid, args.seconds)
+            half = args.pages // 2
+            since = "&since=" + quote((datetime.now(timezone.utc) - timedelta(seconds=5)).isoformat())  # as the page
+            mixed = [f"/inbox/live?rows=1{since}" for _ in range(half)] + \
+                [f"/runs/{small_jobs[i % len(small_jobs)]}/live?seq=0&status=suspended"
+                 for i in range(args.pages - half)]
+            live_mixed = await hold(url, small_cookies, mixed, args.seconds, api.pid)
+            live_many = await hold(url, many_cookies, [f"/inbox/live?rows=1{since}"] * args.pages, args.seconds,
+                                   api.pid)
+            await asyncio.sleep(2.0)
+            api_process = {
+                "seconds_each": args.seconds,
+                "idle": {**quiet, "rss_mb_before": rss_idle_before},
+                f"{args.pages}_live_pages_{half}_inbox_{args.pages - half}_run_{args.small}_waiting": live_mixed,
+                f"{args.pages}_live_inboxes_{args.waiting}_waiting": live_many,
+                "rss_mb_after_streams_closed": rss_mb(api.pid),
+            }
 
         out = {
             "database": settings.resolved_database_url.split(":", 1)[0],
-            "suspend_seconds": round(suspend_seconds, 1),
+            "seed_seconds": round(seed_seconds, 1),
             "inbox": {
                 f"{args.small}_waiting": inbox_small,
                 f"{args.waiting}_waiting": inbox_many,
@@ -246,13 +340,8 @@ async def main() -> None:
                 if inbox_many["first_contentful_paint_ms_median"] and inbox_small["first_contentful_paint_ms_median"]
                 else None,
             },
-            "api_process": {
-                "seconds_each": args.seconds,
-                "idle": {**quiet, "rss_mb_before": rss_idle_before},
-                f"{args.pages}_live_pages_{half}_inbox_{args.pages - half}_run_{args.small}_waiting": live_mixed,
-                f"{args.pages}_live_inboxes_{args.waiting}_waiting": live_many,
-                "rss_mb_after_streams_closed": rss_after,
-            },
+            "decisions": decisions,
+            "api_process": api_process,
             "wall_seconds": round(time.perf_counter() - started, 1),
         }
         await store.close()

@@ -241,6 +241,19 @@ class DecisionClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class InboxEntry:
+    """One request of a person's inbox as :meth:`Store.inbox_entries` lists it: what the inbox's
+    live stream sorts, filters and compares by, without the job's JSON (read when a row is drawn)."""
+
+    job_id: str
+    request_id: str
+    paused_at: datetime
+    flow_id: str
+    session_id: str | None
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
 class EventNote:
     """That an event was appended, as the store's tail tells it (:meth:`Store.tail_events`):
     where to read, not what was written (the log stays per job, read with ``read_events``)."""

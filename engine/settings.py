@@ -158,6 +158,11 @@ class Settings(BaseSettings):
         "total / writers a second (a user under that share is never refused because of others). 0 = no "
         "service-wide budget.",
     )
+    resume_batch_concurrency: int = Field(
+        8, ge=1, le=100,
+        description="How many decisions of one batch (POST /api/v2/workflows/resume-batch, the inbox's bulk "
+        "action) are under way at once; the others wait their turn.",
+    )
     user_max_runs_in_flight: int = Field(
         10, ge=0,
         description="Runs one user may have queued or running at once (a run paused at a gate does not count); a "

@@ -28,17 +28,23 @@ from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
 from signoff.engine.validate import parse_and_validate
 from signoff.engine.lifecycle import RunEnd, end_run
-from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, NewJob, User, utcnow
+from signoff.engine.models import Decision, FlowRecord, InboxEntry, Job, JobStatus, NewJob, User, utcnow
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.usage import check_stored_bytes
 from signoff.engine.tracing import sdk
-from signoff.service.access import RunnableFlows, assigned, may_execute, visible_job
+from signoff.service.access import RunnableFlows, may_execute, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
 from signoff.service.periodic import periodically
 from signoff.service.temporal import TemporalBackend
+
+# The most of a person's waiting requests one list gives (GET /pending, the inbox's live set): far
+# beyond what anyone waits on, a bound on one answer; the pages read a page at a time
+PENDING_MAX = 100_000
+# The most an inbox count counts before it says "1000+"
+INBOX_COUNT_CAP = 1000
 
 CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
 
@@ -199,20 +205,33 @@ class RunService:
         """What waits for ``user`` to decide, newest first: their own runs' requests (those with
         no approvers named, or naming them), and the requests assigned to them (by name, by
         group, by an escalation) in anyone's runs, but none of a requester the user muted (the
-        request still waits for its other approvers)."""
-        found: dict[str, Job] = {}
-        for job in await self.store.list_pending(user.id, flow_id=flow_id):
-            pending = job.pending
-            if pending is None or job.user_id != user.id:
-                continue
-            if not (pending.approvers or pending.approver_refs) or await assigned(self.store, user, job):
-                found[job.job_id] = job
-        muted = set(await self.store.list_mutes(user.id))
-        for job in await self.store.list_assigned_pending(user.id, flow_id=flow_id):
-            if job.pending is not None and job.user_id not in muted:
-                found.setdefault(job.job_id, job)
-        return sorted(found.values(), key=lambda j: (j.pending.paused_at if j.pending else j.updated_at),
-                      reverse=True)
+        request still waits for its other approvers). All of it: a page of it is
+        :meth:`inbox_page`."""
+        return await self.store.inbox(user.id, flow_id=flow_id, limit=PENDING_MAX)
+
+    async def inbox_page(self, user: User, *, flow_id: str | None = None, session_id: str | None = None,
+                         kind: str | None = None, limit: int, offset: int = 0) -> list[Job]:
+        """A page of :meth:`pending_for` (Store.inbox: indexed, its cost the page's rows)."""
+        return await self.store.inbox(user.id, flow_id=flow_id, session_id=session_id, kind=kind, limit=limit,
+                                      offset=offset)
+
+    async def inbox_entries(self, user: User) -> list[InboxEntry]:
+        """What :meth:`pending_for` lists, as keys and filter columns only (Store.inbox_entries):
+        what the inbox's live stream compares, without reading the jobs."""
+        return await self.store.inbox_entries(user.id, limit=PENDING_MAX)
+
+    async def inbox_count(self, user: User, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None) -> int | str:
+        """How many requests wait for ``user`` (with :meth:`inbox_page`'s filters): a number up to
+        INBOX_COUNT_CAP, past it the text ``"1000+"`` (counted no further: the count's cost
+        stays bounded whatever the number waiting)."""
+        n = await self.store.inbox_count(user.id, flow_id=flow_id, session_id=session_id, kind=kind,
+                                         cap=INBOX_COUNT_CAP + 1)
+        return f"{INBOX_COUNT_CAP}+" if n > INBOX_COUNT_CAP else n
+
+    async def inbox_flows(self, user: User) -> list[str]:
+        """The flows of what waits for ``user`` (Store.inbox_flows)."""
+        return await self.store.inbox_flows(user.id)
 
     @property
     def flows(self) -> RunnableFlows:

@@ -36,11 +36,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("store_backend", BACKENDS if both else BACKENDS[:1], scope="module")
 
 
+# The files that take longest (`--durations` of a clean-clone CI), longest first. pytest-xdist
+# hands files out in collection order (`--no-loadscope-reorder` in the Makefile; its default
+# orders them by their number of tests, which put the long files of few tests, the soak and the
+# acceptance runs, last, where one worker ran them alone while the others had finished): these go
+# first, so the short files fill in around them at the end. A file missing here just runs later.
+LONGEST_FIRST = (
+    "tests/integration/api/test_supersede_and_events.py",
+    "tests/integration/decisions/test_decision_races.py",
+    "tests/integration/decisions/test_quorum.py",
+    "tests/browser/test_pages.py",
+    "tests/acceptance/test_cli_and_fresh_api.py",
+    "tests/acceptance/test_dev.py",
+    "tests/integration/faults/test_soak.py",
+    "tests/integration/faults/test_database_outage.py",
+    "tests/integration/decisions/test_fanout.py",
+    "tests/acceptance/test_fuzz_openapi.py",
+    "tests/integration/faults/test_temporal_outage.py",
+    "tests/integration/inline/test_killed_api.py",
+    "tests/integration/temporal/test_restarts.py",
+    "tests/integration/trace/test_restart_and_otlp.py",
+    "tests/integration/decisions/test_timers.py",
+    "tests/acceptance/test_install.py",
+    "tests/acceptance/test_readme_walkthrough.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A node id per schemathesis case (tests/acceptance/test_fuzz_openapi.py): its items, one
+    """The longest files first (:data:`LONGEST_FIRST`), the rest in their order.
+
+    And a node id per schemathesis case (tests/acceptance/test_fuzz_openapi.py): its items, one
     per API operation and named ``test_x[GET /path]``, all carry the test function's node id, and
     pytest-xdist, which hands work out and reports it by node id, would run one of the 38. Each
     gets the id its name says, as any parametrised test has (pytest's own ``parent.id.child``)."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
     for item in items:
         if type(item).__name__ == "SchemathesisFunction" and not item.nodeid.endswith("]") and "[" in item.name:
             item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined, union-attr]

@@ -75,7 +75,7 @@ def pending(request_id: str, **fields) -> PendingRequest:
         prompt=fields.pop("prompt", "Approve the refund?"),
         options=[Option(action_id="approve", label="Approve"), Option(action_id="reject", label="Reject")],
         allowed_decisions=["approve", "reject"],
-        paused_at=utcnow(),
+        paused_at=fields.pop("paused_at", None) or utcnow(),
         **fields,
     )
 
@@ -1556,6 +1556,142 @@ async def test_assigned_pending_newest_first_and_by_flow(store: Store) -> None:
     await store.add_group_members(owner.id, "g", [approver.id])
     await store.add_request_approvers(jobs[1][0], jobs[1][1], [f"group:{owner.id}/g"])
     assert sorted(await _assigned(store, approver.id)) == sorted(j for j, _ in jobs)
+
+
+# ---- the inbox a page at a time (Store.inbox, inbox_count, inbox_flows) ----------------------
+
+
+async def _paused(store: Store, user_id: str, at: datetime, **fields) -> tuple[str, str]:
+    """A job of ``user_id`` suspended with a request paused at ``at`` (``approvers``, ``kind``...)."""
+    job_id = await new_job(store, user_id=user_id, **{k: fields.pop(k) for k in ("flow_id", "session_id") if k in fields})
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    request_id = f"gate:{job_id}"
+    request = pending(request_id, **fields)
+    assert await store.mark_suspended(job_id, request.model_copy(update={"paused_at": at}))
+    return job_id, request_id
+
+
+async def _inbox(store: Store, user_id: str, **kwargs) -> list[str]:
+    return [j.job_id for j in await store.inbox(user_id, **kwargs)]
+
+
+async def test_inbox_is_what_waits_for_the_user_newest_first(store: Store) -> None:
+    me, other, stranger = [await new_user(store) for _ in range(3)]
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    at = [t0 + timedelta(minutes=i) for i in range(8)]
+    mine, _ = await _paused(store, me.id, at[0])
+    names_others, names_others_request = await _paused(store, me.id, at[1], approvers=["bob"],
+                                                       approver_refs=[f"user:{other.id}"])
+    await store.set_request_approvers(names_others, names_others_request, [f"user:{other.id}"])
+    names_me, names_me_request = await _paused(store, me.id, at[2], approvers=["me"], approver_refs=[f"user:{me.id}"])
+    await store.set_request_approvers(names_me, names_me_request, [f"user:{me.id}"])
+    theirs, theirs_request = await _paused(store, other.id, at[3], approvers=["me"])
+    await store.set_request_approvers(theirs, theirs_request, [f"user:{me.id}"])
+    await store.create_group(stranger.id, "finance")
+    await store.add_group_members(stranger.id, "finance", [me.id])
+    by_group, by_group_request = await _paused(store, stranger.id, at[4], approvers=["group:finance"])
+    await store.set_request_approvers(by_group, by_group_request, [f"group:{stranger.id}/finance"])
+    not_mine, _ = await _paused(store, other.id, at[5])  # another's run naming nobody: the owner's
+    ended, ended_request = await _paused(store, me.id, at[6])
+    assert await store.claim_suspended_for_resume(ended, ended_request)  # no longer waiting
+
+    assert await _inbox(store, me.id) == [by_group, theirs, names_me, mine]
+    assert await _inbox(store, other.id) == [not_mine, names_others]
+    assert await _inbox(store, stranger.id) == []
+    # a page at a time, in the same order
+    assert await _inbox(store, me.id, limit=2) == [by_group, theirs]
+    assert await _inbox(store, me.id, limit=2, offset=2) == [names_me, mine]
+    assert await _inbox(store, me.id, limit=2, offset=4) == []
+    assert await _inbox(store, me.id, limit=0) == []
+    # an escalation that names the user in a request of another: it comes in
+    await store.add_request_approvers(not_mine, f"gate:{not_mine}", [f"user:{me.id}"])
+    assert await _inbox(store, me.id) == [not_mine, by_group, theirs, names_me, mine]
+    # the requests of a requester the user muted are not theirs to see (their own still are)
+    await store.mute(me.id, other.id)
+    assert await _inbox(store, me.id) == [by_group, names_me, mine]
+    await store.mute(me.id, me.id)
+    assert me.id in await store.list_mutes(me.id)
+    assert await _inbox(store, me.id) == [by_group, names_me, mine]
+    jobs = await store.inbox(me.id)
+    # the same, as keys and filter columns (no job read)
+    entries = await store.inbox_entries(me.id, limit=100)
+    assert [(e.job_id, e.request_id, e.paused_at, e.flow_id, e.session_id, e.kind) for e in entries] == \
+        [(j.job_id, j.pending.request_id, j.pending.paused_at, j.flow_id, j.session_id, j.pending.kind) for j in jobs]
+    assert [e.job_id for e in await store.inbox_entries(me.id, limit=2)] == [j.job_id for j in jobs[:2]]
+    assert await store.inbox_entries(stranger.id, limit=100) == []
+    assert await store.inbox_count(me.id) == 3 and await store.inbox_count(stranger.id) == 0
+    assert await store.inbox_flows(me.id) == sorted({j.flow_id for j in jobs})
+    assert await store.inbox_flows(stranger.id) == []
+    # a count stops at its cap
+    assert [await store.inbox_count(me.id, cap=c) for c in (0, 1, 2, 3, 4)] == [0, 1, 2, 3, 3]
+    await store.unmute(me.id, other.id)
+    assert await store.inbox_count(me.id, cap=4) == 4  # 3 own and named, 1 of the other's (escalated to me)
+    for hostile in ("%", "_", "' OR '1'='1", "", "*"):
+        assert await _inbox(store, hostile) == [] and await store.inbox_count(hostile) == 0
+        assert await store.inbox_flows(hostile) == []
+
+
+async def test_inbox_filters_and_counts_by_flow_session_and_kind(store: Store) -> None:
+    me = await new_user(store)
+    flow_a, flow_b = uid("flow-"), uid("flow-")
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    a1, _ = await _paused(store, me.id, t0, flow_id=flow_a, session_id="s1")
+    a2, _ = await _paused(store, me.id, t0 + timedelta(seconds=1), flow_id=flow_a, kind="tool_approval")
+    b1, _ = await _paused(store, me.id, t0 + timedelta(seconds=2), flow_id=flow_b, session_id="s1")
+    same, _ = await _paused(store, me.id, t0 + timedelta(seconds=2), flow_id=flow_b)  # the same time: by job id
+    ties = sorted([b1, same], reverse=True)
+    assert await _inbox(store, me.id) == [*ties, a2, a1]
+    assert await _inbox(store, me.id, flow_id=flow_a) == [a2, a1]
+    assert await _inbox(store, me.id, session_id="s1") == [b1, a1]
+    assert await _inbox(store, me.id, session_id="") == sorted([a2, same], key=[*ties, a2].index)
+    assert await _inbox(store, me.id, kind="tool_approval") == [a2]
+    assert [(e.job_id, e.kind, e.session_id) for e in await store.inbox_entries(me.id, limit=10)] == \
+        [(ties[0], "node_input", "s1" if ties[0] == b1 else None), (ties[1], "node_input", "s1" if ties[1] == b1 else None),
+         (a2, "tool_approval", None), (a1, "node_input", "s1")]
+    assert await _inbox(store, me.id, kind="node_input", flow_id=flow_b, session_id="s1") == [b1]
+    assert await _inbox(store, me.id, flow_id=uid("flow-")) == []
+    assert await store.inbox_count(me.id) == 4 and await store.inbox_count(me.id, flow_id=flow_a) == 2
+    assert await store.inbox_count(me.id, session_id="s1") == 2
+    assert await store.inbox_count(me.id, session_id="s1", flow_id=flow_b) == 1
+    assert await store.inbox_count(me.id, kind="tool_approval") == 1
+    assert await store.inbox_count(me.id, kind="tool_approval", session_id="s1") == 0
+    assert await store.inbox_flows(me.id) == sorted([flow_a, flow_b])
+    # the flows of requests assigned by others count too, each once
+    other = await new_user(store)
+    theirs, theirs_request = await _paused(store, other.id, t0, flow_id=flow_b, approvers=["me"])
+    await store.set_request_approvers(theirs, theirs_request, [f"user:{me.id}"])
+    elsewhere, elsewhere_request = await _paused(store, other.id, t0, approvers=["me"])
+    await store.set_request_approvers(elsewhere, elsewhere_request, [f"user:{me.id}"])
+    assert await store.inbox_flows(me.id) == sorted([flow_a, flow_b, (await store.get_job(elsewhere)).flow_id])
+    assert await store.inbox_count(me.id, flow_id=flow_b) == 3
+    for job_id in (theirs, elsewhere):
+        assert await store.claim_suspended_for_cancel(job_id)
+    # paused again at a later gate: it sorts by its new pause
+    token = await store.claim_suspended_for_resume(a1, f"gate:{a1}")
+    assert token
+    assert await store.mark_suspended(a1, pending("gate-2", paused_at=t0 + timedelta(hours=1)))
+    assert (await _inbox(store, me.id))[0] == a1
+    # a decision under way, then rolled back: where it was
+    token = await store.claim_suspended_for_resume(a2, f"gate:{a2}")
+    assert await _inbox(store, me.id) == [a1, *ties]
+    assert await store.rollback_resume_claim(a2, token)
+    assert await _inbox(store, me.id) == [a1, *ties, a2]
+
+
+async def test_inbox_reads_a_page_longer_than_one_statement_whole_and_in_order(store: Store) -> None:
+    """A page of 600 (the JSON API's pending list takes them all): every row once, newest first
+    (the SQL stores read a page's rows by id in bounded statements)."""
+    me = await new_user(store)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> str:
+        async with sem:
+            return (await _paused(store, me.id, t0 + timedelta(seconds=i)))[0]
+
+    jobs = await asyncio.gather(*(one(i) for i in range(600)))
+    assert await _inbox(store, me.id, limit=5000) == list(reversed(jobs))
+    assert await _inbox(store, me.id, limit=520, offset=40) == list(reversed(jobs))[40:560]
 
 
 # ---- a vote written only while the request waits ---------------------------------------------

@@ -1,7 +1,9 @@
 """A decision card (``/runs/{job}/requests/{request}``): the request as it waits, or what became
-of it; its forms (one per group of actions that share a values schema, or a tool approval's
-approve / edit, respond, reject); the decision posted from them, which goes through
-``RunService.resume`` like the API's; and the card's live stream."""
+of it, beside what a person needs to decide it (api/pages/context.py); its forms (the decision
+first when options ask for different values; a tool approval's approve / approve edited call,
+respond, reject); the decision posted from them, which goes through ``RunService.resume`` like
+the API's; and the card's live stream. What a person approves is what runs: a plain Approve sent
+with changed arguments runs nothing (the card asks again, showing the change)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,13 @@ from starlette.datastructures import FormData
 
 from signoff.engine.decisions import TOOL_APPROVAL_VALUES, tool_value_required
 from signoff.engine.errors import JobNotFound, SignoffError
+from signoff.engine.models import PendingRequest
 from signoff.service.access import visible_job
 
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest, printable
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
-from signoff.api.pages import forms, live, views
+from signoff.api.pages import context, forms, live, views
 from signoff.api.pages.page import Page, PageContext, live_response, page_router, read_form, text, with_count
 from signoff.api.pages.render import render
 
@@ -59,38 +62,78 @@ async def _request(page: PageContext, job_id: str, request_id: str, *, settle: b
     return view
 
 
+def choosing(req: PendingRequest) -> bool:
+    """Whether the card asks for the decision first (a segmented control) and then only the
+    chosen option's fields: options whose ``fields`` differ. Its inputs are named per option
+    (``v.<action_id>.<name>``), so the same field of two options is two inputs; the server
+    reads the chosen option's (the same rule decides it for the page and for the post)."""
+    if req.kind == "tool_approval" or not req.fields:
+        return False
+    return len({repr(req.fields.get(o.action_id)) for o in req.options}) > 1
+
+
+def value_prefix(req: PendingRequest, action: str) -> str:
+    return f"{forms.PREFIX}{action}." if choosing(req) else forms.PREFIX
+
+
+def _decided_values(req: PendingRequest, outcome: views.Outcome) -> list[tuple[str, Any]]:
+    """A decision's values under their schema titles (the name where there is none)."""
+    schema = (req.fields or {}).get(outcome.action_id or "") or {}
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    shown = []
+    for key, value in (outcome.values or {}).items():
+        sub = props.get(key) if isinstance(props.get(key), dict) else {}
+        shown.append((str(sub.get("title") or key.replace("_", " ").capitalize()), value))
+    return shown
+
+
 def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None, field_errors: dict[str, str] | None = None,
                  typed_args: dict[str, str] | None = None, typed_message: dict[str, str] | None = None,
                  error: str | None = None, error_action: str | None = None, notice: str | None = None,
-                 conflict: bool = False) -> dict[str, Any]:
-    """The card's forms: one per group of actions that share a values schema (each form's
-    controls are that schema's), or for a tool approval: approve / edit, respond, reject."""
+                 conflict: bool = False, facts: context.CardFacts | None = None,
+                 typed_by_option: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The card's forms. A gate whose options share one values schema (or none): the fields
+    once and a button per option. Options with different schemas: the decision first (one radio
+    per option), then each option's fields under its heading. A tool approval: approve / edit
+    (with what the person changed, old -> new), respond, reject."""
     req = view.request
     groups: list[dict[str, Any]] = []
-    if req.kind != "tool_approval":
-        by_schema: dict[str, dict[str, Any]] = {}
+    choices: list[dict[str, Any]] = []
+    if choosing(req):
         for option in req.options:
-            schema = (req.fields or {}).get(option.action_id)
-            key = repr(schema)
-            if key not in by_schema:
-                mine = error_action is not None and (req.fields or {}).get(error_action) == schema
-                by_schema[key] = {"options": [], "fields": forms.fields_of(
-                    schema, typed if mine else None, field_errors if mine else None), "error": error if mine else None}
-                groups.append(by_schema[key])
-            by_schema[key]["options"].append(option)
-        if error and not any(g["error"] for g in groups) and groups:
-            groups[0]["error"] = error
+            mine = option.action_id == error_action
+            kept = (typed_by_option or {}).get(option.action_id) or (typed if mine else None)
+            fields = forms.fields_of((req.fields or {}).get(option.action_id), kept,
+                                     field_errors if mine else None, prefix=value_prefix(req, option.action_id))
+            choices.append({"option": option, "fields": fields, "checked": mine})
+    elif req.kind != "tool_approval":
+        schema = (req.fields or {}).get(req.options[0].action_id) if req.options and req.fields else None
+        groups.append({"options": list(req.options), "fields": forms.fields_of(schema, typed, field_errors),
+                       "error": error})
     allowed = set(req.allowed_decisions)
     tool = req.tool or {}
+    proposal = tool.get("args") if isinstance(tool.get("args"), dict) else {}
+    changes = forms.arg_changes(proposal, FormData([(forms.ARG_PREFIX + k, v) for k, v in (typed_args or {}).items()]))
+    outcome = view.outcome
+    decided_args = forms.args_diff(proposal, (outcome.values or {}).get("args")) \
+        if req.kind == "tool_approval" and outcome.action_id == "edit" else []
     return {
-        "view": view, "req": req, "groups": groups, "tool": tool, "allowed": allowed,
-        "args": forms.arg_fields(tool.get("args") if isinstance(tool.get("args"), dict) else {}, typed_args),
+        "view": view, "req": req, "groups": groups, "choices": choices, "tool": tool, "allowed": allowed,
+        "args": forms.arg_fields(proposal, typed_args), "changes": changes, "decided_args": decided_args,
+        "decided_values": [] if decided_args else _decided_values(req, outcome),
         "typed_message": typed_message or {},
         "message_required": {act: tool_value_required(act, "message") for act in TOOL_APPROVAL_VALUES},
         "error": error, "error_action": error_action, "notice": notice,
-        "conflict": conflict,
+        "conflict": conflict, "facts": facts,
         "card_url": card_url(view.job.job_id, req.request_id),
     }
+
+
+async def _facts(page: PageContext, view: views.RequestView) -> context.CardFacts:
+    flow = await page.store.get_flow(view.job.flow_id, version=view.job.flow_version) \
+        or await page.store.get_flow(view.job.flow_id)
+    until = None if view.is_open else (view.outcome.decided_at or view.job.updated_at)
+    return await context.facts(page.store, page.user, view.job, view.request, flow, until)
 
 
 @router.get("/runs/{job_id}/requests/{request_id}")
@@ -101,7 +144,7 @@ async def card(request: Request, job_id: str, request_id: str, page: PageContext
     notice = None
     if voted and view.is_open and len(voted) < 20:
         notice = f"Your vote is recorded ({voted} approvals)."
-    return render(request, "card.html", **card_context(view, notice=notice))
+    return render(request, "card.html", **card_context(view, notice=notice, facts=await _facts(page, view)))
 
 
 @router.get("/runs/{job_id}/requests/{request_id}/live")
@@ -112,29 +155,62 @@ async def card_live(request: Request, job_id: str, request_id: str, page: PageCo
     return live_response(request, page, stream, job_id)
 
 
+class EditNotSent(Exception):
+    """A plain Approve sent with arguments the person changed: it would run the proposal and
+    drop what they typed, so nothing is sent and the card asks again, showing the change."""
+
+    def __init__(self, changes: list[forms.ArgChange]) -> None:
+        super().__init__("edited arguments sent with Approve")
+        self.changes = changes
+
+
+class NoChoice(Exception):
+    """A card that asks for the decision first was sent without one."""
+
+
 def _decision_from(view: views.RequestView, form: FormData) -> tuple[str, dict[str, Any] | None]:
     action = text(form.get("action_id")) or ""
     req = view.request
     if req.kind == "tool_approval":
+        proposal = (req.tool or {}).get("args")
+        if action == "approve" and (changes := forms.arg_changes(proposal if isinstance(proposal, dict) else {}, form)):
+            raise EditNotSent(changes)
         if action == "edit":
-            return action, {"args": forms.edited_args((req.tool or {}).get("args"), form)}
+            return action, {"args": forms.edited_args(proposal, form)}
         message = text(form.get(f"message.{action}"))
         if action in ("respond", "reject") and message is not None and message.strip():
             return action, {"message": message}
         return action, None
+    if choosing(req) and action not in req.allowed_decisions:
+        raise NoChoice()
     schema = (req.fields or {}).get(action)
-    return action, forms.values_from(schema, form)
+    return action, forms.values_from(schema, form, prefix=value_prefix(req, action))
 
 
-def _problems_by_field(err: SignoffError) -> tuple[dict[str, str], str]:
+def _problems_by_field(err: SignoffError, schema: dict[str, Any] | None) -> tuple[dict[str, str], str]:
+    """A refusal's problems per field, in people's words (forms.in_words), and its message."""
     problems = err.details.get("problems") or []
     by_field: dict[str, str] = {}
     for problem in problems:
         if isinstance(problem, dict):
             loc = str(problem.get("loc", ""))
             name = loc.split(".", 2)[1] if loc.startswith("values.") else loc
-            by_field.setdefault(name, str(problem.get("message", "")))
+            by_field.setdefault(name, forms.in_words(problem, schema, name))
+    props = (schema or {}).get("properties") if isinstance((schema or {}).get("properties"), dict) else {}
+    if by_field and all(name in props for name in by_field):  # each said next to its field
+        count = len(by_field)
+        return by_field, "Please fix the field marked below." if count == 1 else f"Please fix the {count} fields marked below."
     return by_field, printable(err.message)
+
+
+def _refusal(view: views.RequestView, refused: Exception) -> str:
+    if isinstance(refused, NoChoice):
+        return "Choose a decision first: " + " or ".join(o.label for o in view.request.options) + "."
+    names = ", ".join(c.name for c in getattr(refused, "changes", []))
+    if "edit" in view.request.allowed_decisions:
+        return (f"You changed {names}, so nothing was sent: Approve runs the call as the agent proposed it. "
+                "Check your change below and approve the edited call, or discard it.")
+    return f"This call cannot be edited (you changed {names}), so nothing was sent. Discard the change to approve it."
 
 
 @router.post("/runs/{job_id}/requests/{request_id}")
@@ -142,7 +218,7 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
     form = await read_form(request, page)
     view = await _request(page, job_id, request_id)
     action = text(form.get("action_id")) or ""
-    typed = forms.typed_values(form)
+    typed = forms.typed_values(form, value_prefix(view.request, action))
     typed_args = forms.typed_args(form)
     typed_message = {k.split(".", 1)[1]: str(v) for k, v in form.items() if k.startswith("message.")}
     try:
@@ -154,21 +230,30 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
             raise InvalidRequest("; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()[:5]))
         check_body(body, request.app.state.settings, text=("decision",))
         resumed = await page.service.resume(page.user, job_id, request_id, body.decision)
+    except (EditNotSent, NoChoice) as refused:
+        await with_count(request, page)
+        return render(request, "card.html", 422, **card_context(
+            view, typed_args=typed_args, typed_message=typed_message, error=_refusal(view, refused),
+            error_action="approve" if isinstance(refused, EditNotSent) else None, facts=await _facts(page, view),
+            typed_by_option={o.action_id: forms.typed_values(form, value_prefix(view.request, o.action_id))
+                             for o in view.request.options}))
     except SignoffError as err:
         status = STATUS_BY_CODE.get(err.code, 500)
         if status in (403, 422):
-            field_errors, message = _problems_by_field(err)
+            field_errors, message = _problems_by_field(err, (view.request.fields or {}).get(action))
             await with_count(request, page)
             return render(request, "card.html", status, **card_context(
                 view, typed=typed, field_errors=field_errors, typed_args=typed_args, typed_message=typed_message,
-                error=message, error_action=action))
+                error=message, error_action=action, facts=await _facts(page, view)))
         if status == 409:
             settled = await _request(page, job_id, request_id, settle=True, lost=err.code == "NOT_RESUMABLE",
                                      decided=True)
             await with_count(request, page)
+            shown = await _facts(page, settled)
             if err.code == "ALREADY_VOTED":
-                return render(request, "card.html", 409, **card_context(settled, notice="Your vote was already counted."))
-            return render(request, "card.html", 409, **card_context(settled, conflict=True))
+                return render(request, "card.html", 409, **card_context(settled, notice="Your vote was already counted.",
+                                                                        facts=shown))
+            return render(request, "card.html", 409, **card_context(settled, conflict=True, facts=shown))
         raise
     if resumed.status == "vote_recorded":
         target = card_url(job_id, request_id) + "?" + urlencode({"voted": f"{resumed.votes}/{resumed.required}"})
@@ -176,5 +261,5 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
     if view.job.user_id != page.user.id:  # an approver: the card of a run that is not theirs, once
         settled = await _request(page, job_id, request_id, settle=True, decided=True)
         await with_count(request, page)
-        return render(request, "card.html", **card_context(settled))
+        return render(request, "card.html", **card_context(settled, facts=await _facts(page, settled)))
     return RedirectResponse(card_url(job_id, request_id), status_code=303)

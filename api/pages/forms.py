@@ -59,9 +59,11 @@ def _as_text(value: Any) -> str:
 
 
 def fields_of(schema: dict[str, Any] | None, typed: dict[str, Any] | None = None,
-              errors: dict[str, str] | None = None) -> list[Field]:
+              errors: dict[str, str] | None = None, prefix: str = PREFIX) -> list[Field]:
     """The controls for ``schema``; ``typed``: what the person sent (kept after a refusal),
-    ``errors``: a message per property."""
+    ``errors``: a message per property; ``prefix``: of the inputs' names (one per option on a
+    card that shows several options' fields in one form, so a field two options share is two
+    inputs)."""
     if not isinstance(schema, dict):
         return []
     props = schema.get("properties")
@@ -74,7 +76,7 @@ def fields_of(schema: dict[str, Any] | None, typed: dict[str, Any] | None = None
     for name, sub in props.items():
         sub = sub if isinstance(sub, dict) else {}
         label = str(sub.get("title") or name.replace("_", " ").capitalize())
-        f = Field(name=name, input_name=PREFIX + name, label=label, control="text", required=name in required,
+        f = Field(name=name, input_name=prefix + name, label=label, control="text", required=name in required,
                   help=str(sub.get("description") or ""), error=errors.get(name))
         kind = _type(sub)
         shown = typed[name] if name in typed else sub.get("default")
@@ -145,7 +147,7 @@ def _parse_scalar(text: str, kind: str | None) -> Any:
     return text
 
 
-def values_from(schema: dict[str, Any] | None, form: FormData) -> dict[str, Any] | None:
+def values_from(schema: dict[str, Any] | None, form: FormData, prefix: str = PREFIX) -> dict[str, Any] | None:
     """The decision's values from a submitted form, as ``schema`` describes them; an empty field
     is left out (so ``required`` names it and a default applies)."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
@@ -153,7 +155,7 @@ def values_from(schema: dict[str, Any] | None, form: FormData) -> dict[str, Any]
     values: dict[str, Any] = {}
     for name, sub in schema["properties"].items():
         sub = sub if isinstance(sub, dict) else {}
-        key = PREFIX + name
+        key = prefix + name
         kind = _type(sub)
         if "enum" in sub and isinstance(sub["enum"], list):
             raw = form.get(key)
@@ -191,6 +193,38 @@ def values_from(schema: dict[str, Any] | None, form: FormData) -> dict[str, Any]
     return values
 
 
+_TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text", "boolean": "yes or no",
+               "array": "a list", "object": "a set of values (JSON)"}
+
+
+def in_words(problem: dict[str, Any], schema: dict[str, Any] | None, name: str) -> str:
+    """A refused value's problem as a person reads it ("Write at least 5 characters."), from the
+    rule it broke (the problem's ``type``, a JSON Schema keyword) and the field's schema; the
+    check's own message where no rule fits."""
+    props = schema.get("properties") if isinstance(schema, dict) and isinstance(schema.get("properties"), dict) else {}
+    sub = props.get(name) if isinstance(props.get(name), dict) else {}
+    rule = str(problem.get("type") or "")
+    limit = sub.get(rule)
+    words = {
+        "required": "Fill this in.",
+        "minLength": f"Write at least {limit} characters.",
+        "maxLength": f"Write at most {limit} characters.",
+        "minimum": f"Enter {limit} or more.",
+        "maximum": f"Enter {limit} or less.",
+        "exclusiveMinimum": f"Enter more than {limit}.",
+        "exclusiveMaximum": f"Enter less than {limit}.",
+        "minItems": f"Choose at least {limit}.",
+        "maxItems": f"Choose at most {limit}.",
+        "enum": "Choose one of the listed values.",
+        "format": f"Enter a valid {sub.get('format', 'value')}.",
+        "type": f"Enter {_TYPE_WORDS.get(str(_type(sub)), 'a valid value')}.",
+        "pattern": "This is not in the form asked for" + (" (see below)." if sub.get("description") else "."),
+    }
+    if rule in words and (limit is not None or rule in ("required", "enum", "format", "type", "pattern")):
+        return words[rule]
+    return str(problem.get("message", ""))
+
+
 def _too_deep(loc: str) -> InvalidValues:
     """A field whose JSON nests deeper than Python can read (a 500 before): 422, the form shown
     again naming the field (values nested less deeply meet SIGNOFF_MAX_JSON_DEPTH in check_body)."""
@@ -198,51 +232,89 @@ def _too_deep(loc: str) -> InvalidValues:
                            "message": "nests objects and lists too deeply (SIGNOFF_MAX_JSON_DEPTH)"}])
 
 
-def typed_values(form: FormData) -> dict[str, Any]:
+def typed_values(form: FormData, prefix: str = PREFIX) -> dict[str, Any]:
     """What the person typed, by property name, to show again after a refusal."""
     typed: dict[str, Any] = {}
     for key in form.keys():
-        if key.startswith(PREFIX):
+        if key.startswith(prefix):
             items = form.getlist(key)
-            typed[key[len(PREFIX):]] = items if len(items) > 1 else items[0]
+            typed[key[len(prefix):]] = items if len(items) > 1 else items[0]
     return typed
 
 
 # ---- a tool approval's arguments ---------------------------------------------------------------
+# What a person approves is what runs (DESIGN §10): the card compares what was submitted with
+# the proposal, so an argument changed in the form is never dropped by a plain Approve.
+
+
+@dataclass
+class ArgChange:
+    name: str
+    old: str  # the proposal's value as the form shows it
+    new: str  # as typed
 
 
 def arg_fields(args: dict[str, Any] | None, typed: dict[str, str] | None = None) -> list[Field]:
-    """One input per argument of the tool call (text as it is, anything else as JSON)."""
+    """One input per argument of the tool call (text as it is, anything else as JSON); ``value``
+    what to show (typed, after a refusal), ``attrs["original"]`` the proposal's text, which the
+    page's script compares with what is typed."""
     out = []
     for name, value in (args or {}).items():
-        shown = (typed or {}).get(name, _as_text(value))
-        long = len(shown) > 80 or "\n" in shown
+        original = _as_text(value)
+        shown = (typed or {}).get(name, original).replace("\r\n", "\n")
+        long = len(shown) > 80 or "\n" in shown or len(original) > 80 or "\n" in original
         out.append(Field(name=name, input_name=ARG_PREFIX + name, label=name, value=shown,
-                         control="textarea" if long else "text",
+                         control="textarea" if long else "text", attrs={"original": original},
                          help="" if isinstance(value, str) else "JSON"))
     return out
 
 
+def _arg_value(original: Any, raw: str, name: str) -> tuple[Any, bool]:
+    """The argument to run with from the submitted text, and whether it differs from the
+    proposal. A form sends a textarea's line breaks as CRLF: read as the LF the person typed.
+    A text argument stays text; any other is read as JSON (kept as text when it is not JSON)
+    and is unchanged when it is the same JSON (spacing aside)."""
+    text = raw.replace("\r\n", "\n")
+    if isinstance(original, str):
+        return (original, False) if text == original.replace("\r\n", "\n") else (text, True)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text, True
+    except RecursionError:
+        raise _too_deep(f"values.args.{name}") from None
+    same = json.dumps(parsed, sort_keys=True) == json.dumps(original, sort_keys=True)
+    return (original, False) if same else (parsed, True)
+
+
 def edited_args(args: dict[str, Any] | None, form: FormData) -> dict[str, Any]:
-    """The arguments as edited: a text argument stays text, any other is read as JSON (kept as
-    text when it is not JSON)."""
+    """The arguments as edited (an argument the form did not send, or sent unchanged, is the
+    proposal's)."""
     out: dict[str, Any] = {}
     for name, original in (args or {}).items():
         raw = form.get(ARG_PREFIX + name)
-        if raw is None:
-            out[name] = original
-            continue
-        raw = str(raw)
-        if isinstance(original, str):
-            out[name] = raw
-        else:
-            try:
-                out[name] = json.loads(raw)
-            except ValueError:
-                out[name] = raw
-            except RecursionError:
-                raise _too_deep(f"values.args.{name}") from None
+        out[name] = original if raw is None else _arg_value(original, str(raw), name)[0]
     return out
+
+
+def arg_changes(args: dict[str, Any] | None, form: FormData) -> list[ArgChange]:
+    """The arguments the submitted form changed, old and new (empty: the call as proposed)."""
+    changes = []
+    for name, original in (args or {}).items():
+        raw = form.get(ARG_PREFIX + name)
+        if raw is not None and _arg_value(original, str(raw), name)[1]:
+            changes.append(ArgChange(name, _as_text(original), str(raw).replace("\r\n", "\n")))
+    return changes
+
+
+def args_diff(before: dict[str, Any] | None, after: Any) -> list[ArgChange]:
+    """A decided edit's arguments against the proposal: every argument, old and new text (old
+    equal to new where it was not changed)."""
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    return [ArgChange(name, _as_text(before[name]) if name in before else "",
+                      _as_text(after[name]) if name in after else "")
+            for name in [*before, *[n for n in after if n not in before]]]
 
 
 def typed_args(form: FormData) -> dict[str, str]:

@@ -3,23 +3,29 @@ time; and its live stream (``/inbox/live``, api/pages/live.py)."""
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
 
 from fastapi import Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 
-from signoff.engine.models import utcnow
-from signoff.service import RunService
+from signoff.engine.errors import SignoffError
+from signoff.engine.models import Decision, utcnow
+from signoff.service import RunService, batch
+from signoff.service.backend import Resumed
 
 from signoff.api.pages import formatting, live, waiting
-from signoff.api.pages.page import Page, PageContext, clean, live_response, page_router, paginate
+from signoff.api.errors import InvalidRequest
+from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
+from signoff.api.ratelimit import paced_writes
 from signoff.api.pages.render import fragment, render
 from signoff.api.pages.views import Names
 
 router = page_router()
 
 KINDS = ("node_input", "tool_approval")
+MAX_PAGE = 10_000  # the deepest page asked for (an offset is rows read)
 
 
 def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
@@ -32,19 +38,64 @@ def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
 
 @router.get("/")
 async def inbox(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                kind: str | None = None, p: int = 1) -> Response:
+                kind: str | None = None, p: int = 1, decided: int | None = None, refused: int | None = None
+                ) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
-    everything = await waiting.inbox_items(Names(page.store), await page.service.pending_for(page.user), page.user.id)
-    request.state.inbox_count = len(everything)
-    items = waiting.filter_inbox(everything, flow=flow, session=session, kind=kind)
-    shown, p, pages = paginate(items, p)
-    flows = sorted({(i.job.flow_id, i.flow_name) for i in everything}, key=lambda f: f[1].lower())
+    # a page of rows (and one more: whether an older page follows) and bounded counts, never the
+    # whole waiting set: the store's indexed reads cost the page, not the number waiting
+    # (docs/pages.md); past 1,000 a count says "1000+" and the pager no longer counts pages
+    everything = await page.service.inbox_count(page.user)
+    request.state.inbox_count = everything
+    total = await page.service.inbox_count(page.user, flow_id=flow, session_id=session, kind=kind) \
+        if flow or session or kind else everything
+    p = max(1, min(p, MAX_PAGE))
+    pages = None if isinstance(total, str) else max(1, math.ceil(total / PAGE_SIZE))
+    if pages is not None:
+        p = min(p, pages)
+    jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
+                                         limit=PAGE_SIZE + 1, offset=(p - 1) * PAGE_SIZE)
+    older = len(jobs) > PAGE_SIZE
+    names = Names(page.store)
+    shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+    flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
+                   key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
+    # the bulk action's buttons: the options of the rows that can be decided from the list
+    bulk = list({o.action_id: o.label for i in shown if i.quick for o in i.request.options}.items())[:4]
+    notice = _bulk_notice(decided, refused)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
-    return render(request, "inbox.html", items=shown, total=len(items), page_no=p, pages=pages, flows=flows,
+    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, older=older, flows=flows,
+                  bulk=bulk, notice=notice,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
+
+
+@router.post("/inbox/decide")
+async def decide_many(request: Request, page: PageContext = Page) -> Response:
+    """The inbox's bulk action: the rows ticked (``item``: ``{job_id}|{request_id}``, at most
+    100) each decided with the button's ``action_id``, through the same batch as
+    ``POST /api/v2/workflows/resume-batch`` (service/batch.py: each its own checks and claim,
+    each a write of the budget); back to the inbox with how many were decided and how many not
+    (decided elsewhere meanwhile, not the person's to decide, or an action the request lacks)."""
+    form = await read_form(request, page)  # same origin, CSRF, one write
+    action = clean(text(form.get("action_id")))
+    ticked = [v for v in (text(x) for x in form.getlist("item")) if v and "|" in v]
+    if len(ticked) > batch.MAX_ITEMS:
+        raise InvalidRequest(f"Choose at most {batch.MAX_ITEMS} requests at once")
+    if action is None or not ticked:
+        return RedirectResponse("/?" + urlencode({"decided": 0, "refused": 0}), status_code=303)
+    items: list[batch.BatchItem | SignoffError] = []
+    for value in ticked:
+        job_id, request_id = value.split("|", 1)
+        items.append(batch.BatchItem(job_id, request_id, Decision(action_id=action)))
+    settings = request.app.state.settings
+    outcomes = await batch.resume_batch(page.service.resume, page.user, items,
+                                        concurrency=settings.resume_batch_concurrency,
+                                        admit=paced_writes(request.app.state.write_buckets, page.user.id))
+    decided = sum(isinstance(o, Resumed) for o in outcomes)
+    return RedirectResponse("/?" + urlencode({"decided": decided, "refused": len(outcomes) - decided}),
+                            status_code=303)
 
 
 @router.get("/inbox/live")
@@ -65,3 +116,17 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
                                kind=kind, add_rows=rows == "1", render_row=row, since=after)
     return live_response(request, page, stream)
+
+
+def _bulk_notice(decided: int | None, refused: int | None) -> str | None:
+    """What the bulk action did, said back on the inbox it returned to."""
+    if decided is None:
+        return None
+    decided, refused = max(0, min(decided, batch.MAX_ITEMS)), max(0, min(refused or 0, batch.MAX_ITEMS))
+    if not decided and not refused:
+        return "Nothing was decided: tick the requests, then choose a decision."
+    said = f"{decided} decided" if decided != 1 else "1 decided"
+    if refused:
+        said += (f"; {refused} could not be (decided elsewhere meanwhile, no longer yours to decide, or without "
+                 "that option): open them to see why")
+    return said + "."

@@ -2,8 +2,8 @@
 them and a reconnect picks up where it was): the inbox's waiting set, and a run's or a
 request's event log.
 
-- The inbox: what waits for the person (``RunService.pending_for``, the same query as the page),
-  read by one ``InboxWatcher`` per process when the store's event log says something happened
+- The inbox: what waits for the person (``RunService.inbox_entries``: the page's query, as keys
+  and filter columns, no job read), read by one ``InboxWatcher`` per process when the store's event log says something happened
   that concerns the person (once per person, however many inboxes are open), and compared by
   each stream with what its page shows: ``add`` (the row's HTML) for a new pause, ``remove``
   (with why, read from the run's event log) for a request decided, superseded or expired,
@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.access import current_approvers
-from signoff.engine.models import EventNote, User
+from signoff.engine.models import EventNote, InboxEntry, User
 from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.feed import EventFeed
@@ -71,12 +71,12 @@ class InboxWatcher:
 
     def __init__(self, service: RunService, safety: float = 10.0) -> None:
         self.service, self.safety = service, safety
-        self._people: dict[str, tuple[User, set[asyncio.Queue[list[waiting.InboxItem]]]]] = {}
+        self._people: dict[str, tuple[User, set[asyncio.Queue[list[InboxEntry]]]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()  # the task follows the feed: what commits now reaches it
         self._last: dict[str, tuple[tuple[str, str], ...]] = {}  # what each person's streams were last given
         self._shows: dict[str, set[str]] = {}  # the runs each open inbox was last read with
-        self._reading: dict[str, asyncio.Future[list[waiting.InboxItem]]] = {}  # a read under way, per person
+        self._reading: dict[str, asyncio.Future[list[InboxEntry]]] = {}  # a read under way, per person
         self.reads = 0  # reads of an inbox (tests)
 
     @property
@@ -84,10 +84,10 @@ class InboxWatcher:
         return sum(len(queues) for _, queues in self._people.values())
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[waiting.InboxItem]]]:
+    async def subscribe(self, user: User) -> AsyncIterator[asyncio.Queue[list[InboxEntry]]]:
         """The stream's queue; returns once the watcher follows the feed, so a stream that reads
         its inbox after this misses no change."""
-        queue: asyncio.Queue[list[waiting.InboxItem]] = asyncio.Queue(maxsize=1)
+        queue: asyncio.Queue[list[InboxEntry]] = asyncio.Queue(maxsize=1)
         _, queues = self._people.get(user.id, (user, set()))
         self._last.pop(user.id, None)  # a new stream read for itself: the next read goes to everyone
         queues.add(queue)
@@ -109,7 +109,7 @@ class InboxWatcher:
                 self._task.cancel()  # no open inbox: nothing to watch (the next one starts another)
                 self._task = None
 
-    async def items(self, user: User) -> list[waiting.InboxItem]:
+    async def items(self, user: User) -> list[InboxEntry]:
         """What waits for ``user``; one read at a time per person: a stream opening while a read
         of that person's inbox is under way (another stream's, the task's) shares it, so 100
         inboxes opened at once cost one read, not 100."""
@@ -120,11 +120,11 @@ class InboxWatcher:
                                       if self._reading.get(user.id) is done else None)
         return await asyncio.shield(reading)  # a stream that closes does not cancel the others' read
 
-    async def _read(self, user: User) -> list[waiting.InboxItem]:
+    async def _read(self, user: User) -> list[InboxEntry]:
         self.reads += 1
-        items = await waiting.inbox_items(views.Names(self.service.store), await self.service.pending_for(user), user.id)
+        items = await self.service.inbox_entries(user)  # keys only: a row is read when it is drawn
         if user.id in self._people:
-            self._shows[user.id] = {i.job.job_id for i in items}
+            self._shows[user.id] = {i.job_id for i in items}
         return items
 
     async def _concerned(self, notes: list[EventNote]) -> set[str]:
@@ -162,7 +162,7 @@ class InboxWatcher:
                     except Exception:  # the store is away for a moment: the streams keep what they have
                         log.warning("inbox watcher: reading %s's inbox failed", user_id, exc_info=True)
                         continue
-                    mark = tuple((i.key, i.job.job_id) for i in items)
+                    mark = tuple((i.request_id, i.job_id) for i in items)
                     if self._last.get(user_id) == mark:
                         continue  # nothing changed for this person: their streams sleep on
                     self._last[user_id] = mark
@@ -176,7 +176,8 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
                        add_rows: bool, render_row: Callable[[waiting.InboxItem], Awaitable[str]],
                        since: datetime | None = None) -> AsyncIterator[bytes]:
     """``since``: when the page read what it shows (less a margin); the first snapshot adds only
-    rows paused after it, not every row of every page of the inbox."""
+    rows paused after it, not every row of every page of the inbox. The set is compared by its
+    keys; only a row to add is read and drawn."""
     store = watcher.service.store
     shown: dict[str, str] = {}  # request id -> job id
     first = True
@@ -188,16 +189,18 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
         everything = await watcher.items(user)  # the first snapshot, at once
         while True:
             items = waiting.filter_inbox(everything, flow=flow, session=session, kind=kind)
-            current = {i.key: i for i in items}
+            current = {i.request_id: i for i in items}
             changed = set(current) != set(shown) or len(everything) != total
             if first:
                 yield sse("snapshot", {"ids": list(current), "count": len(current), "total": len(everything)})
-            for key, item in current.items():
-                if key not in shown and add_rows and (not first or since is None or
-                                                      (formatting.aware(item.request.paused_at) or since) >= since):
-                    yield sse("add", {"id": key, "paused_at": formatting.iso(item.request.paused_at),
-                                      "html": await render_row(item)})
             names = views.Names(store)
+            for key, entry in current.items():
+                if key not in shown and add_rows and (not first or since is None or
+                                                      (formatting.aware(entry.paused_at) or since) >= since):
+                    row = await waiting.inbox_item(names, store, entry, user.id)
+                    if row is not None:  # (decided since the read: its removal comes with the next one)
+                        yield sse("add", {"id": key, "paused_at": formatting.iso(entry.paused_at),
+                                          "html": await render_row(row)})
             for key, job_id in shown.items():
                 if key not in current:
                     why = await removal_reason(store, names, job_id, key)
@@ -205,7 +208,7 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
             if changed and not first:
                 yield sse("count", {"count": len(current), "total": len(everything)})
             total = len(everything)
-            shown = {k: i.job.job_id for k, i in current.items()}
+            shown = {k: i.job_id for k, i in current.items()}
             first = False
             everything = await updates.get()
 

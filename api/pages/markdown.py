@@ -36,5 +36,17 @@ def render(text: str | None) -> Markup:
 
 def excerpt(text: str | None, limit: int = 160) -> str:
     """One line of plain text for a list, the Markdown read as the CLI reads it
-    (:func:`signoff.engine.plaintext.one_line`; the template escapes it)."""
+    (:func:`signoff.engine.plaintext.one_line`; the template escapes it). The same prompts are
+    drawn again and again (each visit of the inbox, each row its live stream adds): a short one's
+    excerpt is kept (at most 2,048 of them, none of a text over 2,000 characters)."""
+    if text is not None and len(text) <= EXCERPT_CACHED_CHARS:
+        return _excerpt(text, limit)
+    return one_line(text, limit)
+
+
+EXCERPT_CACHED_CHARS = 2000
+
+
+@functools.lru_cache(maxsize=2048)
+def _excerpt(text: str, limit: int) -> str:
     return one_line(text, limit)

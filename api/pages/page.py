@@ -120,7 +120,7 @@ Page = Depends(signed_in)
 
 async def with_count(request: Request, page: PageContext) -> None:
     """The inbox count every page's frame shows."""
-    request.state.inbox_count = len(await page.service.pending_for(page.user))
+    request.state.inbox_count = await page.service.inbox_count(page.user)  # a number, or "1000+"
 
 
 # ---- live streams -----------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ from signoff.api.pages import formatting, markdown
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
+# auto_reload off: the templates ship with the code, and a page of 25 inbox rows (each an
+# include) would otherwise stat its templates' files 25 times
 env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True),
-                  trim_blocks=True, lstrip_blocks=True)
+                  trim_blocks=True, lstrip_blocks=True, auto_reload=False)
 env.filters.update(markdown=markdown.render, excerpt=markdown.excerpt, ago=formatting.ago,
                    stamp=formatting.stamp, iso=formatting.iso, duration=formatting.duration_text,
                    pretty=formatting.compact_json, q=lambda s: quote(str(s), safe=""),

@@ -89,6 +89,8 @@ def label_of(request: PendingRequest, action_id: str | None) -> str:
         return "Expired (no branch)"
     if action_id == "fallback":
         return "Fallback"
+    if request.kind == "tool_approval" and action_id == "edit":
+        return "Approve edited call"  # the button's words, not the engine's option label "Edit"
     for option in request.options:
         if option.action_id == action_id:
             return option.label

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from signoff.engine.decisions import deadline
-from signoff.engine.models import Job, PendingRequest
+from signoff.engine.models import InboxEntry, Job, PendingRequest
+from signoff.engine.store.base import Store
 
 from signoff.api.pages.views import Names
 
@@ -49,15 +50,26 @@ async def inbox_items(names: Names, jobs: list[Job], me: str) -> list[InboxItem]
     return out
 
 
-def filter_inbox(items: list[InboxItem], *, flow: str | None, session: str | None, kind: str | None) -> list[InboxItem]:
-    def keep(i: InboxItem) -> bool:
-        if flow and i.job.flow_id != flow:
+def filter_inbox(entries: list[InboxEntry], *, flow: str | None, session: str | None,
+                 kind: str | None) -> list[InboxEntry]:
+    """The entries the inbox's filters keep (as Store.inbox filters: the session is the job's own,
+    "" for none)."""
+    def keep(e: InboxEntry) -> bool:
+        if flow and e.flow_id != flow:
             return False
-        if session and (i.job.session_id or "") != session:
+        if session and (e.session_id or "") != session:
             return False
-        if kind and i.request.kind != kind:
+        if kind and e.kind != kind:
             return False
         return True
 
-    return [i for i in items if keep(i)]
+    return [e for e in entries if keep(e)]
 
+
+async def inbox_item(names: Names, store: Store, entry: InboxEntry, me: str) -> InboxItem | None:
+    """The row of ``entry`` to draw: its job read now, None when it no longer waits for that request."""
+    job = await store.get_job(entry.job_id)
+    if job is None or job.pending is None or job.pending.request_id != entry.request_id:
+        return None
+    items = await inbox_items(names, [job], me)
+    return items[0] if items else None

@@ -10,13 +10,24 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
-from signoff.engine.errors import JobNotFound, NoPendingRequest
+from signoff.engine.errors import JobNotFound, NoPendingRequest, SignoffError
+from signoff.engine.store.base import Store
+from signoff.service import batch
+from signoff.service.backend import Resumed
+from signoff.service.batch import BatchItem
 
 from signoff.api.deps import CurrentUser, FlowsDep, ServiceDep, SettingsDep, StoreDep, valid_id, visible_job
+from signoff.api.errors import error_answer, printable
 from signoff.api.limits import check_body
+from signoff.api.ratelimit import paced_writes
 from signoff.api.models import (
+    RESUME_BATCH_MAX_ITEMS,
+    ErrorBody,
     JobPublic,
     PendingItem,
+    ResumeBatchRequest,
+    ResumeBatchResponse,
+    ResumeBatchResult,
     ResumeRequest,
     ResumeResponse,
     StopRequest,
@@ -32,7 +43,7 @@ from signoff.api.models import (
     workflow_response,
 )
 from signoff.api.sse import ACTIVE, SSE_RESPONSES, job_events, key_still_sees, sse_response
-from signoff.engine.models import Job, JobStatus
+from signoff.engine.models import Job, JobStatus, User
 
 router = APIRouter(prefix="/api/v2/workflows", tags=["workflows"])
 
@@ -191,6 +202,11 @@ async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, store: S
     order."""
     check_body(body, settings, text=("decision",))
     resumed = await service.resume(user, job_id, body.request_id, body.decision)
+    return await _resumed(store, user, job_id, resumed)
+
+
+async def _resumed(store: Store, user: User, job_id: str, resumed: Resumed) -> ResumeResponse:
+    """The answer to a decision that was applied (or a vote recorded), with the run as it is now."""
     try:  # the decider took part (recorded with the decision): they see it
         run: JobPublic | WorkflowResponse | None = _status_body(await visible_job(store, user, job_id))
     except JobNotFound:  # deleted meanwhile
@@ -199,6 +215,44 @@ async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, store: S
         return ResumeResponse(job_id=job_id, status="vote_recorded", votes=resumed.votes, required=resumed.required,
                               run=run)
     return ResumeResponse(job_id=job_id, run=run)
+
+
+@router.post("/resume-batch", response_model=ResumeBatchResponse,
+             responses=error_responses({422: f"`INVALID_REQUEST`: not a list of 1 to {RESUME_BATCH_MAX_ITEMS} items "
+                                             "(problem type `too_short`, `too_long`), or an item that is not a "
+                                             "decision's shape (each item's limits are that item's own 422)"},
+                                       body=True))
+async def resume_batch(body: ResumeBatchRequest, service: ServiceDep, store: StoreDep, settings: SettingsDep,
+                       user: CurrentUser, request: Request) -> ResumeBatchResponse:
+    """Answer many pending requests in one call (DESIGN §17): each item is a decision of its own,
+    with its own checks and claim, answered in `results` (in the items' order) as its own
+    `POST /{job_id}/resume` would be: 200 with the run, or that call's error (404, 403, 422, 409,
+    ...; an item for a run you may not decide does not stop the others). Each item is one write
+    of SIGNOFF_WRITE_RATE: a batch past the burst is paced at the rate for a few seconds, and
+    its items beyond that are 429 `RATE_LIMITED`. SIGNOFF_RESUME_BATCH_CONCURRENCY of them are
+    under way at once."""
+    items: list[BatchItem | SignoffError] = []
+    for item in body.items:
+        try:
+            check_body(item, settings, text=("decision",))
+            items.append(BatchItem(item.job_id, item.request_id, item.decision))
+        except SignoffError as err:
+            err.details.setdefault("job_id", item.job_id)
+            items.append(err)
+    outcomes = await batch.resume_batch(service.resume, user, items, concurrency=settings.resume_batch_concurrency,
+                                        admit=paced_writes(request.app.state.write_buckets, user.id))
+    results = []
+    for item, outcome in zip(body.items, outcomes):
+        answer: ResumeResponse | ErrorBody
+        if isinstance(outcome, Resumed):
+            status, answer = 200, await _resumed(store, user, item.job_id, outcome)
+        else:
+            status, error = error_answer(outcome)
+            answer = ErrorBody.model_validate(error)
+        # the ids as sent, but never a NUL or a lone surrogate (refused above; no answer can carry one)
+        results.append(ResumeBatchResult(job_id=printable(item.job_id), request_id=printable(item.request_id),
+                                         status_code=status, body=answer))
+    return ResumeBatchResponse(results=results, applied=sum(r.status_code == 200 for r in results))
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse, responses={

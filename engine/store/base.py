@@ -28,6 +28,7 @@ from signoff.engine.models import (
     EventNote,
     FlowRecord,
     Group,
+    InboxEntry,
     Job,
     JobStatus,
     Message,
@@ -332,6 +333,38 @@ class Store(CheckpointStore, HistoryStore):
         References of an earlier request of the job, or of a job no longer suspended, never list
         it. Of any owner: the job need not be the user's. ``flow_id``: only that flow's jobs.
         Newest first by the job's ``updated_at`` (then ``job_id``, descending)."""
+
+    @abc.abstractmethod
+    async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+        """What waits for the user to decide, a page at a time (the person's inbox, the API's
+        pending list): the user's own ``suspended`` jobs whose pending request names no approvers
+        (neither ``approvers`` nor ``approver_refs``), and the jobs list_assigned_pending lists
+        (the user's own among them), except those whose owner the user muted (list_mutes); each
+        once. Newest first by the request's ``paused_at``, then ``job_id`` descending; the
+        ``offset`` first skipped, at most ``limit``. Filters: ``flow_id``; ``session_id`` (the
+        job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). Indexed (migration
+        11): a page costs its rows, not the number waiting."""
+
+    @abc.abstractmethod
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """The first ``limit`` requests of :meth:`inbox` (unfiltered, in its order) as their keys
+        and what the inbox filters by (job and request ids, pause time, flow, session, kind),
+        read without the jobs' rows: what the inbox's live stream compares, at a fraction of
+        the cost of the jobs."""
+
+    @abc.abstractmethod
+    async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None, cap: int = 1000) -> int:
+        """How many requests :meth:`inbox` holds for the user with the same filters, counted up
+        to ``cap`` (``cap`` means "at least that many"): a count whose cost is bounded whatever
+        the number waiting."""
+
+    @abc.abstractmethod
+    async def inbox_flows(self, user_id: str) -> list[str]:
+        """The ids of the flows of the requests :meth:`inbox` holds for the user (unfiltered),
+        each once, sorted: the inbox's flow filter. Its cost grows with the number of flows, not
+        of requests (migration 11's jobs_inbox_flows)."""
 
     # ---- webhooks: a user's endpoints for the human_input_* events of their runs (DESIGN §9)
     @abc.abstractmethod

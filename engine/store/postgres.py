@@ -131,6 +131,9 @@ class PostgresStore(SQLStore):
         "octets": "octet_length",
         "octet_text": "TEXT",
         "blob_job": "split_part(key, '/', 2)",  # runs/<job id>/...
+        "pending_kind": "COALESCE(pending->>'kind', 'node_input')",  # a job's pending request
+        "pending_names": "(COALESCE(json_array_length(pending->'approvers'), 0) > 0 "
+                         "OR COALESCE(json_array_length(pending->'approver_refs'), 0) > 0)",
     }
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 5.0) -> None:

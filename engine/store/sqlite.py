@@ -145,6 +145,9 @@ class SQLiteStore(SQLStore):
         "octets": "length",  # of a BLOB: its bytes (of TEXT it would count characters)
         "octet_text": "BLOB",
         "blob_job": "substr(key, 6, instr(substr(key, 6), '/') - 1)",  # runs/<job id>/...
+        "pending_kind": "COALESCE(json_extract(pending, '$.kind'), 'node_input')",  # a job's pending request
+        "pending_names": "(COALESCE(json_array_length(pending, '$.approvers'), 0) > 0 "
+                         "OR COALESCE(json_array_length(pending, '$.approver_refs'), 0) > 0)",
     }
 
     def __init__(

@@ -108,3 +108,15 @@ def test_dockerfile_installs_every_package() -> None:
     dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
     for folder in dirs:
         assert f"COPY {folder} ./{folder}" in text, folder
+
+
+def test_the_compose_temporal_server_is_tuned_as_signoff_dev_tunes_its_own() -> None:
+    """Every dynamic config key `signoff dev` sets (signoff/devserver.py: TUNING: the poll rate,
+    eager start, task-queue fairness by user) is in the file the compose file's Temporal server
+    mounts, with the same value: a deployment from the compose file hands out runs by user in turn
+    as the dev server does (it lacked the fairness keys)."""
+    from signoff.devserver import TUNING
+
+    config = yaml.safe_load((ROOT / "deploy/temporal/dynamicconfig.yaml").read_text())
+    mounted = {key: str(entries[0]["value"]).lower() for key, entries in config.items()}
+    assert {key: value.lower() for key, value in TUNING.items()}.items() <= mounted.items(), mounted

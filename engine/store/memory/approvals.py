@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from signoff.engine.models import Job, JobStatus, utcnow
+from signoff.engine.models import InboxEntry, Job, JobStatus, utcnow
 from signoff.engine.store.encoding import approver_ref, ApproverRef, as_utc, unique_strings
 from signoff.engine.store.memory.core import _ACTIVE, _Job, MemoryCore, _Tables
 
@@ -56,6 +56,55 @@ class MemoryApprovals(MemoryCore):
 
     async def took_part(self, job_id: str, user_id: str) -> bool:
         return (user_id, job_id) in self._tables().participants
+
+    def _inbox(self, user_id: str, flow_id: str | None, session_id: str | None, kind: str | None) -> list[Job]:
+        """Store.inbox's set, newest first (every waiting job read: the memory store is for tests)."""
+        t = self._tables()
+        groups = {k for k, row in t.groups.items() if user_id in row.members}
+        muted = {m for (u, m) in t.mutes if u == user_id}
+
+        def names_user(ref: ApproverRef) -> bool:
+            user, owner, name = ref
+            return user == user_id if user is not None else (owner, name) in groups
+
+        found = []
+        for r in t.jobs.values():
+            if r.status != JobStatus.suspended or r.pending is None or r.pending_request_id is None:
+                continue
+            job = self._job(r)
+            pending = job.pending
+            assert pending is not None
+            if (flow_id is not None and r.flow_id != flow_id) or (session_id is not None and (r.session_id or "") != session_id) \
+                    or (kind is not None and pending.kind != kind):
+                continue
+            own = r.user_id == user_id and not (pending.approvers or pending.approver_refs)
+            named = any(names_user(p) for p in t.approvers.get((r.job_id, r.pending_request_id), {}).values()) \
+                and (r.user_id == user_id or r.user_id not in muted)
+            if own or named:
+                found.append(job)
+        found.sort(key=lambda j: (j.pending.paused_at if j.pending else j.updated_at, j.job_id), reverse=True)
+        return found
+
+    async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+        """See Store.inbox."""
+        start = max(0, int(offset))
+        return self._inbox(user_id, flow_id, session_id, kind)[start:start + max(0, int(limit))]
+
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """See Store.inbox_entries."""
+        return [InboxEntry(job_id=j.job_id, request_id=j.pending.request_id, paused_at=j.pending.paused_at,
+                           flow_id=j.flow_id, session_id=j.session_id, kind=j.pending.kind)
+                for j in self._inbox(user_id, None, None, None)[:max(0, int(limit))] if j.pending is not None]
+
+    async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None, cap: int = 1000) -> int:
+        """See Store.inbox_count."""
+        return min(len(self._inbox(user_id, flow_id, session_id, kind)), max(0, int(cap)))
+
+    async def inbox_flows(self, user_id: str) -> list[str]:
+        """See Store.inbox_flows."""
+        return sorted({j.flow_id for j in self._inbox(user_id, None, None, None)})
 
     async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
         """See Store.waiting_on_others."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from signoff.engine.models import Job, utcnow
+from signoff.engine.models import InboxEntry, Job, utcnow
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -24,6 +24,8 @@ from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLApprovals"]
+
+INBOX_ROWS_PER_READ = 500  # the rows of an inbox page read by id in one statement
 
 
 class _NotHeld(Exception):
@@ -118,6 +120,75 @@ class SQLApprovals(SQLJobs):
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(sql + " ORDER BY j.updated_at DESC, j.job_id DESC", params)
         return [self._job(r) for r in rows]
+
+    def _inbox(self, user_id: str, flow_id: str | None, session_id: str | None, kind: str | None
+               ) -> tuple[tuple[str, list[Any]], tuple[str, list[Any]]]:
+        """The inbox's two parts (Q.inbox_own, Q.inbox_assigned) with their filters, each with
+        its parameters."""
+        where, values = "", []
+        for sql, value in (("j.flow_id = ?", flow_id), ("COALESCE(j.session_id, '') = ?", session_id),
+                           ("j.pending_kind = ?", kind)):
+            if value is not None:
+                where += f" AND {sql}"
+                values.append(value)
+        me = [user_id] * 4
+        return ((Q.inbox_own.format(f=where), [user_id, *values]),
+                (Q.inbox_assigned.format(f=where), [*me, *values, *me, *values]))
+
+    async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+        """See Store.inbox. The first ``offset + limit`` of each part, newest first (the own part
+        read off jobs_inbox in its order, stopping there), merged; then the page's rows by id."""
+        limit, offset = max(0, int(limit)), max(0, int(offset))
+        if limit == 0:
+            return []
+        (own, own_params), (assigned, assigned_params) = self._inbox(user_id, flow_id, session_id, kind)
+        order = " ORDER BY paused_at DESC, job_id DESC LIMIT ?"
+        async with self._tx(write=False) as tx:
+            keys = await tx.fetchall(f"SELECT job_id, paused_at FROM ({own}) w{order}", [*own_params, offset + limit])
+            keys += await tx.fetchall(f"SELECT job_id, paused_at FROM ({assigned}) w{order}",
+                                      [*assigned_params, offset + limit])
+            keys.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=True)
+            page = [r["job_id"] for r in keys[offset:offset + limit]]
+            rows = []
+            for at in range(0, len(page), INBOX_ROWS_PER_READ):  # a bounded IN list (PostgreSQL takes 65,535)
+                chunk = page[at:at + INBOX_ROWS_PER_READ]
+                rows += await tx.fetchall(f"SELECT * FROM jobs WHERE job_id IN ({', '.join('?' * len(chunk))})", chunk)
+        by_id = {r["job_id"]: r for r in rows}
+        return [self._job(by_id[j]) for j in page if j in by_id]
+
+    async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
+        """See Store.inbox_entries: inbox's two parts with their keys and columns, no job row."""
+        limit = max(0, int(limit))
+        (own, own_params), (assigned, assigned_params) = self._inbox(user_id, None, None, None)
+        order = " ORDER BY paused_at DESC, job_id DESC LIMIT ?"
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(f"SELECT * FROM ({own}) w{order}", [*own_params, limit])
+            rows += await tx.fetchall(f"SELECT * FROM ({assigned}) w{order}", [*assigned_params, limit])
+        rows.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=True)
+        return [InboxEntry(job_id=r["job_id"], request_id=r["pending_request_id"], paused_at=self._dec_dt(r["paused_at"]),
+                           flow_id=r["flow_id"], session_id=r["session_id"], kind=r["pending_kind"] or "node_input")
+                for r in rows[:limit]]
+
+    async def inbox_count(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
+                          kind: str | None = None, cap: int = 1000) -> int:
+        """See Store.inbox_count: each part counted up to ``cap`` rows, never further."""
+        cap = max(0, int(cap))
+        total = 0
+        async with self._tx(write=False) as tx:
+            for sql, params in self._inbox(user_id, flow_id, session_id, kind):
+                row = await tx.fetchone(f"SELECT count(*) AS n FROM (SELECT job_id FROM ({sql}) w LIMIT ?) c",
+                                        [*params, cap])
+                total += int(row["n"]) if row else 0
+        return min(total, cap)
+
+    async def inbox_flows(self, user_id: str) -> list[str]:
+        """See Store.inbox_flows: the own part's flows by a loose scan of jobs_inbox_flows."""
+        (_, _), (assigned, params) = self._inbox(user_id, None, None, None)
+        async with self._tx(write=False) as tx:
+            own = await tx.fetchall(Q.inbox_own_flows, (user_id, user_id))
+            others = await tx.fetchall(f"SELECT DISTINCT flow_id FROM ({assigned}) w", params)
+        return sorted({r["flow_id"] for r in own} | {r["flow_id"] for r in others})
 
     async def waiting_on_others(self, user_id: str, *, limit: int) -> list[str]:
         """See Store.waiting_on_others (jobs_user_status finds the user's suspended jobs)."""

@@ -208,17 +208,19 @@ class SQLJobs(SQLEvents):
         for this transaction (its terminal event comes after this one)."""
         body = self._enc_json(pending.model_dump(mode="json"))
         data = self._enc_json(event[1]) if event is not None else None
+        # what the inbox sorts and filters by (migration 11), beside the request's JSON
+        inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
         try:
             async with self._tx(write=True) as tx:
                 changed = await tx.execute(
-                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+                    Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
                 if changed and event is not None:
                     await self._append(tx, job_id, event[0], data, dedupe_key)
                 return changed
         except DuplicateEvent:  # the event is there (an earlier attempt): the status change alone
             async with self._tx(write=True) as tx:
                 return await tx.execute(
-                    Q.mark_suspended, (body, pending.request_id, self._enc_dt(utcnow()), job_id)) > 0
+                    Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
         """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller whose

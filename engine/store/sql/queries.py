@@ -94,6 +94,36 @@ class Q:
         "JOIN jobs k ON k.job_id = a.job_id AND k.pending_request_id = a.request_id AND k.status = 'suspended' "
         "WHERE m.user_id = ?)"
     )
+    # the inbox (Store.inbox), in two parts whose rows never overlap: the user's own waiting
+    # requests that name no approvers (jobs_inbox: newest first, and counted, from the index),
+    # and the requests naming the user or a group of theirs (request_approvers_user,
+    # group_members_user, request_approvers_group, each checked against the job's current
+    # request) but none of a requester the user muted; {f} is each branch's filters. A
+    # suspended job always has its pending request and its pause time (mark_suspended writes
+    # them together; ``paused_at IS NOT NULL`` lets a planner without statistics see jobs_inbox).
+    inbox_own = (
+        "SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM jobs j WHERE j.user_id = ? AND j.status = 'suspended' "
+        "AND j.pending_names = 0 AND j.paused_at IS NOT NULL{f}"
+    )
+    # the distinct flows of the own part, one index probe each (jobs_inbox_flows: a loose index scan)
+    inbox_own_flows = (
+        "WITH RECURSIVE f(flow_id) AS (SELECT (SELECT flow_id FROM jobs WHERE user_id = ? AND status = 'suspended' "
+        "AND pending_names = 0 ORDER BY flow_id LIMIT 1) UNION ALL SELECT (SELECT j.flow_id FROM jobs j "
+        "WHERE j.user_id = ? AND j.status = 'suspended' AND j.pending_names = 0 AND j.flow_id > f.flow_id "
+        "ORDER BY j.flow_id LIMIT 1) FROM f WHERE f.flow_id IS NOT NULL) SELECT flow_id FROM f WHERE flow_id IS NOT NULL"
+    )
+    inbox_assigned = (
+        "SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM request_approvers a JOIN jobs j ON j.job_id = a.job_id "
+        "AND j.pending_request_id = a.request_id AND j.status = 'suspended' WHERE a.user_id = ? "
+        "AND NOT (j.user_id = ? AND j.pending_names = 0) "
+        "AND (j.user_id = ? OR j.user_id NOT IN (SELECT muted_id FROM user_mutes WHERE user_id = ?)){f} "
+        "UNION SELECT j.job_id, j.paused_at, j.flow_id, j.session_id, j.pending_request_id, j.pending_kind FROM group_members m JOIN user_groups g "
+        "ON g.owner_id = m.owner_id AND g.name = m.name "
+        "JOIN request_approvers a ON a.group_owner = m.owner_id AND a.group_name = m.name "
+        "JOIN jobs j ON j.job_id = a.job_id AND j.pending_request_id = a.request_id AND j.status = 'suspended' "
+        "WHERE m.user_id = ? AND NOT (j.user_id = ? AND j.pending_names = 0) "
+        "AND (j.user_id = ? OR j.user_id NOT IN (SELECT muted_id FROM user_mutes WHERE user_id = ?)){f}"
+    )
     # a user's suspended jobs whose current request names someone else (a group, another user)
     waiting_on_others = (
         "SELECT DISTINCT j.job_id FROM jobs j JOIN request_approvers a ON a.job_id = j.job_id "
@@ -215,6 +245,7 @@ class Q:
     job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
     mark_suspended = (
         "UPDATE jobs SET status = 'suspended', pending = ?, pending_request_id = ?, claim_token = NULL, "
+        "paused_at = ?, pending_kind = ?, pending_names = ?, "
         "updated_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress')"
     )
     claim_resume = (

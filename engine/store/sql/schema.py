@@ -308,6 +308,23 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX jobs_finished ON jobs (finished_at, job_id)",
         "CREATE INDEX checkpoints_job ON checkpoints (job_id)",
     ],
+    # 11: the inbox a page at a time (Store.inbox, inbox_count, inbox_flows; docs/pages.md): what a
+    # waiting request is sorted and filtered by, in columns of the job (written with the pending
+    # request by mark_suspended) instead of inside its JSON, and the indexes that give a person's
+    # own waiting requests newest first and their flows, so a page of 25 reads 25 rows whatever
+    # the number waiting. A request that waits now gets its pause time from when it was marked suspended
+    # (updated_at, written in the same statement); whether it names approvers from its JSON.
+    [
+        "ALTER TABLE jobs ADD COLUMN paused_at {ts}",
+        "ALTER TABLE jobs ADD COLUMN pending_kind TEXT",
+        "ALTER TABLE jobs ADD COLUMN pending_names INTEGER NOT NULL DEFAULT 0",
+        """UPDATE jobs SET paused_at = updated_at, pending_kind = {pending_kind},
+            pending_names = CASE WHEN {pending_names} THEN 1 ELSE 0 END
+            WHERE status = 'suspended' AND pending IS NOT NULL""",
+        "CREATE INDEX jobs_inbox ON jobs (user_id, status, pending_names, paused_at, job_id)",
+        # the flows a person's own waiting requests are of, one probe per flow (Store.inbox_flows)
+        "CREATE INDEX jobs_inbox_flows ON jobs (user_id, status, pending_names, flow_id)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

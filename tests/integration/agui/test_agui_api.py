@@ -94,17 +94,17 @@ async def test_a_gate_ends_the_run_with_an_interrupt_and_resume_approves_it(h: H
         first, interrupt = await interrupted(h, c, flow, t)
         job_id = interrupt["metadata"]["job_id"]
         assert interrupt["id"] == f"gate:{job_id}"
-        assert interrupt["reason"] == "human_input" and interrupt["message"] == "Approve this refund?"
+        assert interrupt["reason"] == "human_input" and interrupt["message"] == "Approve the refund for: refund 42"
         meta = interrupt["metadata"]
         assert meta["options"] == [{"action_id": "approve", "label": "Approve"},
                                    {"action_id": "reject", "label": "Reject"}]
         assert meta["allowed_decisions"] == ["approve", "reject"] and meta["kind"] == "node_input"
         assert interrupt["responseSchema"]["properties"]["action_id"]["enum"] == ["approve", "reject"]
         assert first[0]["threadId"] == t and first[0]["protocolVersion"] == "1.0"
-        # the steps so far: the Chat Input, then the gate that asked
+        # the steps so far: the Chat Input, the Prompt that words the question, the gate that asked
         steps = [(e["type"], e["stepName"]) for e in of_type(first, "STEP_STARTED", "STEP_FINISHED")]
-        assert steps == [("STEP_STARTED", "ask"), ("STEP_FINISHED", "ask"),
-                         ("STEP_STARTED", "gate"), ("STEP_FINISHED", "gate")]
+        assert steps == [("STEP_STARTED", "ask"), ("STEP_FINISHED", "ask"), ("STEP_STARTED", "card"),
+                         ("STEP_FINISHED", "card"), ("STEP_STARTED", "gate"), ("STEP_FINISHED", "gate")]
         assert [e["name"] for e in of_type(first, "CUSTOM")] == ["signoff.human_input_required"]
         assert texts(first) == []
         job = await h.store.get_job(job_id)

@@ -88,7 +88,7 @@ async def test_an_ag_ui_client_runs_a_gated_flow_and_approves_it(h: Harness, liv
     assert first["error"] is None and first["outcomes"] == ["interrupt"], first
     [interrupt] = alice.pending
     job_id = interrupt["metadata"]["job_id"]
-    assert interrupt["id"] == f"gate:{job_id}" and interrupt["message"] == "Approve this refund?"
+    assert interrupt["id"] == f"gate:{job_id}" and interrupt["message"] == "Approve the refund for: refund 42"
     assert [o["label"] for o in interrupt["metadata"]["options"]] == ["Approve", "Reject"]
     assert types(first)[0] == "RUN_STARTED" and types(first)[-1] == "RUN_FINISHED"
 
@@ -211,4 +211,4 @@ async def test_the_readme_script_drives_a_gated_flow(h: Harness, live: str, node
     finally:
         path.unlink()
     assert proc.returncode == 0, err.decode()
-    assert out.decode().splitlines() == ["Approve this refund? [approve, reject]", "Refund sent"]
+    assert out.decode().splitlines() == ["Approve the refund for: refund 49 [approve, reject]", "Refund sent"]

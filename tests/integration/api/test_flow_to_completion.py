@@ -75,12 +75,13 @@ async def test_trace_routes_build_the_span_tree(api: Harness) -> None:
     resp = await submit_suspended(api, session_id="trace")
     job_id = resp["job_id"]
     async with api.client("alice") as c:
-        # the real spans the worker wrote (docs/tracing.md): the open root, the vertex built so far
+        # the real spans the worker wrote (docs/tracing.md): the open root, the vertices built so far
+        # (the example's Chat Input and the Prompt that words its question)
         trace = (await c.get(f"/api/v1/monitor/traces/{job_id}")).json()
-        assert trace["trace_id"] == job_id and trace["span_count"] == 2
+        assert trace["trace_id"] == job_id and trace["span_count"] == 3
         (root,) = trace["spans"]
         assert root["name"] == "Refund approval" and root["end_time"] is None
-        assert [ch["name"] for ch in root["children"]] == ["Chat Input"]
+        assert [ch["name"] for ch in root["children"]] == ["Chat Input", "Prompt"]
         listed = (await c.get("/api/v1/monitor/traces", params={"flow_id": resp["flow_id"]})).json()
         assert job_id in [t["trace_id"] for t in listed]
     async with api.client("bob") as c:

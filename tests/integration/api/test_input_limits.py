@@ -368,7 +368,7 @@ async def test_max_flow_nodes_is_the_one_limit_of_the_running_app(api: Harness) 
             assert r.status_code == 201, r.text[:500]
             api.settings.max_flow_nodes = 3
             d = detail(await c.post("/api/v1/flows", json=REFUND), 422, "FLOW_TOO_LARGE")
-            assert "the flow has 4 nodes; the limit is 3" in d["message"].lower()
+            assert "the flow has 5 nodes; the limit is 3" in d["message"].lower()
         finally:
             api.settings.max_flow_nodes = limit
     assert await flow_count(api) == before + 1
@@ -384,10 +384,11 @@ async def folder_api(store_backend, tmp_path_factory, temporal_client):
     (folder / "bomb.yaml").write_text(BOMB)
     (folder / "deep.json").write_text(json.dumps({**wide(1), "meta": nest(40)}))
     (folder / "surrogate.json").write_text(json.dumps({**wide(1), "name": f"x{S}"}))
-    (folder / "wide.json").write_text(json.dumps(wide(5)))
-    (folder / "small.json").write_text(json.dumps(wide(4)))
+    (folder / "wide.json").write_text(json.dumps(wide(6)))
+    (folder / "small.json").write_text(json.dumps(wide(5)))
+    # 5: the harness uploads the example refund flow (5 nodes)
     async with harness(store_backend, tmp_path_factory.mktemp("api"), temporal_client, flows_dir=folder,
-                       max_flow_nodes=4) as h:
+                       max_flow_nodes=5) as h:
         yield h
 
 

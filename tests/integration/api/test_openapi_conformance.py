@@ -196,6 +196,14 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("POST", "/api/v2/workflows/stop", 422, json={})
         await A("POST", "/api/v2/workflows/stop", 413, content=b"x" * (api.settings.max_body_bytes + 1))
 
+        # resume-batch: each item answered in the body (here the run stopped above: its 409)
+        batch = {"items": [{"job_id": job_id, **resume}]}
+        answered = (await A("POST", "/api/v2/workflows/resume-batch", 200, json=batch)).json()
+        assert [r["status_code"] for r in answered["results"]] == [409] and answered["applied"] == 0
+        await A("POST", "/api/v2/workflows/resume-batch", 422, json={"items": []})
+        await A("POST", "/api/v2/workflows/resume-batch", 413, content=b"x" * (api.settings.max_body_bytes + 1))
+        await N("POST", "/api/v2/workflows/resume-batch", 401, json=batch)
+
         # monitor
         await A("GET", "/api/v1/monitor/messages", 200, params={"session_id": "s1"})
         await A("GET", "/api/v1/monitor/messages", 422)

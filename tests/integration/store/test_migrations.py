@@ -22,7 +22,10 @@ from tests.store_conformance import new_job, new_user
 # methods; they have these for the writes and lose them again before the upgrade, which then
 # finds the database as that older signoff left it (without any count).
 _LATER_COLUMNS = [("flow_versions", "size"), ("checkpoints", "size"), ("checkpoints", "charged_to"),
-                  ("spans", "size"), ("spans", "charged_to"), ("blobs", "size"), ("blobs", "charged_to")]
+                  ("spans", "size"), ("spans", "charged_to"), ("blobs", "size"), ("blobs", "charged_to"),
+                  # and migration 11's (the inbox's columns, written by mark_suspended)
+                  ("jobs", "paused_at"), ("jobs", "pending_kind"), ("jobs", "pending_names")]
+_KINDS = {"charged_to": "TEXT", "pending_kind": "TEXT", "paused_at": "{ts}"}
 
 
 @contextlib.asynccontextmanager
@@ -31,7 +34,7 @@ async def writing_today(store: Store):
         await tx.execute("CREATE TABLE user_storage (user_id TEXT NOT NULL, shard INTEGER NOT NULL, "
                          "bytes BIGINT NOT NULL, PRIMARY KEY (user_id, shard))")
         for table, column in _LATER_COLUMNS:
-            kind = "TEXT" if column == "charged_to" else "BIGINT NOT NULL DEFAULT 0"
+            kind = _KINDS.get(column, "BIGINT NOT NULL DEFAULT 0").format(**store.ddl_types)  # type: ignore[attr-defined]
             await tx.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
     yield
     async with store._tx(write=True) as tx:  # type: ignore[attr-defined]
@@ -313,5 +316,54 @@ async def test_schema_8_database_counts_each_users_stored_bytes_once(
         await new.append_event(job_id, "later", data)  # and the live count goes on from there
         assert await new.stored_bytes(alice.id) == alices - 3000 - octets_of(checkpoint) - 2 * octets_of(spec) + \
             octets_of(data)
+    finally:
+        await new.close()
+
+
+async def test_schema_10_database_lists_its_waiting_requests_in_the_paged_inbox(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 11 gives each request that waits its inbox columns (its pause time from when it
+    was marked suspended, its kind, whether it names approvers) read from the row a schema-10
+    signoff wrote, so the paged inbox lists what waited before the upgrade, as it did."""
+    from tests.store_conformance import pending, uid
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:10])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    me, approver = await new_user(old), await new_user(old)
+    flow_id = uid("flow-")
+    rows = []  # (job id, status, pending, updated_at): the oldest first
+    for i, (status, request) in enumerate((
+            ("suspended", pending("gate:a")),
+            ("suspended", pending("gate:b", kind="tool_approval")),
+            ("suspended", pending("gate:c", approvers=["someone"], approver_refs=[f"user:{approver.id}"])),
+            ("completed", None))):
+        rows.append((uid("job-"), status, request, old._enc_dt(utcnow() - timedelta(minutes=10 - i))))
+    async with old._tx(write=True) as tx:
+        for job_id, status, request, at in rows:
+            body = old._enc_json(request.model_dump(mode="json")) if request else None
+            await tx.execute("INSERT INTO jobs (job_id, flow_id, flow_version, user_id, status, request, pending, "
+                             "pending_request_id, run_id, created_at, updated_at) VALUES (?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (job_id, flow_id, me.id, status, old._enc_json({}), body,
+                              request.request_id if request else None, job_id, at, at))
+        await tx.execute("INSERT INTO request_approvers (job_id, request_id, ref, user_id) VALUES (?, ?, ?, ?)",
+                         (rows[2][0], "gate:c", f"user:{approver.id}", approver.id))
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        a, b, c = rows[0][0], rows[1][0], rows[2][0]
+        assert [j.job_id for j in await new.inbox(me.id)] == [b, a]  # newest first; c names an approver
+        assert [j.job_id for j in await new.inbox(me.id, kind="tool_approval")] == [b]
+        assert [j.job_id for j in await new.inbox(approver.id)] == [c]
+        assert await new.inbox_count(me.id) == 2 and await new.inbox_flows(me.id) == [flow_id]
+        # a request that pauses after the upgrade goes on top
+        d = await new_job(new, me.id, flow_id=flow_id)
+        assert await new.set_status(d, JobStatus.in_progress)
+        assert await new.mark_suspended(d, pending(f"gate:{d}"))
+        assert [j.job_id for j in await new.inbox(me.id, limit=2)] == [d, b]
     finally:
         await new.close()
