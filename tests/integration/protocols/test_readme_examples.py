@@ -43,4 +43,4 @@ async def test_the_readme_program_runs_a_flow_and_answers_its_gate(h: Harness, h
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     lines = out.decode().splitlines()
-    assert lines[0].startswith("Approve this refund?") and lines[-1] == "Refund sent", out.decode()
+    assert lines[0].startswith("Approve the refund for: Refund order 42") and lines[-1] == "Refund sent", out.decode()
