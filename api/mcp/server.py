@@ -213,16 +213,18 @@ class SignoffMcp:
         await service.wait_for_pause_or_end(job_id, self.settings.sync_timeout_seconds, user_id=user.id)
         return await service.get_job(user, job_id)
 
-    async def _until_asked(self, ctx: Context, user: User, service: RunService, job_id: str,
-                           **more: Any) -> types.CallToolResult | types.InputRequiredResult:
+    async def _until_asked(self, ctx: Context, user: User, service: RunService,
+                           job_id: str) -> types.CallToolResult | types.InputRequiredResult:
         """Follow the run until it ends or waits; at each gate ask the client's person (when it
         can be asked) and apply the answer. The tool's result is where the run is."""
         while True:
             job = await self._settled(user, service, job_id)
             assert job is not None  # the caller's own run
             pending = job.pending if job.status == JobStatus.suspended else None
-            if pending is None or not _can_elicit(ctx):
-                return _result(run_state(job, request=_request(pending), **more) if pending else run_state(job, **more))
+            if pending is None:
+                return _result(run_state(job))
+            if not _can_elicit(ctx):  # the waiting request, for decide
+                return _result(run_state(job, request=_request(pending)))
             params = types.ElicitRequestFormParams(message=elicit.message(pending),
                                                    requested_schema=elicit.requested_schema(pending))
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -235,7 +237,6 @@ class SignoffMcp:
             if outcome.get("answer") != "applied":
                 job = await service.get_job(user, job_id)
                 return _result(run_state(job, request=_request(job.pending) if job.pending else None, **outcome))
-            more = {}
 
     async def _answered(self, ctx: Context, user: User, service: RunService
                         ) -> types.CallToolResult | types.InputRequiredResult:

@@ -68,8 +68,11 @@ class Person:
 
 
 def data(result: types.CallToolResult) -> dict[str, Any]:
+    """A tool's result: the same JSON as text and as structured content."""
     assert not result.is_error, result
-    return json.loads(result.content[0].text)
+    body = json.loads(result.content[0].text)
+    assert result.structured_content == body, result
+    return body
 
 
 async def gate_flow(h: Harness, user: str = "alice", **gate: Any) -> str:
