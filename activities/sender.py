@@ -6,9 +6,9 @@ passes it to the decision's activity (``client_identity``). The decision's event
 carries:
 
 - ``via``: ``"api"`` when signoff's API sent it for the person it authenticated (it sets
-  ``decided_by`` and no ``user``), or the surface of the API it came through (``page``, ``agui``,
-  ``email``, ``slack``: VIAS); ``"temporal"`` when a Temporal client sent it, naming the person
-  (``user``) or not (the run's owner);
+  ``decided_by`` and no ``user``), or the surface or protocol of the API it came through
+  (``page``, ``agui``, ``email``, ``slack``, ``mcp``, ``a2a``: VIAS); ``"temporal"`` when a
+  Temporal client sent it, naming the person (``user``) or not (the run's owner);
 - ``client_identity``: the Temporal client's identity as Temporal recorded it (the API's own
   client for ``"api"``; ``temporal --identity ...``, an SDK client's ``identity``), None when it
   sent none.
@@ -23,7 +23,7 @@ from signoff.activities.types import RecordVoteInput, ResumeRunInput
 
 # what ``via`` may name besides "api" and "temporal" (anything else, e.g. sent by a Temporal
 # client that set it, is recorded as the module docstring says)
-VIAS = frozenset({"page", "agui", "email", "slack"})
+VIAS = frozenset({"page", "agui", "email", "slack", "mcp", "a2a"})
 
 
 def sender(inp: ResumeRunInput | RecordVoteInput) -> dict[str, Any]:

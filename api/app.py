@@ -25,6 +25,8 @@ from signoff.api.ratelimit import WRITE_METHODS, limit_writes, write_buckets
 from signoff.api.errors import install_error_handlers
 from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import docs, pages
+from signoff.api.mcp import http as mcp_http
+from signoff.api.a2a import routes as a2a_routes
 from signoff.api.routes import (agui, flows, groups, health, metrics, monitor, mutes, notifications, secrets, slack,
                                  users, webhooks, workflows)
 
@@ -64,6 +66,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             # now and periodically: inline runs of a dead API process end as failed (docs/inline.md),
             # runs left queued without their workflow get it
             await stack.enter_async_context(the_service.sweeping())
+            await stack.enter_async_context(mcp_endpoint.running())  # the MCP SDK's sessions (/mcp)
             yield
 
     app = FastAPI(
@@ -93,6 +96,8 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(slack.router)
     app.include_router(users.router)
     app.include_router(agui.router)
+    mcp_endpoint = mcp_http.mount(app, settings)  # MCP at /mcp (api/mcp, DESIGN §15)
+    a2a_routes.mount(app)  # A2A agents at /a2a/{flow_id} (api/a2a, DESIGN §15)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)
     docs.install(app)  # /docs and /redoc, their assets from this origin under a strict CSP
     # outermost: the scheme and client a trusted proxy (SIGNOFF_TRUSTED_PROXIES) reports are the

@@ -1,7 +1,8 @@
 """API-key authentication and the body size limit, as ASGI middleware.
 
 The key is checked before the body is read, so a request without a valid key gets 401
-UNAUTHORIZED whatever its body (DESIGN §6), even a huge one. Then a body over
+UNAUTHORIZED whatever its body (DESIGN §6), even a huge one; so does a request to the protocols'
+endpoints (``/mcp``, ``/a2a/...``: DESIGN §15). Then a body over
 ``settings.max_body_bytes`` gets 413 BODY_TOO_LARGE: at once when Content-Length says so,
 or as soon as a streamed body passes the limit."""
 
@@ -12,6 +13,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from signoff.api.errors import error_response
 from signoff.engine.store.base import StoreUnavailable
+
+
+def guarded(path: str) -> bool:
+    """Whether a request to ``path`` needs an API key (and gets the body limit)."""
+    return path.startswith("/api/") or path == "/mcp" or path.startswith("/mcp/") or path.startswith("/a2a/")
+
 
 PUBLIC_PATHS = frozenset({"/health", "/health/live", "/health/ready", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 # Requests another service signs instead of sending a key: their route checks the signature before
@@ -24,7 +31,7 @@ class AuthMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+        if scope["type"] != "http" or not guarded(scope["path"]):
             await self.app(scope, receive, send)
             return
         if scope["path"] in SIGNED_PATHS:

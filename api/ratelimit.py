@@ -7,7 +7,9 @@ refused because of the others; one who writes more is paced to it. Beyond it 429
 with ``Retry-After``. One dependency of the whole app (:func:`limit_writes`) applies it to every
 POST, PUT, PATCH and DELETE of the JSON API (submit, resume, stop, flows, shares, secrets,
 groups, webhooks, AG-UI), and the pages' forms take from the same bucket (``read_form``). A
-batch of decisions takes one write per item (:func:`paced_writes`).
+batch of decisions takes one write per item (:func:`paced_writes`), and the agent protocols'
+writes (MCP's ``run_flow``, ``decide``, ``stop_run``; A2A's messages and cancels) one each
+(:func:`check_write`).
 
 The buckets are in this process's memory: the limit holds per API process (N replicas behind a
 balancer let a user N times the rate), and a restart refills them."""

@@ -8,7 +8,7 @@ Served by the API at ``GET /metrics`` and by ``signoff worker`` on ``SIGNOFF_MET
 - ``signoff_time_to_decision_seconds``: from the pause to the decision, observed where the
   decision is applied (the worker; ``signoff dev`` is one process);
 - ``signoff_decisions_total{outcome, via}``: ``decided`` in time, ``rerouted`` (a late answer),
-  ``deadline`` (``on_timeout`` acted); ``via`` ``api``, ``temporal`` or ``deadline``;
+  ``deadline`` (``on_timeout`` acted); ``via`` ``api``, ``mcp``, ``a2a``, ``temporal`` or ``deadline``;
 - ``signoff_activity_failures_total{activity, code}``: failed activity attempts (Temporal
   retries them or the run fails);
 - ``signoff_store_seconds{op}`` and ``signoff_store_errors_total{op, code}``: every store call
@@ -57,7 +57,7 @@ def set_run_counts(counts: dict[str, int]) -> None:
 
 def decided(*, seconds_waited: float | None, rerouted: bool, timed_out: bool, via: str | None) -> None:
     outcome = "deadline" if timed_out else "rerouted" if rerouted else "decided"
-    DECISIONS.labels(outcome, "deadline" if timed_out else (via if via in ("api", "temporal") else "other")).inc()
+    DECISIONS.labels(outcome, "deadline" if timed_out else (via if via in ("api", "temporal", "mcp", "a2a") else "other")).inc()
     if seconds_waited is not None and seconds_waited >= 0:
         TIME_TO_DECISION.observe(seconds_waited)
 

@@ -164,6 +164,26 @@ def credentials(*, headers: Mapping[str, Any] | None = None, urls: Iterable[Any]
     return sorted((v for v in found if len(v) >= MIN_CREDENTIAL_CHARS), key=len, reverse=True)
 
 
+def deployment_key(settings: Settings) -> bytes:
+    """The deployment's key: ``settings.secret_key``, else the key file in SIGNOFF_HOME (made with
+    mode 0600 on first use: a single-host deployment needs no setup; replicas must share a key).
+    It seals stored secrets (:class:`SecretBox`) and is the key material of the MCP server's
+    sealed request state (api/mcp/server.py), which another replica must open."""
+    if settings.secret_key:
+        return settings.secret_key.encode()
+    path = Path(settings.home) / KEY_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process made it first
+            pass
+        else:
+            with os.fdopen(fd, "wb") as f:
+                f.write(Fernet.generate_key())
+    return path.read_bytes().strip()
+
+
 class SecretBox:
     """Seals and opens secret values with the deployment's key."""
 
@@ -178,21 +198,8 @@ class SecretBox:
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "SecretBox":
-        """The box of ``settings.secret_key``, else of the key file in SIGNOFF_HOME (made with mode
-        0600 on first use: a single-host deployment needs no setup; replicas must share a key)."""
-        if settings.secret_key:
-            return cls(settings.secret_key)
-        path = Path(settings.home) / KEY_FILE
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:  # another process made it first
-                pass
-            else:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(Fernet.generate_key())
-        return cls(path.read_bytes().strip())
+        """The box of :func:`deployment_key`."""
+        return cls(deployment_key(settings))
 
     def seal(self, value: str) -> bytes:
         return self._fernet.encrypt(value.encode("utf-8"))

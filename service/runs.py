@@ -181,8 +181,9 @@ class RunService:
         owner or an approver of the request. Raises, in this order, JobNotFound (404),
         Forbidden / NotAnApprover (403), InvalidDecision / InvalidValues (422), NotResumable /
         AlreadyVoted (409): the engine's one check (``check_decision``), here before anything is
-        sent, and again by the run; the job stays suspended in every case. ``via``: the surface it
-        came through, recorded in the decision's event (page, agui, email, slack; None: the API)."""
+        sent, and again by the run; the job stays suspended in every case. ``via``: the surface or
+        protocol it came through, recorded in the decision's event (page, agui, email, slack, mcp,
+        a2a; None: the HTTP API)."""
         job = await visible_job(self.store, user, job_id)
         try:
             pending = await self.access.current_request(job)

@@ -54,8 +54,8 @@ class ResumeInput(BaseModel):
     decision: Decision
     decided_by: str | None = None
     user: str | None = None
-    # the surface signoff's API took it from for ``decided_by`` (activities/sender.py: VIAS): page,
-    # agui, email, slack; None: the HTTP API itself
+    # the surface or protocol signoff's API took it from for ``decided_by`` (activities/sender.py:
+    # VIAS): page, agui, email, slack, mcp, a2a; None: the HTTP API itself
     via: str | None = None
 
 

@@ -23,8 +23,9 @@ from ag_ui.core import (
 )
 
 from signoff.engine.components.human_input import HumanInput
+from signoff.engine.decisions import deadline
 from signoff.engine.errors import NotResumable, SignoffError
-from signoff.engine.models import Event, Job, JobStatus, PendingRequest, SpanRecord, User
+from signoff.engine.models import Event, Job, JobStatus, PendingRequest, SpanRecord, User, utcnow
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import A_COMPONENT, hex_span, root_span_id
 from signoff.service import RunService
@@ -35,6 +36,7 @@ from signoff.api.models import workflow_response
 from signoff.api.sse import follow_job
 from signoff.api.agui.translate import (
     INTERNAL_ERROR,
+    INTERRUPT_EXPIRED,
     RUN_FAILED,
     RUN_TIMED_OUT,
     _UUID,
@@ -43,6 +45,7 @@ from signoff.api.agui.translate import (
     _uid,
     announce,
     decision_of,
+    iso,
     shows,
     gate_vertex,
     interrupt_of,
@@ -142,6 +145,14 @@ class AguiRun:
             # a decision got in before the stop: tell what it did
         else:
             assert decision is not None
+            expires = deadline(resumed) if resumed is not None and resumed.request_id == entry.interrupt_id else None
+            if expires is not None and utcnow() >= expires:
+                # AG-UI's stale resume: the client cancels an expired interrupt, never answers it
+                # (a late answer over HTTP is rerouted, DESIGN §5); the job is left as it is
+                yield RunErrorEvent(message=f"Interrupt {entry.interrupt_id!r} expired at {iso(expires)} and can "
+                                    "no longer be answered; cancel it to continue the thread",
+                                    code=INTERRUPT_EXPIRED, timestamp=_ms(), metadata=self._meta())
+                return
             done = await self.service.resume(self.user, job.job_id, entry.interrupt_id, decision, via="agui")
             if done.status == "vote_recorded":  # one vote of a quorum: the run still waits
                 job = await self.service.get_job(self.user, job.job_id)

@@ -10,7 +10,7 @@ import json
 import re
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from ag_ui.core import (
@@ -35,7 +35,7 @@ from signoff.engine.components.agent import REJECTED_DEFAULT
 from signoff.engine.components.base import as_text
 from signoff.engine.components.human_input import HumanInput
 from signoff.engine.components.io import message_id
-from signoff.engine.decisions import TOOL_APPROVAL_VALUES
+from signoff.engine.decisions import TOOL_APPROVAL_VALUES, deadline
 from signoff.engine.models import Decision, Event, Job, PendingRequest, SpanRecord
 from signoff.engine.tracing import A_VERTEX
 
@@ -47,6 +47,8 @@ from signoff.api.models import human_request
 RUN_FAILED = "RUN_FAILED"
 RUN_TIMED_OUT = "RUN_TIMED_OUT"
 INTERNAL_ERROR = "INTERNAL_ERROR"
+# an answer (a resolved resume entry) to an interrupt past its expiresAt: AG-UI's stale resume
+INTERRUPT_EXPIRED = "INTERRUPT_EXPIRED"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -122,9 +124,13 @@ def response_schema(p: PendingRequest) -> dict[str, Any]:
     }
 
 
+def iso(at: datetime) -> str:
+    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 def interrupt_of(job: Job, p: PendingRequest, **extra: Any) -> Interrupt:
     """A pending request as an AG-UI interrupt: id = request id, the prompt as its message, the
-    tool call it is about, the schema of its answer; ``metadata`` is the HTTP API's pending
+    tool call it is about, the schema of its answer, ``expiresAt`` its deadline; ``metadata`` is the HTTP API's pending
     request (options, allowed decisions, fields, tool, timeout...) and the job id."""
     public = human_request(p)
     assert public is not None
@@ -134,6 +140,7 @@ def interrupt_of(job: Job, p: PendingRequest, **extra: Any) -> Interrupt:
         message=p.prompt or None,
         tool_call_id=str(p.tool["call_id"]) if p.tool and p.tool.get("call_id") else None,
         response_schema=response_schema(p),
+        expires_at=iso(expires) if (expires := deadline(p)) is not None else None,
         metadata={"job_id": job.job_id, **public.model_dump(mode="json"), **extra},
     )
 

@@ -124,6 +124,32 @@ async def test_a_gate_ends_the_run_with_an_interrupt_and_resume_approves_it(h: H
     assert await event_names(h.store, job_id) == ["human_input_required", "human_input_decision", "end"]
 
 
+async def test_an_interrupt_expires_at_the_gates_deadline_and_an_answer_after_it_is_a_run_error(h: Harness):
+    """expiresAt = paused_at + the gate's timeout; a resolved answer after it is AG-UI's stale
+    resume (RUN_ERROR INTERRUPT_EXPIRED), the job untouched; cancelling it still stops the run."""
+    from datetime import datetime, timedelta
+
+    flow, t = await upload(h, gate_flow(timeout=1)), thread()
+    async with h.client("alice") as c:
+        _, interrupt = await interrupted(h, c, flow, t)
+        job_id = interrupt["metadata"]["job_id"]
+        paused = datetime.fromisoformat(interrupt["metadata"]["paused_at"])
+        expires = datetime.fromisoformat(interrupt["expiresAt"].replace("Z", "+00:00"))
+        assert expires - paused == timedelta(seconds=1), (interrupt["expiresAt"], paused)
+        while datetime.now(expires.tzinfo) <= expires:  # the deadline passes (the test waits for it, no timing asserted)
+            await asyncio.sleep(0.05)
+        late = await agui(c, flow, run_input(t, resume=approve(interrupt["id"])))
+        end = outcome(late)
+        assert end["type"] == "RUN_ERROR" and end["code"] == "INTERRUPT_EXPIRED", end
+        assert end["metadata"]["job_id"] == job_id
+        assert (await h.store.get_job(job_id)).status == JobStatus.suspended
+        assert "human_input_decision" not in await event_names(h.store, job_id)
+        stop = await agui(c, flow, run_input(t, resume=approve(interrupt["id"], status="cancelled")))
+        assert outcome(stop)["outcome"]["type"] == "cancelled"
+        _, untimed = await interrupted(h, c, h.flows["refund"], thread())
+    assert untimed.get("expiresAt") is None  # a gate without a deadline never expires
+
+
 async def test_a_reject_takes_the_other_branch(h: Harness):
     flow, t = h.flows["refund"], thread()
     async with h.client("alice") as c:
