@@ -1,0 +1,95 @@
+"""A request's rules visible before anyone breaks them (issue 29, DESIGN §9-§10), in a real browser
+against a real signoff: the quorum card says how many approvals it has and needs, who voted,
+whom it waits on and whom it escalates to; someone who may not decide sees why instead of
+buttons; a voter's request waits on others; anyone who was asked sees a decided request's
+outcome, nobody else."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from tests.browser.conftest import Site, person
+from tests.browser.test_card import shoot
+from tests.browser.test_pages import pause
+
+pytestmark = pytest.mark.temporal
+
+
+async def people(site: Site, *names: str) -> dict[str, str]:
+    """Users made for one test (signed in by their key, as the harness's own), by short name: their
+    full names (short name and a random tail, so tests never share a person)."""
+    full = {}
+    for name in names:
+        user = await site.h.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
+        site.h.users[user.name] = (user.id, await site.h.store.create_api_key(user.id))
+        full[name] = user.name
+    return full
+
+
+async def gate_flow(site: Site, owner: str = "alice", **params: Any) -> str:
+    spec = {"name": f"Spend approval {uuid.uuid4().hex[:4]}",
+            "nodes": [{"id": "ask", "type": "ChatInput"},
+                      {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"], **params}},
+                      {"id": "ok", "type": "ChatOutput", "params": {"text": "approved"}},
+                      {"id": "no", "type": "ChatOutput", "params": {"text": "rejected"}}],
+            "edges": [{"from": "ask.message", "to": "gate.prompt"},
+                      {"from": "gate.branch_approve", "to": "ok.input_value"},
+                      {"from": "gate.branch_reject", "to": "no.input_value"}]}
+    async with site.api(owner) as c:
+        r = await c.post("/api/v1/flows", json=spec)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+
+async def vote(site: Site, user: str, job_id: str, request_id: str, action: str = "approve") -> dict[str, Any]:
+    async with site.api(user) as c:
+        r = await c.post(f"/api/v2/workflows/{job_id}/resume",
+                         json={"request_id": request_id, "decision": {"action_id": action}})
+    assert r.status_code in (200, 202), r.text
+    return r.json()
+
+
+async def quorum(site: Site) -> tuple[dict[str, str], str, str]:
+    """A run of alice's waiting on two approvals of bob and the group finance (dave, erin),
+    escalating to carol after two days; bob has voted. Returns the people, the job and request."""
+    who = await people(site, "carol", "dave", "erin")
+    alice_id = site.h.users["alice"][0]
+    finance = f"finance-{uuid.uuid4().hex[:4]}"
+    await site.h.store.create_group(alice_id, finance)
+    await site.h.store.add_group_members(alice_id, finance, [site.h.users[who["dave"]][0],
+                                                             site.h.users[who["erin"]][0]])
+    bob = (await site.h.store.get_user(site.h.users["bob"][0])).name
+    flow_id = await gate_flow(site, approvers=[bob, f"group:{finance}"], required_approvals=2,
+                              escalate_after={"value": 2, "unit": "Days"}, escalate_to=[who["carol"]])
+    resp = await pause(site, flow=flow_id, input_value="Team offsite, 4,000 EUR")
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    voted = await vote(site, "bob", job_id, request_id)
+    assert voted.get("status") == "vote_recorded", voted
+    who.update(finance=finance, bob=bob)
+    return who, job_id, request_id
+
+
+def card(site: Site, job_id: str, request_id: str) -> str:
+    return f"{site.url}/runs/{job_id}/requests/{request_id}"
+
+
+async def test_a_quorum_card_says_its_rules(browser: Browser, site: Site) -> None:
+    """"1 of 2 approvals · bob approved · waiting on finance (dave, erin) · escalates to carol in
+    2 days", under the question, for an approver who has not voted yet."""
+    who, job_id, request_id = await quorum(site)
+    async with person(browser, site, who["dave"]) as dave:
+        await dave.page.goto(card(site, job_id, request_id))
+        line = dave.page.locator("[data-rules]")
+        await expect(line).to_have_text(re.compile(
+            rf"^\s*1 of 2 approvals · {re.escape(who['bob'])} approved · waiting on {re.escape(who['finance'])} "
+            rf"\({re.escape(who['dave'])} and {re.escape(who['erin'])}\) · escalates to {re.escape(who['carol'])} "
+            r"in 2 days\s*$"))
+        await expect(dave.page.get_by_role("button", name="Approve")).to_be_visible()
+        if site.backend == "sqlite":
+            await shoot(dave.page, "rules-quorum")
+        dave.clean()
