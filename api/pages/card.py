@@ -92,7 +92,7 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
                  error: str | None = None, error_action: str | None = None, notice: str | None = None,
                  conflict: bool = False, facts: context.CardFacts | None = None,
                  typed_by_option: dict[str, dict[str, Any]] | None = None, rules_line: str | None = None,
-                 ) -> dict[str, Any]:
+                 standing: rules.Standing | None = None) -> dict[str, Any]:
     """The card's forms. A gate whose options share one values schema (or none): the fields
     once and a button per option. Options with different schemas: the decision first (one radio
     per option), then each option's fields under its heading. A tool approval: approve / edit
@@ -126,6 +126,7 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
         "message_required": {act: tool_value_required(act, "message") for act in TOOL_APPROVAL_VALUES},
         "error": error, "error_action": error_action, "notice": notice,
         "conflict": conflict, "facts": facts, "rules_line": rules_line,
+        "standing": standing,
         "card_url": card_url(view.job.job_id, req.request_id),
     }
 
@@ -140,9 +141,11 @@ async def _facts(page: PageContext, view: views.RequestView) -> context.CardFact
 async def _seen(page: PageContext, view: views.RequestView) -> dict[str, Any]:
     """What the card shows beside its forms: the context (api/pages/context.py) and, while the
     request waits, its rules in words (api/pages/rules.py)."""
-    line = await rules.rules_line(views.Names(page.store), view.job, view.request, view.outcome.votes) \
-        if view.is_open else None
-    return {"facts": await _facts(page, view), "rules_line": line}
+    line = standing = None
+    if view.is_open:
+        line = await rules.rules_line(views.Names(page.store), view.job, view.request, view.outcome.votes)
+        standing = await rules.standing(page.service.access, page.user, view.job, view.request, view.outcome.votes)
+    return {"facts": await _facts(page, view), "rules_line": line, "standing": standing}
 
 
 @router.get("/runs/{job_id}/requests/{request_id}")

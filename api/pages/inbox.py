@@ -15,7 +15,7 @@ from signoff.engine.models import Decision, utcnow
 from signoff.service import RunService, batch
 from signoff.service.backend import Resumed
 
-from signoff.api.pages import formatting, live, waiting
+from signoff.api.pages import formatting, live, rules, waiting
 from signoff.api.errors import InvalidRequest
 from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
 from signoff.api.ratelimit import paced_writes
@@ -58,6 +58,7 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     older = len(jobs) > PAGE_SIZE
     names = Names(page.store)
     shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+    await rules.mark(page.service.access, page.user, shown)
     flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
                    key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
@@ -110,6 +111,7 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
         after = None
 
     async def row(item: waiting.InboxItem) -> str:
+        await rules.mark(page.service.access, page.user, [item])
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
     page.service.feed.check(page.user.id)

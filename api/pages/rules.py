@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from signoff.engine.access import current_approvers
-from signoff.engine.models import Job, PendingRequest, as_utc, utcnow
+from signoff.engine.access import Access, current_approvers
+from signoff.engine.decisions import check_decider
+from signoff.engine.errors import Forbidden, NotAnApprover
+from signoff.engine.models import Job, PendingRequest, User, as_utc, utcnow
 
 from signoff.api.pages.views import Names
 
@@ -93,6 +95,8 @@ async def rules_line(names: Names, job: Job, req: PendingRequest, votes: list[di
         return None
     parts: list[str] = []
     voted = {str(v.get("user")) for v in votes}
+    if not req.allow_self_approval and job.user_id:
+        voted.add(job.user_id)  # named or not, the run's owner may not decide it: nobody waits on them
     if req.required_approvals > 1:
         parts.append(f"{len(votes)} of {req.required_approvals} approvals")
     if votes:
@@ -113,3 +117,35 @@ async def rules_line(names: Names, job: Job, req: PendingRequest, votes: list[di
         left = (due - (now or utcnow())).total_seconds()
         parts.append(f"escalates to {to} {in_time(left)}" if left > 0 else f"escalated to {to}")
     return " · ".join(parts)
+
+
+async def standing(access: Access, user: User, job: Job, req: PendingRequest,
+                   votes: list[dict[str, Any]]) -> Standing:
+    """Where ``user`` stands on ``job``'s waiting request ``req`` (:class:`Standing`), by the
+    engine's own rule (check_decider with the approvers as they are now)."""
+    pending = await access.current_request(job, req.request_id)
+    if pending is None:
+        return Standing()
+    decider = await access.decider(job, user, pending)
+    try:
+        check_decider(pending, decider)
+    except Forbidden:
+        return Standing(reason="You may no longer run this flow, so you may not decide its runs.")
+    except NotAnApprover:
+        if decider.owner and not pending.allow_self_approval:
+            return Standing(reason="You started this run; someone else must approve it.")
+        return Standing(reason="This request is for its approvers to decide, and you are not one of them.")
+    return Standing()
+
+
+async def mark(access: Access, user: User, items: list[Any]) -> None:
+    """Each inbox row's :class:`Standing` for ``user`` (``item.standing``): a row they may not
+    decide, or voted on, is drawn without its buttons. A row naming no approvers is the reader's
+    own plain gate (Store.inbox lists no other): it is not read again (a page of the inbox stays
+    a page of reads; a flow unshared since is still refused by the service when decided)."""
+    for item in items:
+        if not (item.request.approvers or item.request.approver_refs or item.request.escalate_to):
+            continue
+        votes = [{"user": v.user} for v in await access.votes(item.job.job_id, item.request.request_id)] \
+            if item.request.quorum_action else []
+        item.standing = await standing(access, user, item.job, item.request, votes)

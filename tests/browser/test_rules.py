@@ -93,3 +93,33 @@ async def test_a_quorum_card_says_its_rules(browser: Browser, site: Site) -> Non
         if site.backend == "sqlite":
             await shoot(dave.page, "rules-quorum")
         dave.clean()
+
+
+async def test_the_owner_without_self_approval_never_sees_an_approve_button(browser: Browser, site: Site) -> None:
+    """alice's run names her and bob but forbids self-approval: her inbox row and her card say
+    why in words and offer no button (the server would refuse it); bob's card offers them."""
+    alice = (await site.h.store.get_user(site.h.users["alice"][0])).name
+    bob = (await site.h.store.get_user(site.h.users["bob"][0])).name
+    flow_id = await gate_flow(site, approvers=[alice, bob], allow_self_approval=False)
+    resp = await pause(site, flow=flow_id, input_value="My own expenses, 90 EUR")
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    reason = "You started this run; someone else must approve it."
+    async with person(browser, site, "alice") as owner:
+        row = owner.page.locator(f'li.req[data-request-id="{request_id}"]')
+        await expect(row.locator("[data-may-not]")).to_have_text(reason)
+        await expect(row.get_by_role("button")).to_have_count(0)
+        await owner.page.goto(card(site, job_id, request_id))
+        await expect(owner.page.locator("[data-may-not]")).to_have_text(reason)
+        await expect(owner.page.locator("[data-rules]")).to_have_text(re.compile(rf"^\s*waiting on {re.escape(bob)}\s*$"))
+        await expect(owner.page.get_by_role("heading", level=1)).to_have_text("Waiting for a decision")
+        await expect(owner.page.locator("form.decide")).to_have_count(0)
+        await expect(owner.page.get_by_role("button", name="Approve")).to_have_count(0)
+        if site.backend == "sqlite":
+            await shoot(owner.page, "rules-self-approval")
+        owner.clean()
+    async with person(browser, site, "bob") as approver:
+        await approver.page.goto(card(site, job_id, request_id))
+        await expect(approver.page.locator("[data-may-not]")).to_have_count(0)
+        await approver.page.get_by_role("button", name="Approve").click()
+        await expect(approver.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob}")
+        approver.clean()
