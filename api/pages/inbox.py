@@ -67,7 +67,8 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     notice = _bulk_notice(decided, refused)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
-    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, older=older, flows=flows,
+    voted = [i for i in shown if i.standing is not None and i.standing.voted]  # waiting on others
+    return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total, page_no=p, pages=pages, older=older, flows=flows,
                   bulk=bulk, notice=notice,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 

@@ -135,6 +135,9 @@ async def standing(access: Access, user: User, job: Job, req: PendingRequest,
         if decider.owner and not pending.allow_self_approval:
             return Standing(reason="You started this run; someone else must approve it.")
         return Standing(reason="This request is for its approvers to decide, and you are not one of them.")
+    if any(v.get("user") == user.id for v in votes):
+        left = max(0, pending.required_approvals - len(votes))
+        return Standing(voted=f"You {_verb(pending)} · waiting for {left} more")
     return Standing()
 
 

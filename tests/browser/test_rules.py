@@ -123,3 +123,40 @@ async def test_the_owner_without_self_approval_never_sees_an_approve_button(brow
         await approver.page.get_by_role("button", name="Approve").click()
         await expect(approver.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob}")
         approver.clean()
+
+
+async def test_a_request_you_voted_on_waits_on_others(browser: Browser, site: Site) -> None:
+    """dave votes from his inbox: his card says "You approved · waiting for 1 more" (no buttons
+    again), and his inbox lists the request under "Waiting on others", without buttons; once
+    erin's vote completes the quorum it leaves his inbox."""
+    who, job_id, request_id = await quorum(site)  # bob has voted: 1 of 2; dave's vote completes it
+    async with person(browser, site, who["dave"]) as dave:
+        row = dave.page.locator(f'[data-live-inbox] > li.req[data-request-id="{request_id}"]')
+        await expect(row).to_be_visible()
+        await dave.page.goto(card(site, job_id, request_id))
+        await expect(dave.page.locator("[data-rules]")).to_contain_text("1 of 2 approvals")
+        await dave.page.get_by_role("button", name="Approve").click()
+        # the quorum of 2 is complete with dave: the card is decided
+        await expect(dave.page.locator("[data-outcome]")).to_contain_text("Approve")
+        dave.clean()
+    flow_id = await gate_flow(site, approvers=[who["dave"], who["erin"], who["carol"]], required_approvals=3)
+    resp = await pause(site, flow=flow_id, input_value="New laptops, 12,000 EUR")
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    await vote(site, who["carol"], job_id, request_id)
+    async with person(browser, site, who["dave"]) as dave:
+        page = dave.page
+        row = page.locator(f'[data-live-inbox] > li.req[data-request-id="{request_id}"]')
+        await row.get_by_role("button", name="Approve").click()
+        await expect(page.locator("[data-voted]")).to_have_text("You approved · waiting for 1 more")
+        await expect(page.get_by_role("heading", level=1)).to_have_text("Waiting on others")
+        await expect(page.locator("form.decide")).to_have_count(0)
+        await page.goto(site.url + "/")
+        await expect(row).to_have_count(0)
+        other = page.locator(f'[data-waiting-others] > li.req[data-request-id="{request_id}"]')
+        await expect(other.locator("[data-voted]")).to_have_text("You approved · waiting for 1 more")
+        await expect(other.get_by_role("button")).to_have_count(0)
+        if site.backend == "sqlite":
+            await shoot(page, "rules-waiting-on-others")
+        await vote(site, who["erin"], job_id, request_id)  # the third: decided, it leaves (live)
+        await expect(other).to_have_count(0)
+        dave.clean()
