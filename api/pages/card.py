@@ -20,7 +20,7 @@ from starlette.datastructures import FormData
 from signoff.engine.decisions import TOOL_APPROVAL_VALUES, tool_value_required
 from signoff.engine.errors import JobNotFound, SignoffError
 from signoff.engine.models import PendingRequest
-from signoff.service.access import visible_job
+from signoff.service.access import asked_job, visible_job
 
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest, printable
 from signoff.api.limits import check_body
@@ -48,7 +48,10 @@ async def _request(page: PageContext, job_id: str, request_id: str, *, settle: b
     theirs once its request is no longer waiting."""
     job = await page.store.get_job(job_id) if decided else None
     if job is None:
-        job = await visible_job(page.store, page.user, job_id)
+        try:
+            job = await visible_job(page.store, page.user, job_id)
+        except JobNotFound:  # a person once asked sees what became of the request, nothing else
+            job = await asked_job(page.store, page.user, job_id, request_id)
     names = views.Names(page.store)
     view = await views.request_view(page.store, names, job, request_id)
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -92,7 +95,7 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
                  error: str | None = None, error_action: str | None = None, notice: str | None = None,
                  conflict: bool = False, facts: context.CardFacts | None = None,
                  typed_by_option: dict[str, dict[str, Any]] | None = None, rules_line: str | None = None,
-                 standing: rules.Standing | None = None) -> dict[str, Any]:
+                 standing: rules.Standing | None = None, run_link: bool = True) -> dict[str, Any]:
     """The card's forms. A gate whose options share one values schema (or none): the fields
     once and a button per option. Options with different schemas: the decision first (one radio
     per option), then each option's fields under its heading. A tool approval: approve / edit
@@ -126,7 +129,7 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
         "message_required": {act: tool_value_required(act, "message") for act in TOOL_APPROVAL_VALUES},
         "error": error, "error_action": error_action, "notice": notice,
         "conflict": conflict, "facts": facts, "rules_line": rules_line,
-        "standing": standing,
+        "standing": standing, "run_link": run_link,
         "card_url": card_url(view.job.job_id, req.request_id),
     }
 
@@ -145,7 +148,11 @@ async def _seen(page: PageContext, view: views.RequestView) -> dict[str, Any]:
     if view.is_open:
         line = await rules.rules_line(views.Names(page.store), view.job, view.request, view.outcome.votes)
         standing = await rules.standing(page.service.access, page.user, view.job, view.request, view.outcome.votes)
-    return {"facts": await _facts(page, view), "rules_line": line, "standing": standing}
+    try:  # a person once asked, who may not see the run: the card without links to it
+        run_link = view.job.user_id == page.user.id or bool(await visible_job(page.store, page.user, view.job.job_id))
+    except JobNotFound:
+        run_link = False
+    return {"facts": await _facts(page, view), "rules_line": line, "standing": standing, "run_link": run_link}
 
 
 @router.get("/runs/{job_id}/requests/{request_id}")

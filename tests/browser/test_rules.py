@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, expect
 
+from signoff.engine.models import JobStatus
+
 from tests.browser.conftest import Site, person
 from tests.browser.test_card import shoot
 from tests.browser.test_pages import pause
@@ -160,3 +162,36 @@ async def test_a_request_you_voted_on_waits_on_others(browser: Browser, site: Si
         await vote(site, who["erin"], job_id, request_id)  # the third: decided, it leaves (live)
         await expect(other).to_have_count(0)
         dave.clean()
+
+
+async def test_anyone_asked_sees_the_decided_view_nobody_else(browser: Browser, site: Site) -> None:
+    """bob and dave complete the quorum; erin (asked through the group finance, never voted)
+    opens the request after the run ended: the decided view, who and when, not 404 (and no link
+    to a run that is not hers to see). carol (only its escalation would have asked her, and it
+    never came) and frank (never asked) get the same 404 as a request that does not exist."""
+    who, job_id, request_id = await quorum(site)
+    who.update(await people(site, "frank"))
+    await vote(site, who["dave"], job_id, request_id)
+    await site.h.wait_status(job_id, JobStatus.completed)
+    async with person(browser, site, who["erin"]) as erin:
+        r = await erin.page.goto(card(site, job_id, request_id))
+        assert r is not None and r.status == 200
+        outcome = erin.page.locator("[data-outcome]")
+        await expect(outcome).to_contain_text(f"Approve by {who['dave']}")
+        await expect(outcome.locator(".outcome-when")).to_contain_text(re.compile(r"Decided \d{4}-\d\d-\d\d"))
+        await expect(outcome).to_contain_text(who["bob"])  # the votes: bob's and dave's
+        await expect(erin.page.locator("form.decide")).to_have_count(0)
+        await expect(erin.page.locator(f'a[href="/runs/{job_id}"]')).to_have_count(0)
+        r = await erin.page.goto(f"{site.url}/runs/{job_id}")
+        assert r is not None and r.status == 404
+        if site.backend == "sqlite":
+            await erin.page.goto(card(site, job_id, request_id))
+            await shoot(erin.page, "rules-asked-decided")
+        erin.clean()
+    for stranger in (who["carol"], who["frank"]):
+        async with person(browser, site, stranger) as other:
+            r = await other.page.goto(card(site, job_id, request_id))
+            assert r is not None and r.status == 404
+            unknown = await other.page.goto(card(site, job_id, "gate:nope"))
+            assert unknown is not None and unknown.status == 404
+            await expect(other.page.locator("main")).not_to_contain_text(who["dave"])
