@@ -195,3 +195,22 @@ async def test_anyone_asked_sees_the_decided_view_nobody_else(browser: Browser, 
             unknown = await other.page.goto(card(site, job_id, "gate:nope"))
             assert unknown is not None and unknown.status == 404
             await expect(other.page.locator("main")).not_to_contain_text(who["dave"])
+
+
+async def test_a_stopped_runs_card_says_stopped(browser: Browser, site: Site) -> None:
+    """A run stopped while it waits: its chat card on the run page says the run was stopped,
+    not "superseded by a new run" (there is none); a superseded one still says superseded."""
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    first = (await pause(site, session_id=sid))["job_id"]
+    second = (await pause(site, session_id=sid))["job_id"]  # supersedes the first
+    async with site.api("alice") as c:
+        r = await c.post("/api/v2/workflows/stop", json={"job_id": second})
+        assert r.status_code == 200, r.text
+    await site.h.wait_status(second, JobStatus.cancelled)
+    async with person(browser, site, "alice") as alice:
+        await alice.page.goto(f"{site.url}/runs/{second}")
+        closed = alice.page.locator(f'li.msg-card[data-job="{second}"] [data-card-closed]')
+        await expect(closed).to_have_text(re.compile(r"^\s*Closed: the run was stopped\s*$"))
+        closed = alice.page.locator(f'li.msg-card[data-job="{first}"] [data-card-closed]')
+        await expect(closed).to_have_text(re.compile(r"^\s*Closed: superseded by a new run\s*$"))
+        alice.clean()
