@@ -214,3 +214,43 @@ async def test_a_stopped_runs_card_says_stopped(browser: Browser, site: Site) ->
         closed = alice.page.locator(f'li.msg-card[data-job="{first}"] [data-card-closed]')
         await expect(closed).to_have_text(re.compile(r"^\s*Closed: superseded by a new run\s*$"))
         alice.clean()
+
+
+async def test_history_marks_each_way_a_request_ends(browser: Browser, site: Site) -> None:
+    """History: approve, reject, expired (its deadline decided), superseded and stopped each wear
+    their own mark; Reject never wears Approve's green check."""
+    who = await people(site, "hank")
+    hank = who["hank"]
+    flow_id = await gate_flow(site, owner=hank)
+    late_flow = await gate_flow(site, owner=hank, timeout=1, on_timeout="default", default_action="approve")
+    jobs: dict[str, str] = {}
+    for kind in ("approve", "reject"):
+        resp = await pause(site, hank, flow=flow_id, input_value=f"{kind} this")
+        jobs[kind] = resp["job_id"]
+        await vote(site, hank, resp["job_id"], resp["human_request"]["request_id"], kind)
+    async with site.api(hank) as c:  # the deadline decides: a background run, its gate expires by itself
+        r = await c.post("/api/v2/workflows", json={"flow_id": late_flow, "mode": "background",
+                                                    "input_value": "nobody answers", "session_id": f"s-{uuid.uuid4().hex}"})
+        assert r.status_code == 200, r.text
+        jobs["expired"] = r.json()["job_id"]
+    sid = f"s-{uuid.uuid4().hex[:10]}"
+    jobs["superseded"] = (await pause(site, hank, flow=flow_id, session_id=sid, input_value="superseded"))["job_id"]
+    jobs["stopped"] = (await pause(site, hank, flow=flow_id, session_id=sid, input_value="stopped"))["job_id"]
+    async with site.api(hank) as c:
+        assert (await c.post("/api/v2/workflows/stop", json={"job_id": jobs["stopped"]})).status_code == 200
+    for kind in ("approve", "reject", "expired"):
+        await site.h.wait_status(jobs[kind], JobStatus.completed)
+    async with person(browser, site, hank) as h:
+        await h.page.goto(site.url + "/history")
+        rows = h.page.locator("table.history tbody tr")
+        await expect(rows).to_have_count(5)
+        for kind, job_id in jobs.items():
+            row = rows.filter(has=h.page.locator(f'a[href="/runs/{job_id}"]'))
+            await expect(row.locator("[data-mark]")).to_have_attribute("data-mark", kind)
+        reject = rows.filter(has=h.page.locator(f'a[href="/runs/{jobs["reject"]}"]')).locator("[data-mark]")
+        assert await reject.evaluate("e => getComputedStyle(e).color") != \
+            await rows.filter(has=h.page.locator(f'a[href="/runs/{jobs["approve"]}"]')).locator("[data-mark]").evaluate(
+                "e => getComputedStyle(e).color")
+        if site.backend == "sqlite":
+            await shoot(h.page, "rules-history-marks")
+        h.clean()
