@@ -48,12 +48,12 @@ async def asked_job(store: Store, user: User, job_id: str, request_id: str) -> J
         raise JobNotFound(f"Job {job_id[:100]!r} not found", job_id=job_id[:100])
     refs = set(await store.request_approvers(job_id, request_id))
     escalated: list[str] = []
-    for ev in await store.read_events(job_id, limit=100_000):
-        if ev.data.get("request_id") != request_id:
-            continue
-        if ev.event == "human_input_required":
+    # the request's own events by name (a few per run), not the run's whole log
+    for ev in await store.read_events_named(job_id, "human_input_required"):
+        if ev.data.get("request_id") == request_id:
             refs.update(str(r) for r in ev.data.get("approver_refs") or [])
-        elif ev.event == "human_input_escalated":
+    for ev in await store.read_events_named(job_id, "human_input_escalated"):
+        if ev.data.get("request_id") == request_id:
             escalated = [str(n) for n in ev.data.get("added") or []][:100]
     if escalated:
         flow = await store.get_flow(job.flow_id)
