@@ -6,6 +6,7 @@ outcome, nobody else."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from typing import Any
@@ -254,3 +255,28 @@ async def test_history_marks_each_way_a_request_ends(browser: Browser, site: Sit
         if site.backend == "sqlite":
             await shoot(h.page, "rules-history-marks")
         h.clean()
+
+
+async def test_an_approver_added_by_the_escalation_sees_the_decided_view(browser: Browser, site: Site) -> None:
+    """carol is asked only through the escalation (after a second); bob decides; once the run
+    has ended (its stored approvers deleted) carol still sees who decided, from the request's
+    escalation event."""
+    who = await people(site, "carol")
+    bob = (await site.h.store.get_user(site.h.users["bob"][0])).name
+    flow_id = await gate_flow(site, approvers=[bob], escalate_after=1, escalate_to=[who["carol"]])
+    resp = await pause(site, flow=flow_id, input_value="Escalated spend")
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    for _ in range(600):  # the escalation's durable timer, then its event (no time asserted)
+        if await site.h.store.read_events_named(job_id, "human_input_escalated"):
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail("the escalation never came")
+    await vote(site, "bob", job_id, request_id)
+    await site.h.wait_status(job_id, JobStatus.completed)
+    assert await site.h.store.request_approvers(job_id, request_id) == []
+    async with person(browser, site, who["carol"]) as carol:
+        r = await carol.page.goto(card(site, job_id, request_id))
+        assert r is not None and r.status == 200
+        await expect(carol.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob}")
+        carol.clean()
