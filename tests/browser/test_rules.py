@@ -254,6 +254,17 @@ async def test_history_marks_each_way_a_request_ends(browser: Browser, site: Sit
                 "e => getComputedStyle(e).color")
         if site.backend == "sqlite":
             await shoot(h.page, "rules-history-marks")
+        backgrounds = {}
+        for kind in ("approve", "reject"):  # the decided card too: a rejection is not a green box
+            await h.page.goto(card(site, jobs[kind], f"gate:{jobs[kind]}"))
+            outcome = h.page.locator("[data-outcome]")
+            await expect(outcome).to_have_attribute("data-mark", kind)
+            backgrounds[kind] = await outcome.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert backgrounds["approve"] != backgrounds["reject"], backgrounds
+        await h.page.goto(f"{site.url}/runs/{jobs['reject']}")  # and the run page's Decisions
+        await expect(h.page.locator("li.decision-row")).to_have_attribute("data-mark", "reject")
+        if site.backend == "sqlite":
+            await shoot(h.page, "rules-rejected-card")
         h.clean()
 
 
