@@ -159,7 +159,7 @@ async def _leave_nothing_behind(store: Store, job: Job, traced: str | None, name
     await store.delete_checkpoints(job.run_id)
     await store.delete_blobs(run_blob_prefix(job.job_id))
     if job.status != JobStatus.completed:  # a completed run answered its cards
-        await store.supersede_cards(job.job_id)
+        await store.supersede_cards(job.job_id, stopped=await _stopped(store, job))
     if job.status.value != traced:  # the run ended otherwise than the root span said (or unsaid)
         close_run(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=name, start=job.created_at,
                   end=job.finished_at or job.updated_at, status=job.status.value, error=job.error)
@@ -176,6 +176,15 @@ async def _collecting(store: Store) -> AsyncIterator[None]:
         return
     async with collect_spans(store):
         yield
+
+
+async def _stopped(store: Store, job: Job) -> bool:
+    """Whether the run was stopped (its ``run_cancelled`` says ``reason: stopped``), as whoever
+    ended it wrote it: a cleanup redone by another caller closes the cards as the end said."""
+    if job.status != JobStatus.cancelled:
+        return False
+    ended = await store.read_events_named(job.job_id, "run_cancelled")
+    return bool(ended) and ended[-1].data.get("reason") == "stopped"
 
 
 async def _trace_name(store: Store, job: Job) -> str:

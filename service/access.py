@@ -37,6 +37,34 @@ async def visible_job(store: Store, user: User, job_id: str) -> Job:
     return job
 
 
+async def asked_job(store: Store, user: User, job_id: str, request_id: str) -> Job:
+    """The job if its request ``request_id`` is no longer waiting and once named ``user`` (or a
+    group they are in now) as an approver: as it paused, as it is stored, or added by its
+    escalation. A person who was asked sees what became of it (who decided, what, when), not
+    404; anything else, a request still waiting included (visible_job's to allow), is JobNotFound:
+    nobody else learns that it exists."""
+    job = await store.get_job(job_id) if valid_id(job_id) else None
+    if job is None or job.waits_for(request_id):
+        raise JobNotFound(f"Job {job_id[:100]!r} not found", job_id=job_id[:100])
+    refs = set(await store.request_approvers(job_id, request_id))
+    escalated: list[str] = []
+    # the request's own events by name (a few per run), not the run's whole log
+    for ev in await store.read_events_named(job_id, "human_input_required"):
+        if ev.data.get("request_id") == request_id:
+            refs.update(str(r) for r in ev.data.get("approver_refs") or [])
+    for ev in await store.read_events_named(job_id, "human_input_escalated"):
+        if ev.data.get("request_id") == request_id:
+            escalated = [str(n) for n in ev.data.get("added") or []][:100]
+    if escalated:
+        flow = await store.get_flow(job.flow_id)
+        refs.update(await access.Access(store).approver_refs(flow.owner_id if flow else job.user_id, escalated))
+    mine = {user_ref(user.id)} | {group_ref(owner, name) for owner, name in await store.groups_of(user.id)} \
+        if refs else set()
+    if not refs & mine:
+        raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
+    return job
+
+
 async def took_part(store: Store, user: User, job: Job) -> bool:
     """Whether ``user`` voted on or decided a request of the job (the store records each voter and
     decider, Store.add_participants: one indexed read)."""

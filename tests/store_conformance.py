@@ -1114,12 +1114,27 @@ async def test_messages_and_card_stamps(store: Store) -> None:
     assert await store.supersede_cards(job_b) == 1
     assert await store.supersede_cards(job_b) == 0
 
+    # a stopped run's card says stopped, not superseded (there is no new run), and once closed
+    # it is closed: neither closing changes the other's card
+    job_c = uid("job-")
+    card_c = card_a.model_copy(update={"id": uid(), "job_id": job_c, "card": {**card_a.card, "request_id": f"gate:{job_c}"},
+                                       "created_at": t0 + timedelta(milliseconds=3)})
+    await store.add_message(card_c)
+    assert await store.supersede_cards(job_c, stopped=True) == 1
+    assert await store.supersede_cards(job_c, stopped=True) == 0
+    assert await store.supersede_cards(job_c) == 0
+    assert await store.supersede_cards(job_b, stopped=True) == 0
+    stopped_again = card_c.model_copy(update={"id": uid(), "card": {**card_c.card, "stopped": True}})
+    assert (await store.add_message(stopped_again)).card == stopped_again.card  # the stamp round-trips
+
     history = await store.list_messages(session, flow_id=flow_id)
-    assert [m.id for m in history] == [user_msg.id, card_a.id, card_b.id]
+    assert [m.id for m in history][:4] == [user_msg.id, card_a.id, card_b.id, card_c.id]
     assert history[1].card["submitted_action"] == "approve" and "superseded" not in history[1].card
     assert history[2].card["superseded"] is True and "submitted_action" not in history[2].card
+    assert "stopped" not in history[2].card and "stopped" not in history[1].card
+    assert history[3].card["stopped"] is True and "superseded" not in history[3].card
     assert history[1].card["options"] == card_a.card["options"]
-    assert len(await store.list_messages(session)) == 4
+    assert len(await store.list_messages(session)) == 6
     assert await store.list_messages(uid()) == []
 
 

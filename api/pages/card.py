@@ -20,12 +20,12 @@ from starlette.datastructures import FormData
 from signoff.engine.decisions import TOOL_APPROVAL_VALUES, tool_value_required
 from signoff.engine.errors import JobNotFound, SignoffError
 from signoff.engine.models import PendingRequest
-from signoff.service.access import visible_job
+from signoff.service.access import asked_job, visible_job
 
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest, printable
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
-from signoff.api.pages import context, forms, live, views
+from signoff.api.pages import context, forms, live, rules, views
 from signoff.api.pages.page import Page, PageContext, live_response, page_router, read_form, text, with_count
 from signoff.api.pages.render import render
 
@@ -48,7 +48,10 @@ async def _request(page: PageContext, job_id: str, request_id: str, *, settle: b
     theirs once its request is no longer waiting."""
     job = await page.store.get_job(job_id) if decided else None
     if job is None:
-        job = await visible_job(page.store, page.user, job_id)
+        try:
+            job = await visible_job(page.store, page.user, job_id)
+        except JobNotFound:  # a person once asked sees what became of the request, nothing else
+            job = await asked_job(page.store, page.user, job_id, request_id)
     names = views.Names(page.store)
     view = await views.request_view(page.store, names, job, request_id)
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -91,7 +94,8 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
                  typed_args: dict[str, str] | None = None, typed_message: dict[str, str] | None = None,
                  error: str | None = None, error_action: str | None = None, notice: str | None = None,
                  conflict: bool = False, facts: context.CardFacts | None = None,
-                 typed_by_option: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                 typed_by_option: dict[str, dict[str, Any]] | None = None, rules_line: str | None = None,
+                 standing: rules.Standing | None = None, run_link: bool = True) -> dict[str, Any]:
     """The card's forms. A gate whose options share one values schema (or none): the fields
     once and a button per option. Options with different schemas: the decision first (one radio
     per option), then each option's fields under its heading. A tool approval: approve / edit
@@ -124,7 +128,8 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
         "typed_message": typed_message or {},
         "message_required": {act: tool_value_required(act, "message") for act in TOOL_APPROVAL_VALUES},
         "error": error, "error_action": error_action, "notice": notice,
-        "conflict": conflict, "facts": facts,
+        "conflict": conflict, "facts": facts, "rules_line": rules_line,
+        "standing": standing, "run_link": run_link,
         "card_url": card_url(view.job.job_id, req.request_id),
     }
 
@@ -136,6 +141,20 @@ async def _facts(page: PageContext, view: views.RequestView) -> context.CardFact
     return await context.facts(page.store, page.user, view.job, view.request, flow, until)
 
 
+async def _seen(page: PageContext, view: views.RequestView) -> dict[str, Any]:
+    """What the card shows beside its forms: the context (api/pages/context.py) and, while the
+    request waits, its rules in words (api/pages/rules.py)."""
+    line = standing = None
+    if view.is_open:
+        line = await rules.rules_line(views.Names(page.store), view.job, view.request, view.outcome.votes)
+        standing = await rules.standing(page.service.access, page.user, view.job, view.request, view.outcome.votes)
+    try:  # a person once asked, who may not see the run: the card without links to it
+        run_link = view.job.user_id == page.user.id or bool(await visible_job(page.store, page.user, view.job.job_id))
+    except JobNotFound:
+        run_link = False
+    return {"facts": await _facts(page, view), "rules_line": line, "standing": standing, "run_link": run_link}
+
+
 @router.get("/runs/{job_id}/requests/{request_id}")
 async def card(request: Request, job_id: str, request_id: str, page: PageContext = Page,
                voted: str | None = None) -> Response:
@@ -144,7 +163,7 @@ async def card(request: Request, job_id: str, request_id: str, page: PageContext
     notice = None
     if voted and view.is_open and len(voted) < 20:
         notice = f"Your vote is recorded ({voted} approvals)."
-    return render(request, "card.html", **card_context(view, notice=notice, facts=await _facts(page, view)))
+    return render(request, "card.html", **card_context(view, notice=notice, **await _seen(page, view)))
 
 
 @router.get("/runs/{job_id}/requests/{request_id}/live")
@@ -234,7 +253,7 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
         await with_count(request, page)
         return render(request, "card.html", 422, **card_context(
             view, typed_args=typed_args, typed_message=typed_message, error=_refusal(view, refused),
-            error_action="approve" if isinstance(refused, EditNotSent) else None, facts=await _facts(page, view),
+            error_action="approve" if isinstance(refused, EditNotSent) else None, **await _seen(page, view),
             typed_by_option={o.action_id: forms.typed_values(form, value_prefix(view.request, o.action_id))
                              for o in view.request.options}))
     except SignoffError as err:
@@ -244,16 +263,16 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
             await with_count(request, page)
             return render(request, "card.html", status, **card_context(
                 view, typed=typed, field_errors=field_errors, typed_args=typed_args, typed_message=typed_message,
-                error=message, error_action=action, facts=await _facts(page, view)))
+                error=message, error_action=action, **await _seen(page, view)))
         if status == 409:
             settled = await _request(page, job_id, request_id, settle=True, lost=err.code == "NOT_RESUMABLE",
                                      decided=True)
             await with_count(request, page)
-            shown = await _facts(page, settled)
+            shown = await _seen(page, settled)
             if err.code == "ALREADY_VOTED":
                 return render(request, "card.html", 409, **card_context(settled, notice="Your vote was already counted.",
-                                                                        facts=shown))
-            return render(request, "card.html", 409, **card_context(settled, conflict=True, facts=shown))
+                                                                        **shown))
+            return render(request, "card.html", 409, **card_context(settled, conflict=True, **shown))
         raise
     if resumed.status == "vote_recorded":
         target = card_url(job_id, request_id) + "?" + urlencode({"voted": f"{resumed.votes}/{resumed.required}"})
@@ -261,5 +280,5 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
     if view.job.user_id != page.user.id:  # an approver: the card of a run that is not theirs, once
         settled = await _request(page, job_id, request_id, settle=True, decided=True)
         await with_count(request, page)
-        return render(request, "card.html", **card_context(settled, facts=await _facts(page, settled)))
+        return render(request, "card.html", **card_context(settled, **await _seen(page, settled)))
     return RedirectResponse(card_url(job_id, request_id), status_code=303)

@@ -17,7 +17,7 @@ from signoff.engine.models import Decision, utcnow
 from signoff.service import RunService, batch
 from signoff.service.backend import Resumed
 
-from signoff.api.pages import formatting, live, waiting
+from signoff.api.pages import formatting, live, rules, waiting
 from signoff.api.errors import InvalidRequest
 from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
 from signoff.api.ratelimit import paced_writes
@@ -60,6 +60,7 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     older = len(jobs) > PAGE_SIZE
     names = Names(page.store)
     shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+    await rules.mark(page.service.access, page.user, shown)
     flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
                    key=lambda f: f[1].lower())
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
@@ -68,7 +69,8 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     notice = _bulk_notice(decided, refused)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
-    return render(request, "inbox.html", items=shown, total=total, page_no=p, pages=pages, older=older, flows=flows,
+    voted = [i for i in shown if i.standing is not None and i.standing.voted]  # waiting on others
+    return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total, page_no=p, pages=pages, older=older, flows=flows,
                   bulk=bulk, notice=notice,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
@@ -112,6 +114,7 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
         after = None
 
     async def row(item: waiting.InboxItem) -> str:
+        await rules.mark(page.service.access, page.user, [item])
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
     page.service.feed.check(page.user.id)

@@ -62,6 +62,28 @@ class Outcome:
     superseded_by: str | None = None
     votes: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def mark(self) -> tuple[str, str]:
+        """How the outcome is marked in lists (History, the card): ``(kind, icon)``, one kind per
+        way a request ends, so a rejection never wears an approval's green check: approve,
+        reject, respond, decided (another option), expired, superseded, stopped, failed, closed."""
+        if self.state == "decided":
+            words = f"{self.action_id or ''} {self.action_label or ''}".lower()
+            if self.action_id == EXPIRED_ACTION or self.timed_out:
+                return "expired", "clock"
+            if any(w in words for w in REJECT_WORDS):
+                return "reject", "x"
+            if self.action_id in ("approve", "edit") or "approv" in words:
+                return "approve", "check"
+            if self.action_id == "respond":
+                return "respond", "arrow"
+            return "decided", "dot"
+        return {"expired": ("expired", "clock"), "superseded": ("superseded", "skip"), "stopped": ("stopped", "ban"),
+                "failed": ("failed", "alert")}.get(self.state, ("closed", "ban"))
+
+
+REJECT_WORDS = ("reject", "deny", "denied", "decline")  # an option people read as a no
+
 
 @dataclass
 class RequestView:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from signoff.engine.decisions import deadline
 from signoff.engine.models import InboxEntry, Job, PendingRequest
@@ -21,6 +22,11 @@ class InboxItem:
     owner_name: str
     mine: bool
     deadline: datetime | None
+    standing: Any = None  # api/pages/rules.Standing, set by rules.mark: where the reader stands
+
+    @property
+    def may_decide(self) -> bool:
+        return self.standing is None or self.standing.may_decide
 
     @property
     def kind_label(self) -> str:
@@ -29,7 +35,7 @@ class InboxItem:
     @property
     def quick(self) -> bool:
         """Whether its options can be chosen from the list (nothing to type)."""
-        if self.request.kind == "tool_approval":
+        if self.request.kind == "tool_approval" or not self.may_decide:
             return False
         fields = self.request.fields or {}
         return not any((fields.get(o.action_id) or {}).get("required") for o in self.request.options)

@@ -24,7 +24,8 @@ async def messages(
     session_id: Annotated[str, Query(min_length=1, max_length=ID_MAX_CHARS), NoNul],
     flow_id: Annotated[str | None, Query(min_length=1, max_length=ID_MAX_CHARS), NoNul] = None,
 ) -> list[MessagePublic]:
-    """A session's chat history; gate cards carry `submitted_action` or `superseded`."""
+    """A session's chat history; gate cards carry `submitted_action`, `superseded` (a new run
+    replaced theirs) or `stopped` (their run was stopped)."""
     owners: dict[str, bool] = {}
     out = []
     for m in await store.list_messages(session_id, flow_id=flow_id):

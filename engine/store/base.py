@@ -134,8 +134,11 @@ class HistoryStore(abc.ABC):
         """Set ``card.submitted_action`` on the card(s) whose ``card.request_id`` equals request_id."""
 
     @abc.abstractmethod
-    async def supersede_cards(self, job_id: str) -> int:
-        """Set ``card.superseded = true`` on the job's unanswered cards."""
+    async def supersede_cards(self, job_id: str, *, stopped: bool = False) -> int:
+        """Close the job's unanswered cards (neither answered nor closed yet): ``card.superseded =
+        true``, or with ``stopped`` ``card.stopped = true`` (the run was stopped, not replaced by a
+        new one: a card must not say "superseded by a new run" when there is none). Returns how
+        many it closed."""
 
 
 class Store(CheckpointStore, HistoryStore):

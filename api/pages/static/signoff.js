@@ -28,7 +28,12 @@
     var empty = document.querySelector("[data-inbox-empty]");
     var summary = document.querySelector("[data-inbox-summary]");
     var filtered = summary && summary.textContent.indexOf("(filtered)") >= 0;
-    var rows = function () { return Array.prototype.slice.call(list.querySelectorAll(":scope > li.req")); };
+    // the rows to decide, and those waiting on others (voted on): both leave when decided
+    var own = function () { return Array.prototype.slice.call(list.querySelectorAll(":scope > li.req")); };
+    var others = document.querySelector("[data-waiting-others]");
+    var rows = function () {
+      return own().concat(others ? Array.prototype.slice.call(others.querySelectorAll(":scope > li.req")) : []);
+    };
     var find = function (id) { return rows().find(function (li) { return li.dataset.requestId === id; }); };
 
     function setCount(n, total) {
@@ -43,7 +48,7 @@
           (filtered ? " (filtered)." : ".");
       }
     }
-    function refreshEmpty() { if (empty) empty.hidden = rows().length > 0; }
+    function refreshEmpty() { if (empty) empty.hidden = own().length > 0; }
 
     var es = new EventSource(list.dataset.liveUrl);
     es.addEventListener("snapshot", function (e) {
@@ -59,7 +64,7 @@
       var li = fromHTML(d.html);
       if (!li) return;
       li.classList.add("is-new");
-      var before = rows().find(function (other) { return (other.dataset.paused || "") < (d.paused_at || ""); });
+      var before = own().find(function (other) { return (other.dataset.paused || "") < (d.paused_at || ""); });
       list.insertBefore(li, before || null);
       var title = li.querySelector(".req-title");
       announce("New request: " + (title ? title.textContent.trim() : ""));

@@ -145,6 +145,7 @@ class _Message:
     submitted_action: str | None
     superseded: bool
     created_at: datetime
+    stopped: bool = False
 
 
 @dataclass

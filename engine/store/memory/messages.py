@@ -18,7 +18,9 @@ class MemoryMessages(MemoryCore):
         if card is not None:
             if row.submitted_action is not None:
                 card["submitted_action"] = row.submitted_action
-            if row.superseded:
+            if row.stopped:
+                card["stopped"] = True
+            elif row.superseded:
                 card["superseded"] = True
         return Message(
             id=row.id,
@@ -35,13 +37,14 @@ class MemoryMessages(MemoryCore):
 
     async def add_message(self, message: Message) -> Message:
         """Store a message; idempotent by ``message.id`` (a retried write returns the stored one).
-        A card's ``submitted_action``/``superseded`` are kept apart from it, as in SQL, so a card
-        comes back with the stamps it was given or got, never with ``superseded: false``."""
+        A card's ``submitted_action``/``superseded``/``stopped`` are kept apart from it, as in SQL,
+        so a card comes back with the stamps it was given or got, never with ``superseded: false``."""
         card = dict(message.card) if message.card is not None else None
-        submitted, superseded = None, False
+        submitted, superseded, stopped = None, False, False
         if card is not None:
             submitted = card.pop("submitted_action", None)
             superseded = bool(card.pop("superseded", False))
+            stopped = bool(card.pop("stopped", False))
         body = dumps(card) if card is not None else None
         t = self._tables()
         row = t.messages.get(message.id)
@@ -58,8 +61,9 @@ class MemoryMessages(MemoryCore):
                 card=body,
                 card_request_id=str(card["request_id"]) if card is not None and card.get("request_id") is not None else None,
                 submitted_action=submitted,
-                superseded=superseded,
+                superseded=superseded and not stopped,
                 created_at=as_utc(message.created_at),
+                stopped=stopped,
             )
             self._charge_job(t, message.job_id, octets(message.text) + octets(body))
         return self._message(row)
@@ -81,11 +85,12 @@ class MemoryMessages(MemoryCore):
                 stamped += 1
         return stamped
 
-    async def supersede_cards(self, job_id: str) -> int:
-        """The job's cards that were neither answered nor superseded yet."""
-        superseded = 0
+    async def supersede_cards(self, job_id: str, *, stopped: bool = False) -> int:
+        """The job's cards that were neither answered nor closed yet."""
+        closed = 0
         for row in self._tables().messages.values():
-            if row.kind == "card" and _same(row.job_id, job_id) and row.submitted_action is None and not row.superseded:
-                row.superseded = True
-                superseded += 1
-        return superseded
+            if (row.kind == "card" and _same(row.job_id, job_id) and row.submitted_action is None
+                    and not row.superseded and not row.stopped):
+                row.stopped, row.superseded = stopped, not stopped
+                closed += 1
+        return closed

@@ -9,7 +9,9 @@ from signoff.engine.store.encoding import octets
 from signoff.engine.store.sql.core import SQLCore
 from signoff.engine.store.sql.queries import Q
 
-__all__ = ["SQLMessages"]
+__all__ = ["CARD_STOPPED", "SQLMessages"]
+
+CARD_STOPPED = 2  # the ``superseded`` column of a card closed by a stop (1: superseded by a new run)
 
 
 class SQLMessages(SQLCore):
@@ -20,7 +22,9 @@ class SQLMessages(SQLCore):
         if card is not None:
             if row["submitted_action"] is not None:
                 card["submitted_action"] = row["submitted_action"]
-            if row["superseded"]:
+            if row["superseded"] == CARD_STOPPED:
+                card["stopped"] = True
+            elif row["superseded"]:
                 card["superseded"] = True
         return Message(
             id=row["id"],
@@ -37,13 +41,15 @@ class SQLMessages(SQLCore):
 
     async def add_message(self, message: Message) -> Message:
         """Store a message; idempotent by ``message.id`` (a retried write returns the stored one).
-        A card's ``submitted_action``/``superseded`` live in their own columns so the stamps are
-        plain UPDATEs; they are merged back into ``card`` on read."""
+        A card's ``submitted_action``/``superseded``/``stopped`` live in their own columns so the
+        stamps are plain UPDATEs (``superseded`` holds both closings: 1 superseded, 2 stopped,
+        CARD_STOPPED); they are merged back into ``card`` on read."""
         card = dict(message.card) if message.card is not None else None
-        submitted = superseded = None
+        submitted, closed = None, 0
         if card is not None:
             submitted = card.pop("submitted_action", None)
-            superseded = bool(card.pop("superseded", False))
+            closed = 1 if card.pop("superseded", False) else 0
+            closed = CARD_STOPPED if card.pop("stopped", False) else closed
         params = (
             message.id,
             message.session_id,
@@ -56,7 +62,7 @@ class SQLMessages(SQLCore):
             self._enc_json(card) if card is not None else None,
             str(card["request_id"]) if card is not None and card.get("request_id") is not None else None,
             submitted,
-            1 if superseded else 0,
+            closed,
             self._enc_dt(message.created_at),
         )
         async with self._tx(write=True) as tx:
@@ -81,6 +87,6 @@ class SQLMessages(SQLCore):
         async with self._tx(write=True) as tx:
             return await tx.execute(Q.stamp_card, (submitted_action, request_id))
 
-    async def supersede_cards(self, job_id: str) -> int:
+    async def supersede_cards(self, job_id: str, *, stopped: bool = False) -> int:
         async with self._tx(write=True) as tx:
-            return await tx.execute(Q.supersede_cards, (job_id,))
+            return await tx.execute(Q.supersede_cards, (CARD_STOPPED if stopped else 1, job_id))

@@ -357,7 +357,7 @@ class Q:
     list_messages = "SELECT * FROM messages WHERE session_id = ?"
     stamp_card = "UPDATE messages SET submitted_action = ? WHERE card_request_id = ? AND kind = 'card'"
     supersede_cards = (
-        "UPDATE messages SET superseded = 1 WHERE job_id = ? AND kind = 'card' "
+        "UPDATE messages SET superseded = ? WHERE job_id = ? AND kind = 'card' "
         "AND submitted_action IS NULL AND superseded = 0"
     )
 

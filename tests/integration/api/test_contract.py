@@ -180,7 +180,9 @@ async def test_supersede_stop_events_and_cards(api: Harness) -> None:
                                                                 params={"session_id": "cards"})).json()
                  if m["kind"] == "card"}
         assert cards[first]["superseded"] is True and "submitted_action" not in cards[first]
-        assert cards[second]["superseded"] is True and "submitted_action" not in cards[second]
+        # stopped is not superseded: no new run replaced the second
+        assert cards[second]["stopped"] is True and "superseded" not in cards[second]
+        assert "submitted_action" not in cards[second] and "stopped" not in cards[first]
         assert cards[first]["request_id"] == f"gate:{first}"
 
 
