@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 
 from signoff.engine.models import JobStatus
-from tests.helpers import LocalHTTPServer
+from tests.helpers import LocalHTTPServer, eventually
 from tests.integration.api.conftest import Harness, harness
 from tests.integration.decisions.conftest import PEOPLE, gate_flow, resume, run_suspended, uid, upload, user_name
 
@@ -166,9 +166,13 @@ async def test_a_button_decides_once_as_the_mapped_person(h: Harness, fake: Fake
     updated = fake.sent("chat.update", message["channel"])
     assert updated and "approve by" in updated[-1]["text"] and await user_name(h, "bob") in updated[-1]["text"]
     # pressed again (or replayed within five minutes): nothing more is decided, the message says who did
+    seen = len(fake.sent("chat.update", message["channel"]))
     assert await _send(h, body, _signed(body)) == 200
     assert len(await _decisions(h, job_id)) == 1
-    assert "Already answered" in fake.sent("chat.update", message["channel"])[-1]["text"]
+    # among the updates since (the closing note's own update of the message may come after it)
+    await eventually(lambda: any("Already answered" in u["text"]
+                                 for u in fake.sent("chat.update", message["channel"])[seen:]),
+                     what="the message to say it was already answered")
 
 
 async def test_unsigned_forged_and_replayed_requests_are_401(h: Harness, fake: FakeSlack) -> None:
