@@ -152,13 +152,17 @@ class SignoffMcp:
         return _result({"pending": [{"job_id": j.job_id, "flow_id": j.flow_id,
                                      "request": _request(j.pending)} for j in jobs[:200] if j.pending]})
 
-    async def get_request(self, job_id: str, ctx: Context) -> types.CallToolResult:
+    async def _visible_job(self, ctx: Context, job_id: str) -> Job:
+        """The caller's run ``job_id`` (its id bounded as the API's), or the protocol's refusal."""
         user, service = await self.caller(ctx)
         try:
             _check(job_id, "job_id", self.settings, max_chars=ID_MAX_CHARS)
-            job = await service.get_job(user, job_id)
+            return await service.get_job(user, job_id)
         except SignoffError as err:
             raise refusal(err) from None
+
+    async def get_request(self, job_id: str, ctx: Context) -> types.CallToolResult:
+        job = await self._visible_job(ctx, job_id)
         pending = job.pending if job.status == JobStatus.suspended else None
         return _result({"job_id": job.job_id, "status": job.status.value, "request": _request(pending)})
 
@@ -193,13 +197,7 @@ class SignoffMcp:
         return _result(run_state(job))
 
     async def read_run(self, job_id: str, ctx: Context) -> str:
-        user, service = await self.caller(ctx)
-        try:
-            _check(job_id, "job_id", self.settings, max_chars=ID_MAX_CHARS)
-            job = await service.get_job(user, job_id)
-        except SignoffError as err:
-            raise refusal(err) from None
-        return json.dumps(run_state(job), default=str)
+        return json.dumps(run_state(await self._visible_job(ctx, job_id)), default=str)
 
     # ---- run_flow's gates ---------------------------------------------------------------------
 
