@@ -17,7 +17,7 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from signoff.engine.components import register
-from signoff.engine.durations import MAX_DURATION_DAYS, UNITS, duration_seconds  # noqa: F401 (re-exported)
+from signoff.engine.durations import duration_seconds
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, PendingRequest
 from signoff.engine.valueschema import ValuesValidator, pattern_problem
