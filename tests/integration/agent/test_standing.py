@@ -232,3 +232,62 @@ async def test_remember_on_a_gate_is_refused(worker, service, store, settings, m
     assert (await store.get_job(job.job_id)).status == JobStatus.suspended
     assert await store.list_standing_approvals(alice.id) == []
     await service.stop(alice, job.job_id)
+
+
+@contextlib.asynccontextmanager
+async def signed_in(settings, store, service, user):
+    """``user`` signed in to the pages of the real app (its lifespan run)."""
+    import re
+
+    app = create_app(settings, store=store, service=service)
+    key = await store.create_api_key(user.id)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page:
+            token = re.search(r'name="token" value="([^"]+)"', (await page.get("/sign-in")).text).group(1)
+            r = await page.post("/sign-in", data={"token": token, "next": "/", "api_key": key})
+            assert r.status_code == 303, r.text
+            yield page
+
+
+async def test_the_card_makes_a_rule_without_javascript_and_the_page_lists_and_revokes_it(
+        worker, service, store, settings, make_flow, fake_openai, tool_target):
+    import re
+
+    alice = await fresh_user(store, "alice")
+    fake_openai.responder, _ = scripted(2)
+    flow = await make_flow(agent_flow(fake_openai, tool_target), owner=alice)
+    job = await submit(service, alice, flow)
+    card = f"/runs/{job.job_id}/requests/{job.pending.request_id}"
+    async with signed_in(settings, store, service, alice) as page:
+        html = (await page.get(card)).text
+        assert "Approve and don’t ask again for this session" in html
+        durations = re.findall(r'<select id="remember-for" name="remember_for">(.*?)</select>', html, re.S)[0]
+        assert re.findall(r'value="(\d+)"', durations) == ["3600", "28800", "86400"]  # within SIGNOFF_MAX_STANDING
+        csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+        # a made-up duration is refused on the card, nothing sent
+        r = await page.post(card, data={"csrf": csrf, "action_id": "approve", "remember": "session",
+                                        "remember_for": "999999"})
+        assert r.status_code == 422 and "SIGNOFF_MAX_STANDING" in r.text
+        r = await page.post(card, data={"csrf": csrf, "action_id": "approve", "remember": "session",
+                                        "remember_for": "3600", "arg.body": "R0"})
+        assert r.status_code == 303, r.text
+        done = await wait_status(store, job.job_id, JobStatus.completed, JobStatus.failed, timeout=60)
+        assert done.status == JobStatus.completed, done.error
+        assert [h["body"] for h in tool_target.hits] == ["R0", "R1"]  # R1 by the rule, no second pause
+        (rule,) = await store.list_standing_approvals(alice.id)
+        assert (rule.scope, rule.session_id, rule.uses) == ("session", "s1", 1)
+        assert rule.expires_at - rule.created_at == timedelta(hours=1)
+
+        listing = (await page.get("/standing-approvals")).text
+        assert f'data-rule="{rule.id}"' in listing and "<code>refund</code>" in listing
+        assert 'href="/standing-approvals"' in listing  # linked from the header
+        # without the form's token: refused, still active
+        r = await page.post(f"/standing-approvals/{rule.id}/revoke", data={})
+        assert r.status_code == 403
+        assert (await store.get_standing_approval(rule.id)).revoked_at is None
+        r = await page.post(f"/standing-approvals/{rule.id}/revoke", data={"csrf": csrf})
+        assert r.status_code == 303 and r.headers["location"] == "/standing-approvals?revoked=1"
+        assert (await store.get_standing_approval(rule.id)).revoked_at is not None
+        # someone else's rule (or none): not found
+        r = await page.post("/standing-approvals/sa_nope/revoke", data={"csrf": csrf})
+        assert r.status_code == 404
