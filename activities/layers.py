@@ -147,7 +147,8 @@ class LayerActivities(NotifyActivities):
                           secrets=self.vault.value, clock=clock,
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
                           # an Agent's gated call approved by a standing approval (DESIGN §17)
-                          standing=StandingLookup(self.store, self.access, job_id=state.job_id),
+                          standing=StandingLookup(self.store, self.access, job_id=state.job_id,
+                                                  again=_retried()),
                           **({"budget": budget} if budget is not None else {}),
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
@@ -344,3 +345,11 @@ class _heartbeating:
         while True:
             activity.heartbeat(*self._details())
             await asyncio.sleep(HEARTBEAT_EVERY)
+
+
+def _retried() -> bool:
+    """Whether this is a retry of the activity (False outside one)."""
+    try:
+        return activity.info().attempt > 1
+    except RuntimeError:  # not in an activity
+        return False

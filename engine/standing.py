@@ -74,7 +74,8 @@ async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pe
     have paused with): the event ``human_input_standing_approval`` (what a receipt needs: the
     rule, the maker as the decider, the authority, the tool and its arguments as proposed and
     executed, the request id, the time), the rule's use count and the metric. Returns the event's
-    data. A retried layer records it once (the event's dedupe key is the request id)."""
+    data. The event is written once per request (its dedupe key is the request id); a retried
+    layer does not come here for a use its earlier attempt recorded (StandingLookup, ``again``)."""
     tool = pending.tool or {}
     data: dict[str, Any] = {
         "request_id": pending.request_id,
@@ -112,12 +113,19 @@ class StandingLookup:
     event's data) when a rule in force covers it and its maker may still decide it, else None
     (the Agent pauses and a person is asked)."""
 
-    def __init__(self, store: Store, access: Access, *, job_id: str | None) -> None:
-        self.store, self.access, self.job_id = store, access, job_id
+    def __init__(self, store: Store, access: Access, *, job_id: str | None, again: bool = False) -> None:
+        # again: a retry of the layer (an earlier attempt may have recorded uses already)
+        self.store, self.access, self.job_id, self.again = store, access, job_id, again
 
     async def __call__(self, pending: PendingRequest) -> dict[str, Any] | None:
         if self.job_id is None or pending.kind != "tool_approval" or not pending.tool:
             return None
+        if self.again:
+            # a use an earlier attempt of this layer recorded stands (the call may have run): it
+            # is not looked up, checked or counted again
+            for event in await self.store.read_events_named(self.job_id, STANDING_EVENT):
+                if event.data.get("request_id") == pending.request_id:
+                    return dict(event.data)
         job = await self.store.get_job(self.job_id)
         if job is None:
             return None

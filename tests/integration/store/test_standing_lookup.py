@@ -52,7 +52,7 @@ async def test_a_rule_in_force_approves_and_records_each_use_once(store: Store) 
     used = await lookup(tool_request(2))
     assert used is not None and used["authority"] == f"standing:{rule.id}" and used["decided_by"] == owner.id
     assert used["decided_by_name"] == owner.name and used["proposed_args"] == {"body": "5 EUR"}
-    # the same request again (a retried layer): one event
+    # the same request again: one event (its dedupe key is the request id)
     await lookup(tool_request(2))
     assert [e.data["request_id"] for e in await store.read_events(job.job_id) if e.event == STANDING_EVENT] == [
         "agent:run:2"]
@@ -60,6 +60,15 @@ async def test_a_rule_in_force_approves_and_records_each_use_once(store: Store) 
     assert await lookup(tool_request(3).model_copy(update={"kind": "node_input"})) is None
     # another tool is not covered
     assert await lookup(tool_request(4, name="wire_money")) is None
+
+    # a retried layer: the use its earlier attempt recorded stands, even with the rule revoked
+    # since, and is not counted again; a new call is looked up as always
+    await store.revoke_standing_approval(rule.id, utcnow())
+    again = StandingLookup(store, Access(store), job_id=job.job_id, again=True)
+    assert (await again(tool_request(2)))["rule_id"] == rule.id
+    assert await again(tool_request(5)) is None
+    assert await lookup(tool_request(2)) is None  # a first attempt always looks the rule up
+    assert (await store.get_standing_approval(rule.id)).uses == 2
 
 
 async def test_a_deleted_maker_ends_the_rule(store: Store) -> None:
