@@ -116,3 +116,21 @@ def test_remember_is_checked(remember_, action, why) -> None:
         check_remember(tool_request(1), Decision(action_id=action, remember=remember_), 86400)
     assert check_remember(tool_request(1), Decision(action_id="edit", remember={"scope": "session", "for": {
         "value": 8, "unit": "Hours"}}), 86400).seconds == 8 * 3600
+
+
+async def test_two_people_making_rules_at_once_each_get_their_own(store: Store) -> None:
+    import asyncio
+
+    from signoff.engine.standing import CREATED_EVENT, remember_decision
+
+    (alice, _, _, job_a), (bob, _, _, job_b) = await world(store), await world(store)
+    made = await asyncio.gather(
+        remember_decision(store, job_a, tool_request(1), alice.id, remember("session")),
+        remember_decision(store, job_b, tool_request(1), bob.id, remember("flow")),
+        remember_decision(store, job_a, tool_request(1), alice.id, remember("session")))  # a retried activity
+    assert made[0] == made[2] and made[0].id != made[1].id
+    assert (made[0].maker_id, made[0].scope, made[0].job_id) == (alice.id, "session", job_a.job_id)
+    assert (made[1].maker_id, made[1].scope, made[1].job_id) == (bob.id, "flow", job_b.job_id)
+    assert [r.id for r in await store.list_standing_approvals(alice.id)] == [made[0].id]
+    assert [r.id for r in await store.list_standing_approvals(bob.id)] == [made[1].id]
+    assert [e.event for e in await store.read_events(job_a.job_id)] == [CREATED_EVENT]  # once
