@@ -40,7 +40,7 @@ from signoff.engine.errors import (
 )
 from signoff.engine.graph import Graph
 from signoff.engine.models import DecisionClaim, Job, JobStatus, utcnow
-from signoff.engine.standing import check_room, remember_decision
+from signoff.engine.standing import check_room, remember_decision, rule_id
 from signoff.engine.state import RunState
 from signoff.engine.store.base import StoreError
 
@@ -83,7 +83,10 @@ class DecisionActivities(LayerActivities):
                         await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
                                                 max_items=self.settings.max_value_items,
                                                 max_standing=self.settings.max_standing)
-                        if inp.decision.remember is not None:  # a standing approval: within the cap
+                        if inp.decision.remember is not None and await self.store.get_standing_approval(
+                                rule_id(inp.job_id, inp.request_id)) is None:
+                            # a standing approval: within the cap (unless an earlier attempt of this
+                            # activity made it already: that one counts, and the retry goes on)
                             await check_room(self.store, person.id, self.settings.max_standing_per_user)
                     except (InvalidDecision, InvalidValues, InvalidStandingApproval, StandingApprovalLimit) as err:
                         return ResumeRunOutput(claimed=False, refused=refused(err))
