@@ -26,17 +26,21 @@ from signoff.engine import metrics
 from signoff.engine.attempt import DecisionAttempt, attempt_decision, trace_gate
 from signoff.engine.decisions import (
     check_decision,
+    check_remember,
     recorded_decision,
     with_decision,
 )
 from signoff.engine.errors import (
     InvalidDecision,
+    InvalidStandingApproval,
     InvalidValues,
     NotResumable,
     SignoffError,
+    StandingApprovalLimit,
 )
 from signoff.engine.graph import Graph
 from signoff.engine.models import DecisionClaim, Job, JobStatus, utcnow
+from signoff.engine.standing import check_room, remember_decision, rule_id
 from signoff.engine.state import RunState
 from signoff.engine.store.base import StoreError
 
@@ -77,8 +81,14 @@ class DecisionActivities(LayerActivities):
                 if request is not None:  # the values, which the workflow never checks: off the event loop, once
                     try:
                         await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
-                                                max_items=self.settings.max_value_items)
-                    except (InvalidDecision, InvalidValues) as err:
+                                                max_items=self.settings.max_value_items,
+                                                max_standing=self.settings.max_standing)
+                        if inp.decision.remember is not None and await self.store.get_standing_approval(
+                                rule_id(inp.job_id, inp.request_id)) is None:
+                            # a standing approval: within the cap (unless an earlier attempt of this
+                            # activity made it already: that one counts, and the retry goes on)
+                            await check_room(self.store, person.id, self.settings.max_standing_per_user)
+                    except (InvalidDecision, InvalidValues, InvalidStandingApproval, StandingApprovalLimit) as err:
                         return ResumeRunOutput(claimed=False, refused=refused(err))
             sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
             attempted = await attempt_decision(self.store, DecisionAttempt(
@@ -102,6 +112,7 @@ class DecisionActivities(LayerActivities):
                 return _not_applied(job)
             applied, written = attempted.applied, attempted.written
             assert applied is not None and attempted.graph is not None and attempted.state is not None
+            await self._remember(job, request, inp, person.id if person else None)
             paused_at = job.pending.paused_at if job.pending is not None else None
             metrics.decided(seconds_waited=(applied.decided_at - paused_at).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
@@ -112,6 +123,14 @@ class DecisionActivities(LayerActivities):
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
                                deliveries=deliveries)
+
+    async def _remember(self, job: Job, request: Any, inp: ResumeRunInput, maker_id: str | None) -> None:
+        """The standing approval a recorded decision's ``remember`` makes (DESIGN §17), once."""
+        if inp.decision.remember is None or request is None or maker_id is None or inp.timed_out:
+            return
+        remember = check_remember(request, inp.decision)  # checked before the claim
+        if remember is not None:
+            await remember_decision(self.store, job, request, maker_id, remember)
 
     async def _probe(self, inp: ResumeRunInput) -> ResumeRunOutput:
         """The workflow's catch-up (no decision of its own): go on from what an earlier attempt
@@ -136,6 +155,10 @@ class DecisionActivities(LayerActivities):
         was lost took that attempt's with it, and a receiver dedupes them by the delivery id."""
         job, decided = claim.job, claim.recorded["decision"]
         assert job is not None
+        if inp.decision.remember is not None and decided.data.get("update_id") == inp.update_id:
+            # this decision was recorded by an earlier attempt, which may have died before its rule
+            before_pending = (await self.codec.load(inp.state)).pending if inp.state is not None else None
+            await self._remember(job, before_pending, inp, decided.data.get("decided_by"))
         expired = claim.recorded.get("expired")
         update_id, action_id = decided.data.get("update_id"), str(decided.data.get("action_id"))
         before = await self.codec.load(inp.state) if inp.state is not None else None

@@ -38,6 +38,7 @@ from signoff.engine.liveness import is_finished, plan_next
 from signoff.engine.models import Job, JobStatus, PendingRequest, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.spec import apply_tweaks, load_flow
+from signoff.engine.standing import StandingLookup
 from signoff.engine.state import RunState, Spent, new_run_state
 
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
@@ -145,6 +146,9 @@ class LayerActivities(NotifyActivities):
         ctx = context_for(state, history=self.store, flow_loader=self.access.flow_loader(state.user_id),
                           secrets=self.vault.value, clock=clock,
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
+                          # an Agent's gated call approved by a standing approval (DESIGN §17)
+                          standing=StandingLookup(self.store, self.access, job_id=state.job_id,
+                                                  again=_retried()),
                           **({"budget": budget} if budget is not None else {}),
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)
@@ -341,3 +345,11 @@ class _heartbeating:
         while True:
             activity.heartbeat(*self._details())
             await asyncio.sleep(HEARTBEAT_EVERY)
+
+
+def _retried() -> bool:
+    """Whether this is a retry of the activity (False outside one)."""
+    try:
+        return activity.info().attempt > 1
+    except RuntimeError:  # not in an activity
+        return False

@@ -28,7 +28,7 @@ from signoff.api import docs, pages
 from signoff.api.mcp import http as mcp_http
 from signoff.api.a2a import routes as a2a_routes
 from signoff.api.routes import (agui, flows, groups, health, metrics, monitor, mutes, notifications, secrets, slack,
-                                 users, webhooks, workflows)
+                                 standing, users, webhooks, workflows)
 
 log = logging.getLogger("signoff.api")
 
@@ -92,6 +92,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(groups.router)
     app.include_router(webhooks.router)
     app.include_router(mutes.router)
+    app.include_router(standing.router)
     app.include_router(notifications.router)
     app.include_router(slack.router)
     app.include_router(users.router)

@@ -15,7 +15,7 @@ import httpx
 
 from signoff.engine.egress import EgressPolicy, egress_client
 from signoff.engine.errors import ComponentError, RunBudgetExceeded
-from signoff.engine.models import FlowRecord, utcnow
+from signoff.engine.models import FlowRecord, PendingRequest, utcnow
 from signoff.engine.secrets import SECRET_REF, is_secret_ref, secret_names
 from signoff.engine.settings import DEFAULT_MAX_OUTPUT_BYTES, Settings
 from signoff.engine.state import Spent, VertexResult
@@ -33,6 +33,9 @@ ChildRunner = Callable[..., Awaitable[dict[str, Any]]]
 # Opens the span of one of a component's own calls (a model request, a tool run): keyword
 # attributes -> context manager yielding the span (``outputs``, ``model_result``, ``fail``).
 SpanFactory = Callable[..., ContextManager[Any]]
+# A standing approval's answer to a gated tool call (engine/standing.py: StandingLookup): the
+# request the Agent would pause with -> the recorded use (its event's data), or None: ask a person.
+StandingHook = Callable[[PendingRequest], Awaitable["dict[str, Any] | None"]]
 # The value of a secret of an owner: (owner_id, name) -> the plain value, or None.
 SecretResolver = Callable[[str, str], Awaitable["str | None"]]
 
@@ -228,6 +231,9 @@ class RunContext:
     # Set by the run's tracer (engine.tracing): the spans of a component's model and tool calls.
     model_span: SpanFactory | None = None
     tool_span: SpanFactory | None = None
+    # Set by the activities (engine/standing.py): an Agent asks it before it pauses for a gated
+    # tool call; a standing approval in force approves the call (recorded), else it pauses.
+    standing: StandingHook | None = None
 
     def now(self) -> datetime:
         return self.clock() if self.clock is not None else utcnow()

@@ -38,7 +38,16 @@ from typing import Any
 
 from jsonschema.exceptions import best_match
 
-from signoff.engine.errors import AlreadyVoted, Forbidden, InvalidDecision, InvalidValues, NotAnApprover, NotResumable
+from signoff.engine.durations import duration_seconds
+from signoff.engine.errors import (
+    AlreadyVoted,
+    Forbidden,
+    InvalidDecision,
+    InvalidStandingApproval,
+    InvalidValues,
+    NotAnApprover,
+    NotResumable,
+)
 from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, Decision, PendingRequest, Vote, as_utc
 from signoff.engine.state import RunState
 from signoff.engine.valueschema import ValuesValidator, too_many_items
@@ -81,7 +90,7 @@ def check_decider(pending: PendingRequest, decider: Decider) -> None:
 
 def check_decision(pending: PendingRequest | None, request_id: str, decision: Decision, *,
                    waiting: bool = True, decider: Decider | None = None, votes: Sequence[Vote] = (),
-                   values: bool = True, max_items: int | None = None) -> None:
+                   values: bool = True, max_items: int | None = None, max_standing: float | None = None) -> None:
     """Raise (in the order of the module's docstring) when ``decision`` cannot answer
     ``request_id`` of a run whose pending request is ``pending``. ``waiting`` is False while the
     run cannot take a decision even though it has a pending request (a claim is being applied).
@@ -89,7 +98,9 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
     the values are not checked against the request's ``fields`` (the workflow's Update validator:
     only cheap checks there; the API checked them before sending, the activity checks them again).
     ``max_items``: an array in the values longer than this, or more than ten times this many
-    values in all, is InvalidValues (SIGNOFF_MAX_VALUE_ITEMS; None: no such bound)."""
+    values in all, is InvalidValues (SIGNOFF_MAX_VALUE_ITEMS; None: no such bound). A
+    ``remember`` is checked by :func:`check_remember` (``max_standing``: SIGNOFF_MAX_STANDING),
+    after who decides and the action, before the values."""
     if pending is not None:
         if decider is not None:
             check_decider(pending, decider)
@@ -99,6 +110,7 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
                 f"{', '.join(pending.allowed_decisions)}",
                 allowed_decisions=list(pending.allowed_decisions),
             )
+        check_remember(pending, decision, max_standing)
         if values:
             _check_values(pending, decision, max_items)
     if pending is None or not waiting or pending.request_id != request_id:
@@ -109,6 +121,55 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
         )
     if decider is not None and any(v.user == decider.user_id for v in votes):
         raise AlreadyVoted()
+
+
+# standing approvals (DESIGN §17, engine/standing.py): what a decision's ``remember`` may be
+STANDING_SCOPES = ("session", "flow")
+REMEMBERED_ACTIONS = ("approve", "edit")
+
+
+@dataclass(frozen=True)
+class Remember:
+    """A decision's ``remember``, checked: the scope and how long the rule lasts."""
+
+    scope: str
+    seconds: float
+
+
+def check_remember(pending: PendingRequest, decision: Decision, max_seconds: float | None = None) -> Remember | None:
+    """The decision's ``remember`` as a :class:`Remember` (None without one), or
+    InvalidStandingApproval: on a request that is not an Agent's tool approval (a gate), on an
+    action other than approve or edit, a scope other than ``session``/``flow``, a ``for`` that
+    is not a duration above 0 or is longer than ``max_seconds`` (SIGNOFF_MAX_STANDING; None: the
+    caller has no settings, e.g. the workflow's validator: the API and the activity check it)."""
+    remember = decision.remember
+    if remember is None:
+        return None
+    if pending.kind != "tool_approval" or not pending.tool:
+        raise InvalidStandingApproval(
+            "remember (a standing approval) is only for an Agent's tool approval; this request is a gate "
+            f"({pending.kind}): decide it without remember")
+    if decision.action_id not in REMEMBERED_ACTIONS:
+        raise InvalidStandingApproval(
+            f"remember goes with an approve or an edit, not with {decision.action_id!r}")
+    unknown = sorted(set(remember) - {"scope", "for"})
+    if unknown:
+        raise InvalidStandingApproval(f"remember takes scope and for; not {', '.join(map(str, unknown))[:200]}")
+    scope = remember.get("scope")
+    if scope not in STANDING_SCOPES:
+        raise InvalidStandingApproval(f"remember.scope must be 'session' or 'flow', not {str(scope)[:50]!r}")
+    try:
+        seconds = duration_seconds(remember.get("for"), "remember.for")
+    except ValueError as err:
+        raise InvalidStandingApproval(str(err)) from None
+    if seconds <= 0:
+        raise InvalidStandingApproval('remember.for must be a duration above 0: seconds or {"value": 8, "unit": '
+                                      '"Hours"}')
+    if max_seconds is not None and seconds > max_seconds:
+        raise InvalidStandingApproval(
+            f"remember.for is {seconds:g} seconds, longer than a standing approval may last: {max_seconds:g} "
+            "seconds (SIGNOFF_MAX_STANDING)", max_seconds=max_seconds)
+    return Remember(str(scope), seconds)
 
 
 def count_vote(pending: PendingRequest, decision: Decision, votes: Sequence[Vote]) -> bool:

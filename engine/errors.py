@@ -220,3 +220,24 @@ def error_class(code: str, default: type[SignoffError] = SignoffError) -> type[S
             return cls
         stack.extend(cls.__subclasses__())
     return default
+
+
+class InvalidStandingApproval(SignoffError):
+    """A decision's ``remember`` (a standing approval, DESIGN §17) that signoff cannot take: only
+    an approve or edit of an Agent's tool approval may carry one, with a scope of ``session`` or
+    ``flow`` and a ``for`` within SIGNOFF_MAX_STANDING; the message says which."""
+
+    code = "INVALID_STANDING_APPROVAL"
+
+
+class StandingApprovalLimit(SignoffError):
+    """You have as many standing approvals in force as one person may (SIGNOFF_MAX_STANDING_PER_USER);
+    revoke one (DELETE /api/v1/standing-approvals/{id}) or let one expire."""
+
+    code = "STANDING_APPROVAL_LIMIT"
+
+
+class StandingApprovalNotFound(SignoffError):
+    """Standing approval not found."""
+
+    code = "STANDING_APPROVAL_NOT_FOUND"

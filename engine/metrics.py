@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from signoff.engine.errors import SignoffError
 from signoff.engine.store.proxy import StoreProxy
 
-__all__ = ["REGISTRY", "MeteredStore", "decided", "exposition", "failed_activity", "set_run_counts"]
+__all__ = ["REGISTRY", "MeteredStore", "decided", "exposition", "failed_activity", "set_run_counts", "standing_used"]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -41,6 +41,9 @@ TIME_TO_DECISION = Histogram(
 DECISIONS = Counter("signoff_decisions", "Decisions applied", ["outcome", "via"], registry=REGISTRY)
 ACTIVITY_FAILURES = Counter("signoff_activity_failures", "Activity attempts that failed", ["activity", "code"],
                             registry=REGISTRY)
+# a tool call approved by a standing approval instead of a person (DESIGN §17, engine/standing.py)
+STANDING_USED = Counter("signoff_standing_approvals_used", "Tool calls approved by a standing approval",
+                        registry=REGISTRY)
 STORE_SECONDS = Histogram(
     "signoff_store_seconds", "Store call latency", ["op"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
@@ -60,6 +63,11 @@ def decided(*, seconds_waited: float | None, rerouted: bool, timed_out: bool, vi
     DECISIONS.labels(outcome, "deadline" if timed_out else (via if via in ("api", "temporal", "mcp", "a2a") else "other")).inc()
     if seconds_waited is not None and seconds_waited >= 0:
         TIME_TO_DECISION.observe(seconds_waited)
+
+
+def standing_used() -> None:
+    """One tool call approved by a standing approval (``signoff_standing_approvals_used_total``)."""
+    STANDING_USED.inc()
 
 
 def failed_activity(activity: str, error: BaseException) -> None:

@@ -119,6 +119,9 @@ class Decision(BaseModel):
 
     action_id: str = Field(min_length=1, max_length=200)
     values: dict[str, Any] | None = None
+    # a tool approval's approve or edit may ask for a standing approval (DESIGN §17,
+    # engine/standing.py): {"scope": "session"|"flow", "for": duration}; checked by check_decision
+    remember: dict[str, Any] | None = None
 
 
 class AppliedDecision(BaseModel):
@@ -161,6 +164,31 @@ class DecisionLink(BaseModel):
     created_at: UTCDateTime
     expires_at: UTCDateTime
     used_at: UTCDateTime | None = None
+
+
+class StandingApproval(BaseModel):
+    """A standing approval rule (DESIGN §17, engine/standing.py): later calls of ``tool`` in
+    ``flow_id`` (scope ``session``: in ``session_id`` of ``session_user_id``'s runs) are approved
+    by ``maker`` without asking, until ``expires_at`` or ``revoked_at``."""
+
+    id: str
+    maker_id: str
+    flow_id: str
+    flow_owner_id: str  # who may see and revoke it besides its maker
+    tool: str
+    scope: Literal["session", "flow"]
+    session_id: str | None = None  # scope session: the run's session
+    session_user_id: str | None = None  # scope session: whose session (the run's owner)
+    job_id: str  # the run and request whose decision made it
+    request_id: str
+    created_at: UTCDateTime
+    expires_at: UTCDateTime
+    revoked_at: UTCDateTime | None = None
+    uses: int = 0
+    last_used_at: UTCDateTime | None = None
+
+    def active(self, now: datetime) -> bool:
+        return self.revoked_at is None and self.expires_at > now
 
 
 class Notification(BaseModel):

@@ -131,6 +131,16 @@ class Settings(BaseSettings):
         description="The most items an array in a decision's values may hold (whatever maxItems its schema gives), "
                     "and ten times that in all values. More: 422 INVALID_VALUES naming the field.",
     )
+    max_standing: float = Field(
+        86400.0, gt=0, le=366 * 86400,
+        description="Seconds: the longest a standing approval (a tool approval's `remember`, DESIGN §17) may last. "
+                    "A longer `for`: 422 INVALID_STANDING_APPROVAL.",
+    )
+    max_standing_per_user: int = Field(
+        100, ge=1, le=10000,
+        description="The most standing approvals one person may have in force (not revoked, not expired). One "
+                    "more: 409 STANDING_APPROVAL_LIMIT.",
+    )
     sync_timeout_seconds: float = Field(60.0, gt=0)
     metrics_port: int | None = Field(
         None, ge=0, le=65535,

@@ -26,6 +26,7 @@ from signoff.engine.errors import (
 )
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
+from signoff.engine.standing import check_room
 from signoff.engine.validate import parse_and_validate
 from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, InboxEntry, Job, JobStatus, NewJob, User, utcnow
@@ -193,9 +194,12 @@ class RunService:
             # values bounded by SIGNOFF_MAX_VALUE_ITEMS; the bound is for what that leaves)
             checking = asyncio.to_thread(check_decision, pending, request_id, decision,
                                          waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
-                                         max_items=self.settings.max_value_items)
+                                         max_items=self.settings.max_value_items,
+                                         max_standing=self.settings.max_standing)
             try:
                 await asyncio.wait_for(checking, CHECK_SECONDS)
+                if decision.remember is not None:  # a standing approval (DESIGN §17): within the cap
+                    await check_room(self.store, user.id, self.settings.max_standing_per_user)
             except TimeoutError:
                 raise InvalidValues([{"loc": "values", "type": "too_costly", "message":
                                       f"took longer than {CHECK_SECONDS:g} s to check against the request's fields"}],

@@ -17,7 +17,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from signoff.api.pages import card, flows, history, inbox, link, run, signin
+from signoff.api.pages import card, flows, history, inbox, link, run, signin, standing
 from signoff.api.pages.security import PageHeaders
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -25,7 +25,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the pages, their static files and their security headers to ``app``."""
-    for page in (signin, inbox, card, link, run, flows, history):
+    for page in (signin, inbox, card, link, run, flows, history, standing):
         app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(PageHeaders)

@@ -131,6 +131,7 @@ def card_context(view: views.RequestView, *, typed: dict[str, Any] | None = None
         "conflict": conflict, "facts": facts, "rules_line": rules_line,
         "standing": standing, "run_link": run_link,
         "card_url": card_url(view.job.job_id, req.request_id),
+        "offer_remember": req.kind == "tool_approval",  # "don't ask again" (not from a one-time link)
     }
 
 
@@ -185,6 +186,21 @@ class EditNotSent(Exception):
 
 class NoChoice(Exception):
     """A card that asks for the decision first was sent without one."""
+
+
+def remember_from(form: FormData) -> dict[str, Any] | None:
+    """The card's "don't ask again" control as a decision's ``remember`` (None: ask each time).
+    What it holds is checked as any decision's (check_decision): a made-up scope or duration is a
+    422 shown on the card."""
+    scope = text(form.get("remember"))
+    if not scope:
+        return None
+    raw = text(form.get("remember_for")) or ""
+    try:
+        seconds: Any = int(raw)
+    except ValueError:
+        seconds = raw[:50]
+    return {"scope": scope[:50], "for": seconds}
 
 
 def _decision_from(view: views.RequestView, form: FormData) -> tuple[str, dict[str, Any] | None]:
@@ -243,8 +259,11 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
     try:
         action, values = _decision_from(view, form)  # (a field too deep to read: 422, shown again)
         try:
-            body = ResumeRequest.model_validate({"request_id": request_id, "decision": {"action_id": action,
-                                                                                      "values": values}})
+            decision: dict[str, Any] = {"action_id": action, "values": values}
+            if view.request.kind == "tool_approval" and action in ("approve", "edit") and \
+                    (remember := remember_from(form)) is not None:
+                decision["remember"] = remember  # "don't ask again" (a standing approval, DESIGN §17)
+            body = ResumeRequest.model_validate({"request_id": request_id, "decision": decision})
         except ValidationError as e:
             raise InvalidRequest("; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()[:5]))
         check_body(body, request.app.state.settings, text=("decision",))

@@ -319,3 +319,15 @@ def args_diff(before: dict[str, Any] | None, after: Any) -> list[ArgChange]:
 
 def typed_args(form: FormData) -> dict[str, str]:
     return {k[len(ARG_PREFIX):]: str(v) for k, v in form.items() if k.startswith(ARG_PREFIX)}
+
+
+# the card's "don't ask again" durations (DESIGN §17): those within SIGNOFF_MAX_STANDING are offered
+REMEMBER_FOR = ((3600, "1 hour"), (8 * 3600, "8 hours"), (86400, "24 hours"))
+
+
+def remember_durations(max_seconds: float) -> list[tuple[int, str]]:
+    """The durations the card offers for a standing approval: those within the maximum (the
+    maximum itself when it is shorter than all of them)."""
+    offered = [(s, label) for s, label in REMEMBER_FOR if s <= max_seconds]
+    label = f"{max_seconds / 3600:g} hours" if max_seconds >= 3600 else f"{max_seconds:g} seconds"
+    return offered or [(int(max_seconds), label)]

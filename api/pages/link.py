@@ -83,6 +83,7 @@ async def _page(request: Request, found: _Found, token: str, status: int = 200, 
             " Open signoff and sign in to see the request."
     ctx = card.card_context(view, facts=await _facts(request, found, view), **card_kw)
     ctx["card_url"] = f"/d/{quote(token, safe='')}"
+    ctx["offer_remember"] = False  # a standing approval is made signed in, on the card (DESIGN §17)
     if not usable:  # nothing to decide from here: the card shows the request and what became of it
         ctx["groups"], ctx["choices"], ctx["allowed"] = [], [], set()
     elif chosen is not None and view.request.kind != "tool_approval":

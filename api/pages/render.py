@@ -13,7 +13,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from signoff.api.pages import formatting, markdown
+from signoff.api.pages import formatting, forms, markdown
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -27,6 +27,8 @@ env.filters.update(markdown=markdown.render, excerpt=markdown.excerpt, ago=forma
                    time_left=formatting.time_left, clock=formatting.clock,
                    domid=lambda s: "i" + hashlib.sha1(str(s).encode()).hexdigest()[:12])
 env.globals.update(STATUS_TEXT=formatting.STATUS_TEXT)
+
+env.globals.update(remember_durations=forms.remember_durations)
 
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

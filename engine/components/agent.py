@@ -14,7 +14,8 @@ State (JSON)::
      "tool_runs": n,           # tools actually run (numbers each call: "{tool}#{agent}.{n}")
      "approvals": n,           # approvals asked (the interrupt id of the next one is n + 1)
      "awaiting": {...} | null, # the call the pending approval is about
-     "log": [...]}             # what happened to each tool call (ran / rejected / responded / error)
+     "log": [...]}             # what happened to each tool call (ran / rejected / responded / error;
+                               # ``authority: standing:<id>`` when a standing approval approved it)
 """
 
 from __future__ import annotations
@@ -245,6 +246,12 @@ class Agent(Component):
                     "description": tool["schema"]["function"]["description"],
                 },
             )
+            # a standing approval in force (DESIGN §17, engine/standing.py) approves the call
+            # without a pause, recorded as an approve by its maker; else a person is asked
+            standing = await ctx.run.standing(request) if ctx.run.standing is not None else None
+            if standing is not None:
+                await self._run(ctx, tool, call, call["args"], "approved", authority=standing.get("authority"))
+                return
             st["awaiting"] = {"request_id": request.request_id, "call_id": call["id"]}
             raise ctx.pause(request)
         await self._run(ctx, tool, call, call["args"], "ran")
@@ -267,7 +274,8 @@ class Agent(Component):
         else:  # not reachable: apply_decision checks allowed_decisions
             raise ComponentError(f"Agent '{ctx.vertex_id}': unknown decision '{action}'", vertex_id=ctx.vertex_id)
 
-    async def _run(self, ctx: BuildContext, tool: dict[str, Any], call: dict[str, Any], args: dict[str, Any], how: str) -> None:
+    async def _run(self, ctx: BuildContext, tool: dict[str, Any], call: dict[str, Any], args: dict[str, Any], how: str,
+                   *, authority: str | None = None) -> None:
         """Build the tool's component with the arguments as its inputs, under a vertex id that
         names this call (so an HTTP tool's Idempotency-Key is per call and stable on retry)."""
         st = ctx.state
@@ -298,18 +306,22 @@ class Agent(Component):
                 vertex_id=ctx.vertex_id,
             ) from None
         except ComponentError as e:  # the model sees the failure and may try something else
-            self._answer(st, call, f"Error: {e.message}", "error", args)
+            self._answer(st, call, f"Error: {e.message}", "error", args, authority=authority)
             return
         except SignoffError:  # NestedGateError and the like end the run
             raise
         except Exception as e:
-            self._answer(st, call, f"Error: {e.__class__.__name__}: {e}", "error", args)
+            self._answer(st, call, f"Error: {e.__class__.__name__}: {e}", "error", args, authority=authority)
             return
-        self._answer(st, call, as_text((outputs or {}).get(first)), how, args)
+        self._answer(st, call, as_text((outputs or {}).get(first)), how, args, authority=authority)
 
     @staticmethod
-    def _answer(st: dict[str, Any], call: dict[str, Any], content: str, how: str, args: dict[str, Any] | None = None) -> None:
+    def _answer(st: dict[str, Any], call: dict[str, Any], content: str, how: str, args: dict[str, Any] | None = None,
+                *, authority: str | None = None) -> None:
         st["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": content})
-        st["log"].append({"call_id": call["id"], "name": call["name"], "args": args if args is not None else call["args"],
-                          "outcome": how, "result": content[:2000]})
+        entry = {"call_id": call["id"], "name": call["name"], "args": args if args is not None else call["args"],
+                 "outcome": how, "result": content[:2000]}
+        if authority is not None:  # approved by a standing approval, not by a person at this call
+            entry["authority"] = authority
+        st["log"].append(entry)
         st["queue"].pop(0)

@@ -17,11 +17,11 @@ from typing import Any
 from jsonschema.exceptions import SchemaError
 
 from signoff.engine.components import register
+from signoff.engine.durations import duration_seconds
 from signoff.engine.components.base import BuildContext, Component, InputDef, OutputDef, ParamDef, as_text
 from signoff.engine.models import EXPIRED_ACTION, FALLBACK_ACTION, Option, PendingRequest
 from signoff.engine.valueschema import ValuesValidator, pattern_problem
 
-UNITS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 DEFAULT_DECISIONS = ["Approve", "Reject"]
 ON_TIMEOUT = ("fallback", "default", "fail")
 CHANNELS = ("email", "slack")  # what ``notify`` may name (DESIGN §14)
@@ -60,18 +60,6 @@ def action_id(label: str) -> str:
     return label.strip().lower().replace(" ", "_")
 
 
-MAX_DURATION_DAYS = 3660  # ten years: longer is a mistake, and past ~2.7 million years a date overflows
-
-
-def duration_seconds(value: Any, what: str = "timeout") -> float:
-    """``{"value": 3, "unit": "Days"}`` or a number of seconds; 0 / None: none. At most
-    :data:`MAX_DURATION_DAYS`."""
-    seconds = _seconds(value, what)
-    if seconds > MAX_DURATION_DAYS * 86400:
-        raise ValueError(f"{what} must be at most {MAX_DURATION_DAYS} days")
-    return seconds
-
-
 def remind_floor_problems(params: dict[str, Any], floor: float) -> list[str]:
     """A ``remind_every`` shorter than ``floor`` seconds (SIGNOFF_MIN_REMIND_EVERY_SECONDS): a
     request must not be turned into a flood of reminders to its approvers' webhooks. A
@@ -84,26 +72,6 @@ def remind_floor_problems(params: dict[str, Any], floor: float) -> list[str]:
         return [f"param 'remind_every': {every:g} seconds is shorter than the floor of {floor:g} seconds "
                 "(SIGNOFF_MIN_REMIND_EVERY_SECONDS)"]
     return []
-
-
-def _seconds(value: Any, what: str) -> float:
-    if value is None:
-        return 0.0
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a number of seconds or {{value, unit}}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"{what} must not be negative")
-        return float(value)
-    if isinstance(value, dict):
-        v = value.get("value", 0)
-        unit = str(value.get("unit", "Seconds")).strip().lower()
-        if unit not in UNITS:
-            raise ValueError(f"{what} unit '{value.get('unit')}' is not one of Seconds, Minutes, Hours, Days")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ValueError(f"{what} value must be a number >= 0")
-        return float(v) * UNITS[unit]
-    raise ValueError(f"{what} must be a number of seconds or {{\"value\": 3, \"unit\": \"Days\"}}")
 
 
 def timeout_seconds(value: Any) -> float:

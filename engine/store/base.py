@@ -39,6 +39,7 @@ from signoff.engine.models import (
     SecretInfo,
     SecretRecord,
     SpanRecord,
+    StandingApproval,
     User,
     Webhook,
     WebhookDelivery,
@@ -486,6 +487,41 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def muted_by(self, muted_id: str, user_ids: Iterable[str]) -> set[str]:
         """Of ``user_ids`` (a lone str: TypeError), those who muted ``muted_id``."""
+
+    # ---- standing approvals (DESIGN §17, engine/standing.py): a rule per remembered tool approval
+    @abc.abstractmethod
+    async def create_standing_approval(self, rule: StandingApproval) -> StandingApproval:
+        """Store ``rule``; a rule of that id already stored (a retried activity) is kept as it is and
+        returned instead."""
+
+    @abc.abstractmethod
+    async def get_standing_approval(self, rule_id: str) -> StandingApproval | None:
+        """The rule of that id, revoked or expired included."""
+
+    @abc.abstractmethod
+    async def list_standing_approvals(self, user_id: str, *, limit: int = 500) -> list[StandingApproval]:
+        """The rules ``user_id`` made, and the rules on flows they own (``flow_owner_id``), newest
+        first (then by id), revoked and expired ones included; at most ``limit``."""
+
+    @abc.abstractmethod
+    async def count_standing_approvals(self, maker_id: str, now: datetime) -> int:
+        """How many of ``maker_id``'s rules are in force at ``now`` (not revoked, not expired)."""
+
+    @abc.abstractmethod
+    async def find_standing_approvals(self, flow_id: str, tool: str, session_id: str, session_user_id: str,
+                                      now: datetime, *, limit: int = 10) -> list[StandingApproval]:
+        """The rules in force at ``now`` that cover a call of ``tool`` in ``flow_id``: scope
+        ``flow``, or scope ``session`` of ``session_id`` of ``session_user_id``'s runs. Newest
+        first, at most ``limit``: one indexed query (migration 13, brief's 15)."""
+
+    @abc.abstractmethod
+    async def revoke_standing_approval(self, rule_id: str, at: datetime) -> bool:
+        """Revoke the rule (it covers nothing from then on); False when there is no such rule or
+        it was revoked already (the first ``revoked_at`` is kept)."""
+
+    @abc.abstractmethod
+    async def use_standing_approval(self, rule_id: str, at: datetime) -> None:
+        """Count one use of the rule (``uses`` + 1, ``last_used_at``); nothing when it is gone."""
 
     # ---- flows and shares
     @abc.abstractmethod

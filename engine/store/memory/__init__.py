@@ -37,6 +37,7 @@ from signoff.engine.store.memory.mutes import MemoryMutes
 from signoff.engine.store.memory.retention import MemoryRetention
 from signoff.engine.store.memory.secrets import MemorySecrets
 from signoff.engine.store.memory.spans import MemorySpans
+from signoff.engine.store.memory.standing import MemoryStanding
 from signoff.engine.store.memory.users import MemoryUsers
 from signoff.engine.store.memory.webhooks import MemoryWebhooks
 
@@ -50,6 +51,7 @@ class MemoryStore(
     MemoryGroups,
     MemoryWebhooks,
     MemoryMutes,
+    MemoryStanding,
     MemoryFlows,
     MemoryApprovals,
     MemoryJobs,

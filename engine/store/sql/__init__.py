@@ -32,6 +32,7 @@ from signoff.engine.store.sql.mutes import SQLMutes
 from signoff.engine.store.sql.retention import SQLRetention
 from signoff.engine.store.sql.secrets import SQLSecrets
 from signoff.engine.store.sql.spans import SQLSpans
+from signoff.engine.store.sql.standing import SQLStanding
 from signoff.engine.store.sql.users import SQLUsers
 from signoff.engine.store.sql.webhooks import SQLWebhooks
 
@@ -45,6 +46,7 @@ class SQLStore(
     SQLGroups,
     SQLWebhooks,
     SQLMutes,
+    SQLStanding,
     SQLFlows,
     SQLApprovals,
     SQLJobs,

@@ -159,6 +159,28 @@ class Q:
     )
     list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
 
+    # standing approvals (engine/store/sql/standing.py)
+    insert_standing = (
+        "INSERT INTO standing_approvals (id, maker_id, flow_id, flow_owner_id, tool, scope, session_id, "
+        "session_user_id, job_id, request_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT DO NOTHING"
+    )
+    standing = "SELECT * FROM standing_approvals WHERE id = ?"
+    list_standing = (
+        "SELECT * FROM standing_approvals WHERE maker_id = ? OR flow_owner_id = ? "
+        "ORDER BY created_at DESC, id DESC LIMIT ?"
+    )
+    count_standing = (
+        "SELECT COUNT(*) AS n FROM standing_approvals WHERE maker_id = ? AND expires_at > ? AND revoked_at IS NULL"
+    )
+    find_standing = (
+        "SELECT * FROM standing_approvals WHERE flow_id = ? AND tool = ? AND expires_at > ? AND revoked_at IS NULL "
+        "AND (scope = 'flow' OR (scope = 'session' AND session_id = ? AND session_user_id = ?)) "
+        "ORDER BY created_at DESC, id DESC LIMIT ?"
+    )
+    revoke_standing = "UPDATE standing_approvals SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+    use_standing = "UPDATE standing_approvals SET uses = uses + 1, last_used_at = ? WHERE id = ?"
+
     # contacts, decision links, notifications (engine/store/sql/channels.py)
     set_user_email = "UPDATE users SET email = ? WHERE id = ?"
     set_user_slack = "UPDATE users SET slack = ? WHERE id = ?"

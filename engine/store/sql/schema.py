@@ -360,6 +360,31 @@ MIGRATIONS: list[list[str]] = [
             at {ts} NOT NULL)""",
         "CREATE INDEX notifications_job ON notifications (job_id, pos)",
     ],
+    # 13 (the brief's 15, renumbered at the merge if others land first): standing approvals
+    # (DESIGN §17, engine/standing.py). The rule lookup at a gated tool call is one probe of
+    # standing_find (flow, tool); the list of a person's rules reads standing_maker and
+    # standing_owner; the cap counts standing_maker
+    [
+        """CREATE TABLE standing_approvals (
+            id TEXT PRIMARY KEY,
+            maker_id TEXT NOT NULL,
+            flow_id TEXT NOT NULL,
+            flow_owner_id TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            session_id TEXT,
+            session_user_id TEXT,
+            job_id TEXT NOT NULL,
+            request_id TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            expires_at {ts} NOT NULL,
+            revoked_at {ts},
+            uses BIGINT NOT NULL DEFAULT 0,
+            last_used_at {ts})""",
+        "CREATE INDEX standing_find ON standing_approvals (flow_id, tool, expires_at)",
+        "CREATE INDEX standing_maker ON standing_approvals (maker_id, expires_at)",
+        "CREATE INDEX standing_owner ON standing_approvals (flow_owner_id, created_at)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

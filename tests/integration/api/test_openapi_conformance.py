@@ -288,6 +288,23 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 404, path={"person": "nobody-" + uuid.uuid4().hex})
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 422, path={"person": "x" * 201})
         await A("DELETE", "/api/v1/users/me/mutes/{person}", 204, path={"person": bob_id})
+        # standing approvals (made by a tool approval's remember; here straight in the store)
+        from datetime import timedelta
+
+        from signoff.engine.models import StandingApproval, utcnow
+
+        now = utcnow()
+        rule = await api.store.create_standing_approval(StandingApproval(
+            id=f"sa_{uuid.uuid4().hex}", maker_id=alice_id, flow_id=api.flows["refund"], flow_owner_id=alice_id,
+            tool="refund", scope="flow", job_id="j", request_id="r", created_at=now,
+            expires_at=now + timedelta(hours=1)))
+        await A("GET", "/api/v1/standing-approvals", 200)
+        await A("GET", "/api/v1/standing-approvals/{rule_id}", 200, path={"rule_id": rule.id})
+        await B("GET", "/api/v1/standing-approvals/{rule_id}", 404, path={"rule_id": rule.id})
+        await A("GET", "/api/v1/standing-approvals/{rule_id}", 422, path={"rule_id": "x" * 201})
+        await B("DELETE", "/api/v1/standing-approvals/{rule_id}", 404, path={"rule_id": rule.id})
+        await A("DELETE", "/api/v1/standing-approvals/{rule_id}", 422, path={"rule_id": "x" * 201})
+        await A("DELETE", "/api/v1/standing-approvals/{rule_id}", 204, path={"rule_id": rule.id})
 
         # contacts (DESIGN §14) and a run's notification log (its owner's)
         await A("PATCH", "/api/v1/users/me", 200, json={"email": "alice@example.com"})
