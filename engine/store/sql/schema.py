@@ -360,7 +360,7 @@ MIGRATIONS: list[list[str]] = [
             at {ts} NOT NULL)""",
         "CREATE INDEX notifications_job ON notifications (job_id, pos)",
     ],
-    # 13 (the brief's 15, renumbered at the merge if others land first): standing approvals
+    # 13: standing approvals
     # (DESIGN §17, engine/standing.py). The rule lookup at a gated tool call is one probe of
     # standing_find (flow, tool); the list of a person's rules reads standing_maker and
     # standing_owner; the cap counts standing_maker
