@@ -16,6 +16,9 @@ outcome, its buttons gone.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -24,6 +27,8 @@ from signoff.activities.webhooks import WebhookActivities
 from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
 from signoff.engine.models import Job, PendingRequest, utcnow
+
+log = logging.getLogger(__name__)
 
 # the events a person is told of, and what the mail calls each
 TOLD = {"human_input_required": "required", "human_input_reminder": "reminder", "human_input_escalated": "escalated"}
@@ -70,7 +75,7 @@ class NotifyActivities(WebhookActivities):
         if not ends:
             return []
         told = sorted({(n.user_id, n.channel) for n in await self.store.list_notifications(job.job_id, limit=500)
-                       if n.request_id == request_id and n.delivered and n.event in TOLD})
+                       if n.request_id == request_id and (n.delivered or n.error is None) and n.event in TOLD})
         return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id)
                 for user_id, channel in told]
 
@@ -116,14 +121,31 @@ class NotifyActivities(WebhookActivities):
         elif inp.channel == "slack" and user.slack:
             await self._slack(job, pending, user.id, user.slack, event.event, event.seq)
 
-    async def _sent(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
-                    error: str | None, ref: str | None = None) -> None:
-        """Log the attempt; a failed one raises, for the workflow's retry policy."""
-        await self.store.log_notification(job_id=job.job_id, request_id=request_id, seq=seq, event=event,
-                                          channel=channel, user_id=user_id, attempt=activity.info().attempt,
-                                          delivered=error is None, error=error, ref=ref)
-        if error is not None:
-            raise ApplicationError(error, type="NOTIFICATION_FAILED")
+    async def _once(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
+                    send: Callable[[], Awaitable[str | None]]) -> None:
+        """Send one notification at most once (docs/channels.md, "Once"): claim it in the log,
+        send, then record the outcome. A failed send lets the claim go and raises (the workflow's
+        retry sends again); a claim an earlier attempt holds (delivered, or its outcome never
+        recorded: that attempt is over, Temporal starts the next only then) is not sent again."""
+        attempt = activity.info().attempt
+        claim, holder = await self.store.claim_notification(job_id=job.job_id, request_id=request_id, seq=seq,
+                                                            event=event, channel=channel, user_id=user_id,
+                                                            attempt=attempt)
+        if claim is None:
+            if holder is not None and not holder.delivered:
+                log.warning("notification %s of %s seq %s to %s on %s: attempt %s's outcome was not recorded; "
+                            "not sent again", holder.id, job.job_id, seq, user_id, channel, holder.attempt)
+                await self.store.log_notification(
+                    job_id=job.job_id, request_id=request_id, seq=seq, event=event, channel=channel,
+                    user_id=user_id, attempt=attempt, delivered=False,
+                    error=f"not sent again: attempt {holder.attempt} may have sent it (its outcome was not recorded)")
+            return
+        try:
+            ref = await send()
+        except (mail.MailFailed, slack.SlackFailed) as err:
+            await self.store.finish_notification(claim.id, delivered=False, error=str(err))
+            raise ApplicationError(str(err), type="NOTIFICATION_FAILED") from None
+        await self.store.finish_notification(claim.id, delivered=True, error=None, ref=ref)
 
     async def _names(self, job: Job) -> tuple[str, str]:
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
@@ -147,12 +169,13 @@ class NotifyActivities(WebhookActivities):
             assert self.settings.smtp_url is not None and self.settings.smtp_from is not None
             msg = mail.closing(flow_name=flow_name, owner_name=owner_name, outcome=outcome,
                                sender=self.settings.smtp_from, to=user.email, now=utcnow())
-            try:
-                await mail.send(mail.parse_smtp_url(self.settings.smtp_url), msg, sender=self.settings.smtp_from,
-                                to=user.email, timeout=self.settings.notify_timeout_seconds)
-            except mail.MailFailed as err:
-                await self._sent(job, request_id, seq, event, "email", user.id, str(err))
-            await self._sent(job, request_id, seq, event, "email", user.id, None)
+            smtp_url, sender, to = self.settings.smtp_url, self.settings.smtp_from, user.email
+
+            async def send_note() -> None:
+                await mail.send(mail.parse_smtp_url(smtp_url), msg, sender=sender, to=to,
+                                timeout=self.settings.notify_timeout_seconds)
+
+            await self._once(job, request_id, seq, event, "email", user.id, send_note)
         elif inp.channel == "slack" and self.settings.slack_enabled:
             assert self.settings.slack_bot_token is not None
             refs = {n.ref for n in await self.store.list_notifications(job.job_id, limit=500)
@@ -160,14 +183,14 @@ class NotifyActivities(WebhookActivities):
             client = slack.Slack(self.settings.slack_bot_token, self.settings.slack_api_url,
                                  self.settings.notify_timeout_seconds)
             text, blocks = slack.outcome_blocks(flow_name, "", f"Answered: {outcome}")
-            for ref in sorted(r for r in refs if r):
-                channel, _, ts = ref.partition(" ")
-                try:
+
+            async def update() -> None:  # chat.update again is harmless: a retry updates them all
+                for ref in sorted(r for r in refs if r):
+                    channel, _, ts = ref.partition(" ")
                     await client.call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
-                except slack.SlackFailed as err:
-                    await self._sent(job, request_id, seq, event, "slack", user.id, str(err))
+
             if refs:
-                await self._sent(job, request_id, seq, event, "slack", user.id, None)
+                await self._once(job, request_id, seq, event, "slack", user.id, update)
 
     async def _slack(self, job: Job, pending: PendingRequest, user_id: str, slack_id: str, event: str,
                      seq: int) -> None:
@@ -186,13 +209,13 @@ class NotifyActivities(WebhookActivities):
             flow_name=flow_name, owner_name=owner_name, pending=pending, job_id=job.job_id, user_id=user_id,
             input_text=str(job.request.get("input_value") or ""), link_url=link, kind=TOLD[event]))
         client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
-        try:
+
+        async def post() -> str | None:
             posted = await client.call("chat.postMessage", channel=slack_id, text=text, blocks=blocks,
                                        unfurl_links=False)
-        except slack.SlackFailed as err:
-            await self._sent(job, pending.request_id, seq, event, "slack", user_id, str(err))
-        ref = f"{posted.get('channel')} {posted.get('ts')}" if posted.get("channel") and posted.get("ts") else None
-        await self._sent(job, pending.request_id, seq, event, "slack", user_id, None, ref)
+            return f"{posted.get('channel')} {posted.get('ts')}" if posted.get("channel") and posted.get("ts") else None
+
+        await self._once(job, pending.request_id, seq, event, "slack", user_id, post)
 
     async def _email(self, job: Job, pending: PendingRequest, user_id: str, to: str, event: str, seq: int) -> None:
         settings = self.settings
@@ -209,10 +232,11 @@ class NotifyActivities(WebhookActivities):
                          if o.action_id in pending.allowed_decisions],
             expires_at=links.expiry(pending, now, settings.link_ttl_seconds), deadline=deadline(pending),
             kind=TOLD[event])
-        try:
-            await mail.send(mail.parse_smtp_url(settings.smtp_url),
-                            mail.message(asked, sender=settings.smtp_from, to=to, now=now),
-                            sender=settings.smtp_from, to=to, timeout=settings.notify_timeout_seconds)
-        except mail.MailFailed as err:
-            await self._sent(job, pending.request_id, seq, event, "email", user_id, str(err))
-        await self._sent(job, pending.request_id, seq, event, "email", user_id, None)
+        msg = mail.message(asked, sender=settings.smtp_from, to=to, now=now)
+        smtp_url, sender = settings.smtp_url, settings.smtp_from
+
+        async def send() -> None:
+            await mail.send(mail.parse_smtp_url(smtp_url), msg, sender=sender, to=to,
+                            timeout=settings.notify_timeout_seconds)
+
+        await self._once(job, pending.request_id, seq, event, "email", user_id, send)
