@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 TOLD = {"human_input_required": "required", "human_input_reminder": "reminder", "human_input_escalated": "escalated"}
 # the events that end a request, told to those who were told of it
 CLOSING = ("human_input_decision", "human_input_expired")
+# the ends of a run that close the request it waited on (a stop, a supersede, a deleted flow or
+# user: run_cancelled; the maximum suspension: run_timed_out), told the same way
+ENDS = {"cancelled": "run_cancelled", "timed_out": "run_timed_out"}
 
 
 class NotifyActivities(WebhookActivities):
@@ -71,13 +74,22 @@ class NotifyActivities(WebhookActivities):
     async def _closing(self, job: Job, request_id: str, written: list[tuple[str, int]]) -> list[Delivery]:
         """The closing notes of a request's end (``written``: the events of it, (name, seq)):
         one per person and channel that was told of the request (delivered)."""
-        ends = [seq for event, seq in written if event in CLOSING]
+        ends = [seq for event, seq in written if event in CLOSING or event in ENDS.values()]
         if not ends:
             return []
         told = sorted({(n.user_id, n.channel) for n in await self.store.list_notifications(job.job_id, limit=500)
                        if n.request_id == request_id and (n.delivered or n.error is None) and n.event in TOLD})
-        return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id)
+        return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id, request_id=request_id)
                 for user_id, channel in told]
+
+    async def _ended_closing(self, job: Job | None, request_id: str | None) -> list[Delivery]:
+        """The closing notes of the request ``request_id`` a run waited on when it ended
+        otherwise than by an answer (stopped, superseded, its flow or user deleted, the maximum
+        suspension): the ``run_cancelled`` / ``run_timed_out`` that ended it closes it."""
+        if job is None or request_id is None or (event := ENDS.get(job.status.value)) is None:
+            return []
+        ended = await self.store.read_events_named(job.job_id, event)
+        return await self._closing(job, request_id, [(event, ended[-1].seq)]) if ended else []
 
     async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
                                    written: list[tuple[str, int]]) -> list[Delivery]:
@@ -107,8 +119,8 @@ class NotifyActivities(WebhookActivities):
         if job is None or not events or user is None:
             return
         event = events[0]
-        request_id = str(event.data.get("request_id"))
-        if event.event in CLOSING:
+        request_id = str(event.data.get("request_id") or inp.request_id)
+        if event.event in CLOSING or event.event in ENDS.values():
             await self._close(job, request_id, inp, event.event, event.seq, event.data)
             return
         if event.event not in TOLD:
@@ -159,8 +171,19 @@ class NotifyActivities(WebhookActivities):
         if user is None:
             return
         decider = str(data.get("decided_by") or "")
+        if event == "run_cancelled" and data.get("reason") == "stopped":
+            decider = job.user_id  # the owner stopped it: no mail telling them so (their Slack message is updated)
         who = await self.store.get_user(decider) if decider else None
-        if event == "human_input_expired" or data.get("timed_out"):
+        word = "answered"
+        if event == "run_cancelled":
+            word, outcome = "closed", {
+                "stopped": "The run was stopped by its owner.",
+                "superseded": "A newer run of the same conversation took its place.",
+                "flow_deleted": "Its flow was deleted.", "user_deleted": "Its owner was removed.",
+            }.get(str(data.get("reason")), "The run was cancelled.")
+        elif event == "run_timed_out":
+            word, outcome = "closed", "The run waited longer than it may and has ended."
+        elif event == "human_input_expired" or data.get("timed_out"):
             outcome = f"It reached its deadline{': ' + str(data.get('action_id')) if data.get('action_id') else ''}."
         else:
             outcome = f"{data.get('action_id')} by {who.name if who else decider or 'someone'}."
@@ -168,7 +191,7 @@ class NotifyActivities(WebhookActivities):
         if inp.channel == "email" and user.email and self.settings.email_enabled and user.id != decider:
             assert self.settings.smtp_url is not None and self.settings.smtp_from is not None
             msg = mail.closing(flow_name=flow_name, owner_name=owner_name, outcome=outcome,
-                               sender=self.settings.smtp_from, to=user.email, now=utcnow())
+                               sender=self.settings.smtp_from, to=user.email, now=utcnow(), word=word)
             smtp_url, sender, to = self.settings.smtp_url, self.settings.smtp_from, user.email
 
             async def send_note() -> None:
@@ -182,7 +205,7 @@ class NotifyActivities(WebhookActivities):
                     if n.request_id == request_id and n.user_id == user.id and n.channel == "slack" and n.ref}
             client = slack.Slack(self.settings.slack_bot_token, self.settings.slack_api_url,
                                  self.settings.notify_timeout_seconds)
-            text, blocks = slack.outcome_blocks(flow_name, "", f"Answered: {outcome}")
+            text, blocks = slack.outcome_blocks(flow_name, "", f"{word.capitalize()}: {outcome}")
 
             async def update() -> None:  # chat.update again is harmless: a retry updates them all
                 for ref in sorted(r for r in refs if r):
