@@ -3,7 +3,8 @@ SMTP server (aiosmtpd), a local fake of Slack's Web API driven by ``slack_sdk``,
 worker and Temporal dev server, each run's clock moved by per-workflow time skipping.
 
 - Closing notes: whether the request is decided elsewhere, reaches its deadline
-  (``on_timeout: fail``), is superseded by a newer run of the session or its run is stopped,
+  (``on_timeout: fail``), is superseded by a newer run of the session, its run is stopped or
+  waits past the deployment's maximum suspension,
   everyone who was told gets a short mail saying how it ended (not the person who decided) and
   each Slack message is updated (``chat.update``) to the outcome, its buttons gone.
 - Reminders and escalation on real durable timers: ``remind_every`` mails and messages the
@@ -66,7 +67,8 @@ async def world(store_backend, tmp_path_factory, temporal_client, inbox, fake
     async with harness(store_backend, tmp_path_factory.mktemp("ends"), skipper.client,
                        smtp_url=f"smtp://127.0.0.1:{inbox.port}", smtp_from="signoff@example.com",  # type: ignore[attr-defined]
                        slack_bot_token=TOKEN, slack_signing_secret=SECRET, slack_api_url=f"{fake.url}/api/",
-                       notify_timeout_seconds=2, public_url="https://signoff.example.com") as h:
+                       notify_timeout_seconds=2, public_url="https://signoff.example.com",
+                       max_suspend_seconds=2 * 24 * 3600) as h:  # ("waited too long": 2 days, fast-forwarded)
         for name in PEOPLE:
             user = await h.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             h.users[name] = (user.id, await h.store.create_api_key(user.id))
@@ -121,7 +123,7 @@ def _updates(fake: FakeSlack, slack_id: str, ts: str) -> list[dict[str, Any]]:
     return [b for b in fake.sent("chat.update", slack_id) if b.get("ts") == ts]
 
 
-@pytest.mark.parametrize("end", ["decided", "expired", "superseded", "stopped"])
+@pytest.mark.parametrize("end", ["decided", "expired", "superseded", "stopped", "waited too long"])
 async def test_every_way_a_request_ends_closes_it_by_mail_and_in_slack(world, inbox: Inbox, fake: FakeSlack,
                                                                       end: str) -> None:
     h, skipper = world
@@ -142,6 +144,9 @@ async def test_every_way_a_request_ends_closes_it_by_mail_and_in_slack(world, in
     elif end == "expired":
         assert await fast_forward(h, skipper, job_id, 2 * HOUR) in (True, False)
         outcome, word, status = "It reached its deadline", "answered", JobStatus.timed_out
+    elif end == "waited too long":  # the deployment's maximum suspension (SIGNOFF_MAX_SUSPEND_SECONDS)
+        assert await fast_forward(h, skipper, job_id, timedelta(days=3)) in (True, False)
+        outcome, word, status = "The run waited longer than it may", "closed", JobStatus.timed_out
     elif end == "superseded":
         await _start(h, flow_id, session)
         outcome, word, status = "A newer run of the same conversation took its place", "closed", JobStatus.cancelled
@@ -169,7 +174,8 @@ async def test_every_way_a_request_ends_closes_it_by_mail_and_in_slack(world, in
         assert outcome in updates[-1]["text"], updates[-1]
         assert not [b for b in updates[-1]["blocks"] if b.get("type") == "actions"]
     # each note once, logged under the event that ended the request
-    event = {"decided": "human_input_decision", "expired": "human_input_expired"}.get(end, "run_cancelled")
+    event = {"decided": "human_input_decision", "expired": "human_input_expired",
+             "waited too long": "run_timed_out"}.get(end, "run_cancelled")
     closing = await _told(h, job_id, event, 3 if end == "decided" else 4)
     keys = [(r.user_id, r.channel) for r in closing]
     assert len(keys) == len(set(keys)), closing
