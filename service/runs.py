@@ -189,9 +189,15 @@ class RunService:
     async def _who_won(self, user: User, job_id: str, request_id: str, err: SignoffError) -> SignoffError:
         """``err`` again, or NOT_RESUMABLE naming the decision that was made: "Already decided by
         bob: approve (via slack)" with ``decided_by``, ``decided_action``, ``decided_via``. A
-        winner whose claim is taken and not yet recorded is waited for (WHO_WON_WAIT at most)."""
+        winner whose claim on this request is taken and not yet recorded is waited for
+        (WHO_WON_WAIT at most); anything else is answered at once."""
         if not valid_id(job_id) or not isinstance(request_id, str) or len(request_id) > 200:
             return err
+        if isinstance(err, JobNotFound):  # only someone asked learns anything (and no sooner or later)
+            try:
+                await asked_job(self.store, user, job_id, request_id)
+            except JobNotFound:
+                return err
         deadline = asyncio.get_running_loop().time() + WHO_WON_WAIT
         while True:
             job = await self.store.get_job(job_id)
@@ -199,16 +205,12 @@ class RunService:
                 return err  # gone, or still waiting: not lost to another decision
             decided = [e for e in await self.store.read_events_named(job_id, "human_input_decision")
                        if e.data.get("request_id") == request_id]
-            if decided or job.status.terminal or asyncio.get_running_loop().time() > deadline:
+            claimed = job.pending is not None and job.pending.request_id == request_id  # under a decision's claim
+            if decided or not claimed or job.status.terminal or asyncio.get_running_loop().time() > deadline:
                 break
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
         if not decided:
             return err
-        if isinstance(err, JobNotFound):  # only someone asked learns what became of it
-            try:
-                await asked_job(self.store, user, job_id, request_id)
-            except JobNotFound:
-                return err
         data = decided[-1].data
         who = str(data.get("decided_by") or "")
         person = await self.store.get_user(who) if who else None
