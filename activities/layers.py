@@ -115,7 +115,8 @@ class LayerActivities(NotifyActivities):
         # a timeout ends only a run that still waits: a decision that got in first goes on
         expect = [JobStatus.suspended] if status == JobStatus.timed_out else None
         ended = await end_run(self.store, inp.job_id, end, expect=expect)
-        return FinishOutput(status=ended.job.status.value if ended.job else inp.status)
+        notes = await self._ended_closing(ended.job, inp.request_id) if inp.deadline is None else []
+        return FinishOutput(status=ended.job.status.value if ended.job else inp.status, deliveries=notes)
 
     @activity.defn(name="record_event")
     async def record_event(self, inp: RecordEventInput) -> None:

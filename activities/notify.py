@@ -16,6 +16,9 @@ outcome, its buttons gone.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -25,10 +28,15 @@ from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
 from signoff.engine.models import Job, PendingRequest, utcnow
 
+log = logging.getLogger(__name__)
+
 # the events a person is told of, and what the mail calls each
 TOLD = {"human_input_required": "required", "human_input_reminder": "reminder", "human_input_escalated": "escalated"}
 # the events that end a request, told to those who were told of it
 CLOSING = ("human_input_decision", "human_input_expired")
+# the ends of a run that close the request it waited on (a stop, a supersede, a deleted flow or
+# user: run_cancelled; the maximum suspension: run_timed_out), told the same way
+ENDS = {"cancelled": "run_cancelled", "timed_out": "run_timed_out"}
 
 
 class NotifyActivities(WebhookActivities):
@@ -66,13 +74,22 @@ class NotifyActivities(WebhookActivities):
     async def _closing(self, job: Job, request_id: str, written: list[tuple[str, int]]) -> list[Delivery]:
         """The closing notes of a request's end (``written``: the events of it, (name, seq)):
         one per person and channel that was told of the request (delivered)."""
-        ends = [seq for event, seq in written if event in CLOSING]
+        ends = [seq for event, seq in written if event in CLOSING or event in ENDS.values()]
         if not ends:
             return []
         told = sorted({(n.user_id, n.channel) for n in await self.store.list_notifications(job.job_id, limit=500)
-                       if n.request_id == request_id and n.delivered and n.event in TOLD})
-        return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id)
+                       if n.request_id == request_id and (n.delivered or n.error is None) and n.event in TOLD})
+        return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id, request_id=request_id)
                 for user_id, channel in told]
+
+    async def _ended_closing(self, job: Job | None, request_id: str | None) -> list[Delivery]:
+        """The closing notes of the request ``request_id`` a run waited on when it ended
+        otherwise than by an answer (stopped, superseded, its flow or user deleted, the maximum
+        suspension): the ``run_cancelled`` / ``run_timed_out`` that ended it closes it."""
+        if job is None or request_id is None or (event := ENDS.get(job.status.value)) is None:
+            return []
+        ended = await self.store.read_events_named(job.job_id, event)
+        return await self._closing(job, request_id, [(event, ended[-1].seq)]) if ended else []
 
     async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
                                    written: list[tuple[str, int]]) -> list[Delivery]:
@@ -102,8 +119,8 @@ class NotifyActivities(WebhookActivities):
         if job is None or not events or user is None:
             return
         event = events[0]
-        request_id = str(event.data.get("request_id"))
-        if event.event in CLOSING:
+        request_id = str(event.data.get("request_id") or inp.request_id)
+        if event.event in CLOSING or event.event in ENDS.values():
             await self._close(job, request_id, inp, event.event, event.seq, event.data)
             return
         if event.event not in TOLD:
@@ -116,14 +133,31 @@ class NotifyActivities(WebhookActivities):
         elif inp.channel == "slack" and user.slack:
             await self._slack(job, pending, user.id, user.slack, event.event, event.seq)
 
-    async def _sent(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
-                    error: str | None, ref: str | None = None) -> None:
-        """Log the attempt; a failed one raises, for the workflow's retry policy."""
-        await self.store.log_notification(job_id=job.job_id, request_id=request_id, seq=seq, event=event,
-                                          channel=channel, user_id=user_id, attempt=activity.info().attempt,
-                                          delivered=error is None, error=error, ref=ref)
-        if error is not None:
-            raise ApplicationError(error, type="NOTIFICATION_FAILED")
+    async def _once(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
+                    send: Callable[[], Awaitable[str | None]]) -> None:
+        """Send one notification at most once (docs/channels.md, "Once"): claim it in the log,
+        send, then record the outcome. A failed send lets the claim go and raises (the workflow's
+        retry sends again); a claim an earlier attempt holds (delivered, or its outcome never
+        recorded: that attempt is over, Temporal starts the next only then) is not sent again."""
+        attempt = activity.info().attempt
+        claim, holder = await self.store.claim_notification(job_id=job.job_id, request_id=request_id, seq=seq,
+                                                            event=event, channel=channel, user_id=user_id,
+                                                            attempt=attempt)
+        if claim is None:
+            if holder is not None and not holder.delivered:
+                log.warning("notification %s of %s seq %s to %s on %s: attempt %s's outcome was not recorded; "
+                            "not sent again", holder.id, job.job_id, seq, user_id, channel, holder.attempt)
+                await self.store.log_notification(
+                    job_id=job.job_id, request_id=request_id, seq=seq, event=event, channel=channel,
+                    user_id=user_id, attempt=attempt, delivered=False,
+                    error=f"not sent again: attempt {holder.attempt} may have sent it (its outcome was not recorded)")
+            return
+        try:
+            ref = await send()
+        except (mail.MailFailed, slack.SlackFailed) as err:
+            await self.store.finish_notification(claim.id, delivered=False, error=str(err))
+            raise ApplicationError(str(err), type="NOTIFICATION_FAILED") from None
+        await self.store.finish_notification(claim.id, delivered=True, error=None, ref=ref)
 
     async def _names(self, job: Job) -> tuple[str, str]:
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
@@ -137,8 +171,19 @@ class NotifyActivities(WebhookActivities):
         if user is None:
             return
         decider = str(data.get("decided_by") or "")
+        if event == "run_cancelled" and data.get("reason") == "stopped":
+            decider = job.user_id  # the owner stopped it: no mail telling them so (their Slack message is updated)
         who = await self.store.get_user(decider) if decider else None
-        if event == "human_input_expired" or data.get("timed_out"):
+        word = "answered"
+        if event == "run_cancelled":
+            word, outcome = "closed", {
+                "stopped": "The run was stopped by its owner.",
+                "superseded": "A newer run of the same conversation took its place.",
+                "flow_deleted": "Its flow was deleted.", "user_deleted": "Its owner was removed.",
+            }.get(str(data.get("reason")), "The run was cancelled.")
+        elif event == "run_timed_out":
+            word, outcome = "closed", "The run waited longer than it may and has ended."
+        elif event == "human_input_expired" or data.get("timed_out"):
             outcome = f"It reached its deadline{': ' + str(data.get('action_id')) if data.get('action_id') else ''}."
         else:
             outcome = f"{data.get('action_id')} by {who.name if who else decider or 'someone'}."
@@ -146,28 +191,29 @@ class NotifyActivities(WebhookActivities):
         if inp.channel == "email" and user.email and self.settings.email_enabled and user.id != decider:
             assert self.settings.smtp_url is not None and self.settings.smtp_from is not None
             msg = mail.closing(flow_name=flow_name, owner_name=owner_name, outcome=outcome,
-                               sender=self.settings.smtp_from, to=user.email, now=utcnow())
-            try:
-                await mail.send(mail.parse_smtp_url(self.settings.smtp_url), msg, sender=self.settings.smtp_from,
-                                to=user.email, timeout=self.settings.notify_timeout_seconds)
-            except mail.MailFailed as err:
-                await self._sent(job, request_id, seq, event, "email", user.id, str(err))
-            await self._sent(job, request_id, seq, event, "email", user.id, None)
+                               sender=self.settings.smtp_from, to=user.email, now=utcnow(), word=word)
+            smtp_url, sender, to = self.settings.smtp_url, self.settings.smtp_from, user.email
+
+            async def send_note() -> None:
+                await mail.send(mail.parse_smtp_url(smtp_url), msg, sender=sender, to=to,
+                                timeout=self.settings.notify_timeout_seconds)
+
+            await self._once(job, request_id, seq, event, "email", user.id, send_note)
         elif inp.channel == "slack" and self.settings.slack_enabled:
             assert self.settings.slack_bot_token is not None
             refs = {n.ref for n in await self.store.list_notifications(job.job_id, limit=500)
                     if n.request_id == request_id and n.user_id == user.id and n.channel == "slack" and n.ref}
             client = slack.Slack(self.settings.slack_bot_token, self.settings.slack_api_url,
                                  self.settings.notify_timeout_seconds)
-            text, blocks = slack.outcome_blocks(flow_name, "", f"Answered: {outcome}")
-            for ref in sorted(r for r in refs if r):
-                channel, _, ts = ref.partition(" ")
-                try:
+            text, blocks = slack.outcome_blocks(flow_name, "", f"{word.capitalize()}: {outcome}")
+
+            async def update() -> None:  # chat.update again is harmless: a retry updates them all
+                for ref in sorted(r for r in refs if r):
+                    channel, _, ts = ref.partition(" ")
                     await client.call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
-                except slack.SlackFailed as err:
-                    await self._sent(job, request_id, seq, event, "slack", user.id, str(err))
+
             if refs:
-                await self._sent(job, request_id, seq, event, "slack", user.id, None)
+                await self._once(job, request_id, seq, event, "slack", user.id, update)
 
     async def _slack(self, job: Job, pending: PendingRequest, user_id: str, slack_id: str, event: str,
                      seq: int) -> None:
@@ -186,13 +232,13 @@ class NotifyActivities(WebhookActivities):
             flow_name=flow_name, owner_name=owner_name, pending=pending, job_id=job.job_id, user_id=user_id,
             input_text=str(job.request.get("input_value") or ""), link_url=link, kind=TOLD[event]))
         client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
-        try:
+
+        async def post() -> str | None:
             posted = await client.call("chat.postMessage", channel=slack_id, text=text, blocks=blocks,
                                        unfurl_links=False)
-        except slack.SlackFailed as err:
-            await self._sent(job, pending.request_id, seq, event, "slack", user_id, str(err))
-        ref = f"{posted.get('channel')} {posted.get('ts')}" if posted.get("channel") and posted.get("ts") else None
-        await self._sent(job, pending.request_id, seq, event, "slack", user_id, None, ref)
+            return f"{posted.get('channel')} {posted.get('ts')}" if posted.get("channel") and posted.get("ts") else None
+
+        await self._once(job, pending.request_id, seq, event, "slack", user_id, post)
 
     async def _email(self, job: Job, pending: PendingRequest, user_id: str, to: str, event: str, seq: int) -> None:
         settings = self.settings
@@ -209,10 +255,11 @@ class NotifyActivities(WebhookActivities):
                          if o.action_id in pending.allowed_decisions],
             expires_at=links.expiry(pending, now, settings.link_ttl_seconds), deadline=deadline(pending),
             kind=TOLD[event])
-        try:
-            await mail.send(mail.parse_smtp_url(settings.smtp_url),
-                            mail.message(asked, sender=settings.smtp_from, to=to, now=now),
-                            sender=settings.smtp_from, to=to, timeout=settings.notify_timeout_seconds)
-        except mail.MailFailed as err:
-            await self._sent(job, pending.request_id, seq, event, "email", user_id, str(err))
-        await self._sent(job, pending.request_id, seq, event, "email", user_id, None)
+        msg = mail.message(asked, sender=settings.smtp_from, to=to, now=now)
+        smtp_url, sender = settings.smtp_url, settings.smtp_from
+
+        async def send() -> None:
+            await mail.send(mail.parse_smtp_url(smtp_url), msg, sender=sender, to=to,
+                            timeout=settings.notify_timeout_seconds)
+
+        await self._once(job, pending.request_id, seq, event, "email", user_id, send)

@@ -29,6 +29,8 @@ class Delivery(BaseModel):
     seq: int
     channel: str | None = None  # "email", "slack": a notification (activities/notify.py)
     user_id: str | None = None  # the person it is for
+    # the request a closing note is about, when its event does not name it (run_cancelled, run_timed_out)
+    request_id: str | None = None
 
 
 class RunLayerInput(BaseModel):
@@ -153,10 +155,14 @@ class FinishInput(BaseModel):
     # timed_out by a gate's deadline (on_timeout: fail), not by the maximum suspension:
     # {"request_id", "timeout_seconds"}, what run_timed_out says
     deadline: dict[str, Any] | None = None
+    # the request the run was waiting on when it was stopped, superseded or timed out: the people
+    # told of it get a closing note (activities/notify.py)
+    request_id: str | None = None
 
 
 class FinishOutput(BaseModel):
     status: str  # what the job really is afterwards
+    deliveries: list["Delivery"] = Field(default_factory=list)  # closing notes of the request it waited on
 
 
 class RecordEventInput(BaseModel):

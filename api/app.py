@@ -67,6 +67,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             # runs left queued without their workflow get it
             await stack.enter_async_context(the_service.sweeping())
             await stack.enter_async_context(mcp_endpoint.running())  # the MCP SDK's sessions (/mcp)
+            stack.push_async_callback(slack.drain, app)  # Slack presses decided in the background
             yield
 
     app = FastAPI(
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     )
     app.state.settings = settings
     app.state.write_buckets = write_buckets(settings)
+    app.state.slack_decisions = set()  # api/routes/slack.py: presses being decided
     if store is not None:  # usable before the lifespan runs (e.g. a test client without startup)
         app.state.store = store
     install_error_handlers(app)

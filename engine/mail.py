@@ -170,23 +170,24 @@ def message(asked: Asked, *, sender: str, to: str, now: datetime) -> EmailMessag
     return msg
 
 
-def closing(*, flow_name: str, owner_name: str, outcome: str, sender: str, to: str, now: datetime) -> EmailMessage:
-    """The note to someone who was mailed a request that has been answered: how it ended (its
-    link decides nothing any more)."""
+def closing(*, flow_name: str, owner_name: str, outcome: str, sender: str, to: str, now: datetime,
+            word: str = "answered") -> EmailMessage:
+    """The note to someone who was mailed a request that has been answered (``word``; "closed":
+    its run ended without an answer): how it ended (its link decides nothing any more)."""
     msg = EmailMessage(policy=_POLICY)
     msg["From"] = sender
     msg["To"] = to
-    msg["Subject"] = one_line(f"[signoff] {one_line(flow_name, 80)}: answered", SUBJECT_CHARS)
+    msg["Subject"] = one_line(f"[signoff] {one_line(flow_name, 80)}: {one_line(word, 20)}", SUBJECT_CHARS)
     msg["Date"] = format_datetime(now)
     msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     msg["Auto-Submitted"] = "auto-generated"
-    text = (f"{owner_name}'s request in {flow_name} was answered: {outcome}\n\n"
+    text = (f"{owner_name}'s request in {flow_name} was {word}: {outcome}\n\n"
             "Nothing more to do; the link in the earlier mail decides nothing any more.\n")
     msg.set_content(text)
     e = html.escape
     msg.add_alternative(
         "<!doctype html><html><body style=\"font-family:system-ui,sans-serif;color:#1f2328\">"
-        f"<p>{e(owner_name)}’s request in <strong>{e(flow_name)}</strong> was answered: {e(outcome)}</p>"
+        f"<p>{e(owner_name)}’s request in <strong>{e(flow_name)}</strong> was {e(word)}: {e(outcome)}</p>"
         "<p style=\"color:#57606a\">Nothing more to do; the link in the earlier mail decides nothing any more.</p>"
         "</body></html>", subtype="html")
     return msg

@@ -22,7 +22,7 @@ import temporalio.client
 from signoff.engine.access import Access
 from signoff.engine.decisions import check_decision
 from signoff.engine.errors import (
-    Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, RunNotEnded, SignoffError, Unavailable,
+    Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, NotResumable, RunNotEnded, SignoffError, Unavailable,
 )
 from signoff.engine.sharing import untweakable
 from signoff.engine.spec import apply_tweaks
@@ -34,7 +34,7 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.usage import check_stored_bytes
 from signoff.engine.tracing import sdk
-from signoff.service.access import RunnableFlows, may_execute, visible_job
+from signoff.service.access import RunnableFlows, asked_job, may_execute, valid_id, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
@@ -47,6 +47,8 @@ PENDING_MAX = 100_000
 # The most an inbox count counts before it says "1000+"
 INBOX_COUNT_CAP = 1000
 
+# the most a decision that lost waits for the winner's decision to be recorded, to name it
+WHO_WON_WAIT = 5.0
 CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
 
 # The most runs one round of the sweep deletes for SIGNOFF_RUN_RETENTION_DAYS (each its own
@@ -178,6 +180,48 @@ class RunService:
 
     async def resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
                      via: str | None = None) -> Resumed:
+        """:meth:`_resume`; a decision that lost to another one (NOT_RESUMABLE, or JobNotFound
+        for an approver who no longer sees the run) is told who won, when the person was asked."""
+        try:
+            return await self._resume(user, job_id, request_id, decision, via=via)
+        except (NotResumable, JobNotFound) as err:
+            raise await self._who_won(user, job_id, request_id, err) from None
+
+    async def _who_won(self, user: User, job_id: str, request_id: str, err: SignoffError) -> SignoffError:
+        """``err`` again, or NOT_RESUMABLE naming the decision that was made: "Already decided by
+        bob: approve (via slack)" with ``decided_by``, ``decided_action``, ``decided_via``. A
+        winner whose claim on this request is taken and not yet recorded is waited for
+        (WHO_WON_WAIT at most); anything else is answered at once."""
+        if not valid_id(job_id) or not isinstance(request_id, str) or len(request_id) > 200:
+            return err
+        if isinstance(err, JobNotFound):  # only someone asked learns anything (and no sooner or later)
+            try:
+                await asked_job(self.store, user, job_id, request_id)
+            except JobNotFound:
+                return err
+        deadline = asyncio.get_running_loop().time() + WHO_WON_WAIT
+        while True:
+            job = await self.store.get_job(job_id)
+            if job is None or job.waits_for(request_id):
+                return err  # gone, or still waiting: not lost to another decision
+            decided = [e for e in await self.store.read_events_named(job_id, "human_input_decision")
+                       if e.data.get("request_id") == request_id]
+            claimed = job.pending is not None and job.pending.request_id == request_id  # under a decision's claim
+            if decided or not claimed or job.status.terminal or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        if not decided:
+            return err
+        data = decided[-1].data
+        who = str(data.get("decided_by") or "")
+        person = await self.store.get_user(who) if who else None
+        name = person.name if person else ("the deadline" if data.get("timed_out") else who or "someone")
+        via = str(data.get("via") or "api")
+        return NotResumable(f"Already decided by {name}: {data.get('action_id')} (via {via})", job_id=job_id,
+                            decided_by=name, decided_action=data.get("action_id"), decided_via=via)
+
+    async def _resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
+                      via: str | None = None) -> Resumed:
         """Apply a decision (or one vote of a quorum) to the job's pending request, for the run's
         owner or an approver of the request. Raises, in this order, JobNotFound (404),
         Forbidden / NotAnApprover (403), InvalidDecision / InvalidValues (422), NotResumable /

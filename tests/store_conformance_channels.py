@@ -135,3 +135,35 @@ async def test_deleting_a_user_or_a_run_takes_its_links_and_notifications(store:
     assert await store.delete_run(job_id)
     assert await store.get_link(owners.token_hash) is None and await store.list_notifications(job_id) == []
     assert await store.get_link(kept.token_hash) is not None and len(await store.list_notifications(kept_job)) == 1
+
+
+async def test_a_notification_is_claimed_once_and_a_failed_claim_lets_go(store: Store) -> None:
+    """claim_notification: of concurrent claims one wins; a delivered or unfinished claim holds
+    the (job, request, seq, channel, user); one finished as failed does not (a retry sends)."""
+    user, other = await new_user(store), await new_user(store)
+    job_id = await new_job(store, user.id)
+    key = dict(job_id=job_id, request_id="r", seq=4, event="human_input_required", channel="email")
+    got = await asyncio.gather(*[store.claim_notification(**key, user_id=user.id, attempt=1) for _ in range(8)])
+    claims = [c for c, _ in got if c is not None]
+    assert len(claims) == 1 and all(h is not None and h.id == claims[0].id for c, h in got if c is None)
+    claim = claims[0]
+    assert (claim.delivered, claim.error, claim.attempt) == (False, None, 1)
+    # unfinished (its outcome unknown): still held
+    again, holder = await store.claim_notification(**key, user_id=user.id, attempt=2)
+    assert again is None and holder is not None and holder.id == claim.id and not holder.delivered
+    # another person, channel, seq or request is another notification
+    for other_key in (dict(key, channel="slack"), dict(key, seq=5), dict(key, request_id="r2")):
+        assert (await store.claim_notification(**other_key, user_id=user.id, attempt=1))[0] is not None
+    assert (await store.claim_notification(**key, user_id=other.id, attempt=1))[0] is not None
+    # failed: let go, the next attempt claims it
+    await store.finish_notification(claim.id, delivered=False, error="451 try later")
+    retry, _ = await store.claim_notification(**key, user_id=user.id, attempt=2)
+    assert retry is not None and retry.id != claim.id
+    # delivered: held for good, with its ref
+    await store.finish_notification(retry.id, delivered=True, error=None, ref="D1 17.01")
+    third, holder = await store.claim_notification(**key, user_id=user.id, attempt=3)
+    assert third is None and holder is not None and (holder.id, holder.delivered, holder.ref) == (retry.id, True,
+                                                                                                   "D1 17.01")
+    logged = {n.id: n for n in await store.list_notifications(job_id)}
+    assert (logged[claim.id].delivered, logged[claim.id].error) == (False, "451 try later")
+    assert (logged[retry.id].delivered, logged[retry.id].error, logged[retry.id].ref) == (True, None, "D1 17.01")

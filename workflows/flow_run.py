@@ -98,9 +98,14 @@ class FlowRun(GateWait):
         return {"job_id": inp.job_id, "status": status}
 
     async def _cancelled(self, inp: FlowRunInput) -> None:
-        fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.cancelled.value, state=self._state))
+        fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.cancelled.value, state=self._state,
+                                             request_id=self._pending_id))
         self._set_status(fin.status)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        if fin.deliveries:  # the closing notes of the request it waited on get their retries
+            before = len(self._outbox)
+            self._deliver(fin.deliveries)
+            await asyncio.gather(*self._outbox[before:], return_exceptions=True)
 
     async def _drive(self, inp: FlowRunInput) -> str:
         self._set_status(JobStatus.in_progress.value)

@@ -84,7 +84,8 @@ class GateWait(DecisionAttempt):
                 return None
             before = self._decision
             fin = await self._finish(FinishInput(job_id=inp.job_id, status=JobStatus.timed_out.value,
-                                                 state=self._state, deadline=gate))
+                                                 state=self._state, deadline=gate, request_id=self._pending_id))
+            self._deliver(fin.deliveries)  # (the maximum suspension) the request's closing notes
             if fin.status in TERMINAL_STATUSES:
                 self._pending = None
                 self._set_status(fin.status)

@@ -9,12 +9,15 @@ nothing is read or decided. The API key middleware lets this one path through fo
 Who decides is the Slack user Slack names (``user.id``), as the signoff user with that ``slack``
 contact, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP resume. A
 Slack user with no signoff user, or one who may not decide, is told so (an ephemeral message)
-and nothing is decided. The message is then updated to the outcome (``chat.update``), also when
-another decision won.
+and nothing is decided. Slack wants its answer within 3 seconds, so the press is answered (200)
+once it is verified and mapped to the person, and the decision is made in the background (at
+most ``MAX_DECIDING`` at once): the message is then updated to the outcome (``chat.update``),
+also when another decision won, or the person is told why nothing was decided.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -31,6 +34,9 @@ from signoff.api.errors import STATUS_BY_CODE, Unauthorized, printable
 
 router = APIRouter(prefix="/api/v1/slack", tags=["slack"])
 log = logging.getLogger("signoff.api.slack")
+# presses being decided at once (each a task of its own, after Slack had its answer); past this a
+# press is refused with a word to the person (Slack's retries and a flood of presses are bounded)
+MAX_DECIDING = 64
 
 
 def _verified(settings: Any, body: bytes, timestamp: str | None, signature: str | None) -> bool:
@@ -85,9 +91,27 @@ async def interactions(request: Request) -> JSONResponse:
         await _tell(client, channel, user_id, "This request was sent to someone else; nothing was decided. Open "
                                               "signoff to decide it if it is yours to decide.")
         return JSONResponse({})
+    # Slack wants the answer within 3 seconds: acknowledged now, decided in the background (the
+    # message is updated, or the person told, once the decision is through)
+    tasks: set[asyncio.Task[None]] = request.app.state.slack_decisions
+    if len(tasks) >= MAX_DECIDING:
+        await _tell(client, channel, user_id, "signoff is busy; nothing was decided. Press the button again in a "
+                                              "moment.")
+        return JSONResponse({})
+    task = asyncio.get_running_loop().create_task(
+        _decide(request.app.state.service, store, client, person, channel, ts, user_id, job_id, request_id,
+                action_id), name=f"signoff-slack-{job_id}")
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    return JSONResponse({})
+
+
+async def _decide(service: Any, store: Any, client: slack.Slack, person: User, channel: Any, ts: Any, user_id: str,
+                  job_id: str, request_id: str, action_id: str) -> None:
+    """The press's decision, as ``person`` through ``RunService.resume`` (every check of the HTTP
+    resume), then the message updated to the outcome or the person told why nothing was decided."""
     try:
-        resumed = await request.app.state.service.resume(person, job_id, request_id, Decision(action_id=action_id),
-                                                         via="slack")
+        resumed = await service.resume(person, job_id, request_id, Decision(action_id=action_id), via="slack")
     except SignoffError as err:
         if STATUS_BY_CODE.get(err.code) == 409 and err.code != "ALREADY_VOTED":
             outcome = await _outcome(store, job_id, request_id)
@@ -95,12 +119,25 @@ async def interactions(request: Request) -> JSONResponse:
                           "This request no longer waits for a decision.")
         else:
             await _tell(client, channel, user_id, f"Nothing was decided: {printable(err.message)}")
-        return JSONResponse({})
+        return
+    except Exception:  # noqa: BLE001 - the person is told; the log keeps what it was
+        log.exception("Slack: the decision of job %s failed", job_id)
+        await _tell(client, channel, user_id, "Nothing was decided: signoff could not take the decision right now. "
+                                              "Press the button again in a moment.")
+        return
     if resumed.status == "vote_recorded":
         await _tell(client, channel, user_id, f"Your vote is recorded ({resumed.votes}/{resumed.required}).")
-        return JSONResponse({})
+        return
     await _update(client, store, channel, ts, job_id, f"{action_id} by {person.name}")
-    return JSONResponse({})
+
+
+async def drain(app: Any, timeout: float = 30.0) -> None:
+    """At shutdown: the decisions under way finish (bounded), then the rest are cancelled."""
+    tasks: set[asyncio.Task[None]] = getattr(app.state, "slack_decisions", set())
+    if tasks:
+        _, late = await asyncio.wait(set(tasks), timeout=timeout)
+        for task in late:
+            task.cancel()
 
 
 async def _tell(client: slack.Slack, channel: Any, user_id: str, text: str) -> None:

@@ -466,6 +466,22 @@ class Store(CheckpointStore, HistoryStore):
         of the job on ``channel``; ``ref``: what the channel calls what it sent."""
 
     @abc.abstractmethod
+    async def claim_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                                 user_id: str, attempt: int) -> tuple[Notification | None, Notification | None]:
+        """Claim the sending of event ``seq``'s notice to ``user_id`` on ``channel`` before it is
+        sent (docs/channels.md, "Once"): ``(claim, None)`` when nobody holds it, the claim a new
+        log row (``delivered`` false, ``error`` None: being sent, or its outcome unknown), or
+        ``(None, holder)`` when a row of that (job, request, seq, channel, user) is delivered or
+        still claimed. A row finished as failed (an error) holds nothing: it may be sent again.
+        Of concurrent callers exactly one gets the claim."""
+
+    @abc.abstractmethod
+    async def finish_notification(self, notification_id: str, *, delivered: bool, error: str | None,
+                                  ref: str | None = None) -> None:
+        """The claim's outcome: delivered (with what the channel calls it, ``ref``), or failed
+        (``error``: the claim is let go, a retry may send)."""
+
+    @abc.abstractmethod
     async def list_notifications(self, job_id: str, *, limit: int = 100) -> list[Notification]:
         """The job's notification attempts, newest first (the order they were logged)."""
 

@@ -242,6 +242,10 @@ class PostgresStore(SQLStore):
             self._tails.discard(conn)
             await conn.close()
 
+    async def _claim_lock(self, tx: Tx, key: str) -> None:
+        # READ COMMITTED: two claims' SELECTs would both find nothing; one waits for the other here
+        await tx.fetchone("SELECT pg_advisory_xact_lock(hashtextextended(CAST(? AS text), 0)) AS locked", (key,))
+
     async def _migration_lock(self, tx: Tx) -> None:
         await tx.fetchone("SELECT pg_advisory_xact_lock(?) AS locked", (_MIGRATION_LOCK_KEY,))
 

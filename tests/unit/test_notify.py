@@ -91,13 +91,17 @@ async def test_a_channel_not_configured_is_skipped(tmp_path: Path) -> None:
 
 async def test_the_closing_note_goes_to_who_was_told(tmp_path: Path) -> None:
     store, p, job, acts = await _world(tmp_path)
-    for who, channel, delivered in (("bob", "email", True), ("bob", "slack", False), ("carol", "slack", True)):
+    # bob's Slack message failed; carol's mail went out but its outcome was never recorded (a
+    # claim left unfinished): she may have it, so she is told how it ended too
+    for who, channel, delivered, error in (("bob", "email", True, None), ("bob", "slack", False, "ratelimited"),
+                                           ("carol", "slack", True, None), ("carol", "email", False, None)):
         await store.log_notification(job_id="j1", request_id="gate:j1", seq=1, event="human_input_required",
-                                     channel=channel, user_id=p[who], attempt=1, delivered=delivered, error=None)
+                                     channel=channel, user_id=p[who], attempt=1, delivered=delivered, error=error)
     await store.log_notification(job_id="j1", request_id="gate:other", seq=1, event="human_input_required",
                                  channel="email", user_id=p["dave"], attempt=1, delivered=True, error=None)
     closing = await acts._closing(job, "gate:j1", [("human_input_vote", 5), ("human_input_decision", 6)])
-    assert _told(closing) == {(p["bob"], "email"), (p["carol"], "slack")} and {d.seq for d in closing} == {6}
+    assert _told(closing) == {(p["bob"], "email"), (p["carol"], "slack"), (p["carol"], "email")}
+    assert {d.seq for d in closing} == {6}
     assert await acts._closing(job, "gate:j1", [("human_input_vote", 5)]) == []
 
 

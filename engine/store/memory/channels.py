@@ -76,6 +76,22 @@ class MemoryChannels(MemoryUsers):
         self._tables().notifications.append(row)
         return row.model_copy()
 
+    async def claim_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                                 user_id: str, attempt: int) -> tuple[Notification | None, Notification | None]:
+        for n in self._tables().notifications:
+            if (n.job_id, n.request_id, n.seq, n.channel, n.user_id) == (job_id, request_id, int(seq), channel,
+                                                                         user_id) and (n.delivered or n.error is None):
+                return None, n.model_copy()
+        return await self.log_notification(job_id=job_id, request_id=request_id, seq=seq, event=event,
+                                           channel=channel, user_id=user_id, attempt=attempt, delivered=False,
+                                           error=None), None
+
+    async def finish_notification(self, notification_id: str, *, delivered: bool, error: str | None,
+                                  ref: str | None = None) -> None:
+        for n in self._tables().notifications:
+            if n.id == notification_id:
+                n.delivered, n.error, n.ref = delivered, error, ref
+
     async def list_notifications(self, job_id: str, *, limit: int = 100) -> list[Notification]:
         mine = (n.model_copy() for n in reversed(self._tables().notifications) if n.job_id == job_id)
         return _first(mine, limit)

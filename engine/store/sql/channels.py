@@ -88,6 +88,28 @@ class SQLChannels(SQLUsers):
         assert row is not None
         return self._notification(row)
 
+    async def _claim_lock(self, tx: Any, key: str) -> None:
+        """Serialise claims of one notification (SQLite: BEGIN IMMEDIATE already does)."""
+
+    async def claim_notification(self, *, job_id: str, request_id: str, seq: int, event: str, channel: str,
+                                 user_id: str, attempt: int) -> tuple[Notification | None, Notification | None]:
+        key = (job_id, request_id, int(seq), channel, user_id)
+        params = (str(uuid.uuid4()), job_id, request_id, int(seq), event, channel, user_id, int(attempt),
+                  0, None, None, self._enc_dt(utcnow()))
+        async with self._tx(write=True) as tx:
+            await self._claim_lock(tx, "\x1f".join(map(str, key)))
+            held = await tx.fetchone(Q.notification_holder, key)
+            if held is not None:
+                return None, self._notification(held)
+            row = await tx.fetchone(Q.insert_notification, params)
+        assert row is not None
+        return self._notification(row), None
+
+    async def finish_notification(self, notification_id: str, *, delivered: bool, error: str | None,
+                                  ref: str | None = None) -> None:
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.finish_notification, (1 if delivered else 0, error, ref, notification_id))
+
     async def list_notifications(self, job_id: str, *, limit: int = 100) -> list[Notification]:
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.list_notifications, (job_id, limit))

@@ -204,6 +204,12 @@ class Q:
         "ref, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
     )
     list_notifications = "SELECT * FROM notifications WHERE job_id = ? ORDER BY pos DESC LIMIT ?"
+    # a (job, request, seq, channel, user) is held by a delivered row or an unfinished claim
+    notification_holder = (
+        "SELECT * FROM notifications WHERE job_id = ? AND request_id = ? AND seq = ? AND channel = ? "
+        "AND user_id = ? AND (delivered = 1 OR error IS NULL) ORDER BY pos LIMIT 1"
+    )
+    finish_notification = "UPDATE notifications SET delivered = ?, error = ?, ref = ? WHERE id = ?"
     delete_job_notifications = "DELETE FROM notifications WHERE job_id = ?"
     delete_user_notifications = "DELETE FROM notifications WHERE user_id = ?"
 

@@ -356,6 +356,54 @@ async def test_an_smtp_server_that_refuses_or_hangs_is_retried_and_logged(h: Har
     assert (await _log(h, "erin", job_id))[0] == 404
 
 
+async def test_a_mail_sent_whose_log_write_failed_is_not_sent_again(h: Harness, inbox,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SMTP server took the mail, then recording that failed: the activity fails and is
+    retried, and the retry finds the claim of the attempt whose outcome is unknown and does not
+    mail again (at most once, docs/channels.md "Once"); the mail that went works."""
+    box, _ = inbox
+    flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob")]}, name="Once"))
+    real_claim, real_finish = h.store.claim_notification, h.store.finish_notification
+    ours: set[str] = set()
+    failed: list[str] = []
+
+    async def claim(**kw: Any) -> Any:
+        got = await real_claim(**kw)
+        job = await h.store.get_job(kw["job_id"])
+        if got[0] is not None and job is not None and job.flow_id == flow_id:
+            ours.add(got[0].id)
+        return got
+
+    async def finish(notification_id: str, **kw: Any) -> None:
+        if notification_id in ours and kw.get("delivered") and not failed:
+            failed.append(notification_id)
+            raise RuntimeError("the database went away after the SMTP server took the mail")
+        await real_finish(notification_id, **kw)
+
+    monkeypatch.setattr(h.store, "claim_notification", claim)
+    monkeypatch.setattr(h.store, "finish_notification", finish)
+    address = await _address(h, "bob")
+    before = len(box.to(address))
+    job_id = (await run_suspended(h, flow_id))["job_id"]
+    await _mails(box, address, before + 1)
+    deadline = time.monotonic() + 60
+    while len((log := (await _log(h, "alice", job_id))[1])) < 2:  # the retry came, and logged itself
+        assert time.monotonic() < deadline, log
+        await asyncio.sleep(0.05)
+    assert failed, "the forced failure never happened"
+    rows = sorted((n["attempt"], n["delivered"], n["error"] or "") for n in log)
+    assert [(a, d) for a, d, _ in rows] == [(1, False), (2, False)], rows
+    assert rows[0][2] == "" and "not sent again" in rows[1][2]
+    sent = [m for m in box.to(address)[before:] if m["Subject"].startswith("[signoff] Once:")]
+    assert len(sent) == 1  # one mail, although the activity ran twice
+    path = _links(_parts(sent[0])[0])["approve"]
+    _, page = await _page(h, path)
+    status, _ = await _post(h, path, {"csrf": CSRF.search(page).group(1), "action_id": "approve"})  # type: ignore[union-attr]
+    assert status == 200
+    await h.wait_status(job_id, JobStatus.completed)
+    assert len([m for m in box.to(address)[before:] if m["Subject"].startswith("[signoff] Once:")]) == 1
+
+
 async def test_a_dead_smtp_server_never_holds_the_run(h: Harness, inbox) -> None:
     box, _ = inbox
     box.refuse = 10_000

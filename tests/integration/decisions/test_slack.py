@@ -135,9 +135,13 @@ def _press(message: dict[str, Any], action: str, slack_user: str, **value: str) 
     return urlencode({"payload": json.dumps(payload)})
 
 
-async def _send(h: Harness, body: str, headers: dict[str, str]) -> int:
+async def _send(h: Harness, body: str, headers: dict[str, str], *, settle: bool = True) -> int:
+    """Slack's POST of ``body``; ``settle``: then wait for the press's decision, which the app
+    makes in the background once it has answered (Slack's 3 seconds)."""
     async with h.client() as c:  # no API key: Slack sends none
         r = await c.post("/api/v1/slack/interactions", content=body, headers=headers)
+    if settle:
+        await eventually(lambda: not h.app.state.slack_decisions, what="the press's decision to be made")
     return r.status_code
 
 
@@ -296,3 +300,34 @@ async def test_a_slack_press_racing_the_api_decides_exactly_once(h: Harness, fak
         won[decided[0]["via"]] += 1
         assert api.status_code == (200 if decided[0]["via"] == "api" else 409), api.text
     assert sum(won.values()) == 15
+
+
+async def test_the_press_is_answered_before_its_decision_is_made(h: Harness, fake: FakeSlack,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slack wants an answer within 3 seconds: the app answers the press once it is verified and
+    mapped, and decides in the background. The decision is held on an event here: the answer
+    comes while it is held, and the decision and the message's update follow its release."""
+    job_id, message = await _assigned(h, fake)
+    release, entered = asyncio.Event(), asyncio.Event()
+    real = h.service.resume
+
+    async def slow_resume(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(h.service, "resume", slow_resume)
+    body = _press(message, "approve", await _slack_id(h, "bob"))
+    before = len(fake.sent("chat.update", message["channel"]))
+    status = await asyncio.wait_for(_send(h, body, _signed(body), settle=False), 30)
+    assert status == 200
+    await asyncio.wait_for(entered.wait(), 30)  # the decision is under way, held
+    assert not release.is_set() and len(h.app.state.slack_decisions) == 1
+    job = await h.store.get_job(job_id)
+    assert job is not None and job.status == JobStatus.suspended and await _decisions(h, job_id) == []
+    release.set()
+    await h.wait_status(job_id, JobStatus.completed)
+    decided = await _decisions(h, job_id)
+    assert [(d["decided_by"], d["via"]) for d in decided] == [(uid(h, "bob"), "slack")]
+    await eventually(lambda: any("approve by" in u["text"] for u in fake.sent("chat.update", message["channel"])[before:]),
+                     what="the message updated to the decision")
