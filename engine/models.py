@@ -261,6 +261,10 @@ class Event(BaseModel):
     event: str
     data: dict[str, Any]
     created_at: UTCDateTime
+    # the run's hash chain (engine/audit/events.py): this event's hash, and its predecessor's;
+    # None for an event written before the chain (migration 14)
+    sha256: str | None = None
+    prev_sha256: str | None = None
 
 
 # The dedupe keys of a decision's events are "{claim token}:{key}" (Store.claim_decision)

@@ -736,6 +736,11 @@ class Store(CheckpointStore, HistoryStore):
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
 
     @abc.abstractmethod
+    async def last_event_seq(self, job_id: str) -> int:
+        """The seq of the job's last appended event (its counter; 0 for none): a log read back
+        that ends before it was cut (engine/audit/events.py)."""
+
+    @abc.abstractmethod
     async def read_events_named(self, job_id: str, event: str) -> list[Event]:
         """The job's events named ``event``, in seq order (e.g. its ``human_input_decision`` events:
         a few per run, whatever the length of its log)."""

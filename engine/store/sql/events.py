@@ -1,13 +1,18 @@
-"""The per-job event log in SQL: gap-free seqs and dedupe keys.
+"""The per-job event log in SQL: gap-free seqs, dedupe keys and the hash chain.
 
 The seq comes from a counter row incremented in the same transaction as the insert; that row
-is the per-job lock (docs/store.md, "Event seq" and "Event dedupe").
+is the per-job lock (docs/store.md, "Event seq" and "Event dedupe"). Holding it, the insert
+reads the previous event's hash and chains the new one to it (docs/audit.md, "The event log's
+hash chain"), so the chain follows the seqs whatever races.
 """
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
+from signoff.engine.audit.events import event_sha256
 from signoff.engine.models import Event, utcnow
 from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES
 from signoff.engine.store.sql.core import SQLCore, Tx
@@ -88,8 +93,17 @@ class SQLEvents(SQLCore):
         return seqs
 
     async def _insert(self, tx: Tx, job_id: str, seq: int, event: str, body: Any, dedupe_key: str | None) -> None:
-        """Write the event under the ``seq`` taken from the job's counter row, and tell the tails."""
-        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(utcnow()), dedupe_key))
+        """Write the event under the ``seq`` taken from the job's counter row, chained to the
+        event before it (read under that row's lock: no append can come between), and tell
+        the tails."""
+        prev = None
+        if seq > 1:
+            row = await tx.fetchone(Q.event_sha, (job_id, seq - 1))
+            prev = row["sha256"] if row is not None else None  # None: written before the chain
+        at = utcnow()
+        data = json.loads(self._json_text(body))  # as a reader gets it back
+        sha = event_sha256(job_id, seq, event, data, at, prev)
+        await tx.execute(Q.insert_event, (job_id, seq, event, body, self._enc_dt(at), dedupe_key, sha, prev))
         await self._tell(tx, job_id, seq, event)
         await self._charge_job(tx, job_id, self._json_octets(body))
 
@@ -107,6 +121,11 @@ class SQLEvents(SQLCore):
             rows = await tx.fetchall(Q.read_events, (job_id, after_seq, limit))
         return [self._event(r) for r in rows]
 
+    async def last_event_seq(self, job_id: str) -> int:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.last_event_seq, (job_id,))
+        return int(row["last_seq"]) if row is not None else 0
+
     async def read_events_named(self, job_id: str, event: str) -> list[Event]:
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.read_events_named, (job_id, event))
@@ -114,4 +133,4 @@ class SQLEvents(SQLCore):
 
     def _event(self, r: Any) -> Event:
         return Event(job_id=r["job_id"], seq=int(r["seq"]), event=r["event"], data=self._dec_json(r["data"]),
-                     created_at=self._dec_dt(r["created_at"]))
+                     created_at=self._dec_dt(r["created_at"]), sha256=r["sha256"], prev_sha256=r["prev_sha256"])

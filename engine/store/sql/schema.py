@@ -360,6 +360,14 @@ MIGRATIONS: list[list[str]] = [
             at {ts} NOT NULL)""",
         "CREATE INDEX notifications_job ON notifications (job_id, pos)",
     ],
+    # 14 (issue 32; the 13th entry on this branch, renumbered at merge): the event log's hash chain
+    # (docs/audit.md, "The event log's hash chain"). Events written before it keep NULL: the
+    # chain starts at a run's first event written after it, and verify reports the earlier
+    # ones as before the chain (a migration cannot hash in SQL on SQLite).
+    [
+        "ALTER TABLE events ADD COLUMN sha256 TEXT",
+        "ALTER TABLE events ADD COLUMN prev_sha256 TEXT",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (
