@@ -165,7 +165,7 @@ def _bad_link(seq: int, link: Any, prev_seq: int, prev_sha: str | None, where: d
     if link is None:
         return Break(seq, "removed", f"event seq {seq} says it is the run's first, yet {before} comes before it")
     return Break(seq, "removed", f"event seq {seq} links to {str(link)[:12]}..., an event no longer in the log "
-                                 f"(before it: {before}): an event was removed")
+                                 f"(before it: {before}): an event was removed or replaced")
 
 
 def verify_events(events: Iterable[Any], *, job_id: str | None = None, last_seq: int | None = None) -> Break | None:
