@@ -284,6 +284,18 @@ class DecisionClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingAges:
+    """How long the requests of one flow have been waiting, as :meth:`Store.pending_ages` counts
+    them at one instant: ``count`` waiting, ``within[i]`` of them for at most ``bounds[i]``
+    seconds (the bounds the caller gave), since ``oldest`` the longest waiting one."""
+
+    flow_id: str
+    count: int
+    within: tuple[int, ...]
+    oldest: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class InboxEntry:
     """One request of a person's inbox as :meth:`Store.inbox_entries` lists it: what the inbox's
     live stream sorts, filters and compares by, without the job's JSON (read when a row is drawn)."""

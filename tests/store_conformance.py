@@ -789,6 +789,27 @@ async def test_every_way_of_appending_chains_the_event_to_the_one_before(store: 
     assert first.prev_sha256 is None and first.sha256 != events[0].sha256  # the job id is hashed
 
 
+async def test_pending_ages_count_the_waiting_requests_of_each_flow_by_age(store: Store) -> None:
+    """What signoff_pending_age_seconds reports: per flow, the requests waiting, how many within
+    each bound, the oldest pause; running and ended jobs are not waiting; most waiting first."""
+    a, b = uid("flow-a-"), uid("flow-b-")
+    before = {p.flow_id for p in await store.pending_ages(utcnow(), [60])}
+    t0 = utcnow()
+    for flow in (a, a, b):
+        await suspended_job(store, flow_id=flow)
+    await new_job(store, flow_id=a)  # queued
+    ended, _ = await suspended_job(store, flow_id=b)
+    assert await store.set_status(ended, JobStatus.completed)
+    t1 = utcnow()
+    found = {p.flow_id: p for p in await store.pending_ages(t1 + timedelta(minutes=30), [60, 3600])
+             if p.flow_id not in before}
+    assert {f: (p.count, p.within) for f, p in found.items()} == {a: (2, (0, 2)), b: (1, (0, 1))}
+    assert all(t0 - timedelta(seconds=1) <= p.oldest <= t1 for p in found.values())
+    now = [p for p in await store.pending_ages(t1 + timedelta(seconds=1), [60]) if p.flow_id in (a, b)]
+    assert [(p.flow_id, p.within) for p in now] == [(a, (2,)), (b, (1,))]
+    assert await store.pending_ages(t1, []) and all(p.within == () for p in await store.pending_ages(t1, []))
+
+
 async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(store: Store) -> None:
     """A stop that ended the claimed job first: the decision is not recorded after run_cancelled,
     its card is not stamped, the pending request and the participants are as they were."""

@@ -34,6 +34,7 @@ from signoff.engine.models import (
     JobStatus,
     Message,
     NewJob,
+    PendingAges,
     Notification,
     PendingRequest,
     SecretInfo,
@@ -685,6 +686,13 @@ class Store(CheckpointStore, HistoryStore):
         oldest end first, each in its own transaction (a batch never holds the database long);
         returns the ids deleted. Reads only the jobs it deletes (an index on the end time), not
         every run ever: what the API's sweep calls for SIGNOFF_RUN_RETENTION_DAYS."""
+
+    @abc.abstractmethod
+    async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
+        """The requests waiting (``suspended`` jobs) per flow: how many, how many of them paused
+        at most each of ``bounds`` seconds before ``now``, and the oldest pause; one entry per
+        flow that has any, the most waiting first. What the metrics report (signoff_pending_age_seconds),
+        read when they are scraped: one pass over the waiting jobs."""
 
     @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:

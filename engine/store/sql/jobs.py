@@ -9,8 +9,8 @@ A status change that comes with an event appends it in the same transaction, thr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from signoff.engine.models import (
@@ -20,6 +20,7 @@ from signoff.engine.models import (
     Job,
     JobStatus,
     NewJob,
+    PendingAges,
     PendingRequest,
     utcnow,
 )
@@ -302,6 +303,17 @@ class SQLJobs(SQLEvents):
     async def released(self, job_id: str) -> None:
         async with self._tx(write=True) as tx:
             await tx.execute(Q.released, (job_id,))
+
+    async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
+        # one count per bound, as parameters (the bounds are the caller's numbers, never text)
+        within = ", ".join(f"SUM(CASE WHEN paused_at >= ? THEN 1 ELSE 0 END) AS w{i}" for i in range(len(bounds)))
+        sql = (f"SELECT flow_id, count(*) AS n, min(paused_at) AS oldest{', ' + within if within else ''} FROM jobs "
+               "WHERE status = 'suspended' GROUP BY flow_id ORDER BY n DESC, flow_id")
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql, tuple(self._enc_dt(now - timedelta(seconds=b)) for b in bounds))
+        return [PendingAges(flow_id=r["flow_id"], count=int(r["n"]),
+                            within=tuple(int(r[f"w{i}"] or 0) for i in range(len(bounds))),
+                            oldest=self._dec_dt(r["oldest"])) for r in rows]
 
     async def count_jobs(self) -> dict[str, int]:
         async with self._tx(write=False) as tx:
