@@ -173,11 +173,12 @@ def set_pending_ages(ages: Sequence[Any], now: datetime, *, max_flows: int = 50,
                      bounds: Sequence[float] = DECISION_BUCKETS) -> None:
     """Turn Store.pending_ages (counted at ``bounds``) into the pending-age metrics: the
     ``max_flows`` flows with the most waiting their own label, the rest summed as ``_other``."""
-    rows: dict[str, list[Any]] = {}  # label -> [count, within per bound, oldest]
+    rows: dict[str, list[Any]] = {}  # label -> [count, within per bound, oldest, sum of ages]
     for i, entry in enumerate(ages):
         label = str(entry.flow_id)[:MAX_FLOW_ID] if i < max_flows else OTHER_FLOWS
-        row = rows.setdefault(label, [0, [0] * len(bounds), None])
+        row = rows.setdefault(label, [0, [0] * len(bounds), None, 0.0])
         row[0] += entry.count
+        row[3] += entry.seconds
         row[1] = [a + b for a, b in zip(row[1], entry.within)]
         if entry.oldest is not None and (row[2] is None or entry.oldest < row[2]):
             row[2] = entry.oldest
@@ -185,9 +186,9 @@ def set_pending_ages(ages: Sequence[Any], now: datetime, *, max_flows: int = 50,
                                            "waited, per flow (read at the scrape)", labels=["flow"])
     oldest = GaugeMetricFamily("signoff_pending_oldest_age_seconds", "How long the longest waiting request of each "
                                "flow has waited (read at the scrape)", labels=["flow"])
-    for label, (count, within, first) in rows.items():
+    for label, (count, within, first, seconds) in rows.items():
         buckets = [(_le(b), float(n)) for b, n in zip(bounds, within)] + [("+Inf", float(count))]
-        histogram.add_metric([label], buckets, None)
+        histogram.add_metric([label], buckets, seconds)
         oldest.add_metric([label], max(0.0, (now - first).total_seconds()) if first is not None else 0.0)
     PENDING_AGES.families = [histogram, oldest]
 

@@ -287,12 +287,14 @@ class DecisionClaim:
 class PendingAges:
     """How long the requests of one flow have been waiting, as :meth:`Store.pending_ages` counts
     them at one instant: ``count`` waiting, ``within[i]`` of them for at most ``bounds[i]``
-    seconds (the bounds the caller gave), since ``oldest`` the longest waiting one."""
+    seconds (the bounds the caller gave), since ``oldest`` the longest waiting one, ``seconds``
+    their ages added up."""
 
     flow_id: str
     count: int
     within: tuple[int, ...]
     oldest: datetime | None
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -805,6 +805,9 @@ async def test_pending_ages_count_the_waiting_requests_of_each_flow_by_age(store
              if p.flow_id not in before}
     assert {f: (p.count, p.within) for f, p in found.items()} == {a: (2, (0, 2)), b: (1, (0, 1))}
     assert all(t0 - timedelta(seconds=1) <= p.oldest <= t1 for p in found.values())
+    # the ages added up: each waited between 30 minutes (and what the test took) at that instant
+    assert 2 * 1800 <= found[a].seconds <= 2 * (1800 + (t1 - t0).total_seconds() + 1)
+    assert 1800 <= found[b].seconds <= 1800 + (t1 - t0).total_seconds() + 1
     now = [p for p in await store.pending_ages(t1 + timedelta(seconds=1), [60]) if p.flow_id in (a, b)]
     assert [(p.flow_id, p.within) for p in now] == [(a, (2,)), (b, (1,))]
     assert await store.pending_ages(t1, []) and all(p.within == () for p in await store.pending_ages(t1, []))

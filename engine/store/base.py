@@ -690,7 +690,8 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
         """The requests waiting (``suspended`` jobs) per flow: how many, how many of them paused
-        at most each of ``bounds`` seconds before ``now``, and the oldest pause; one entry per
+        at most each of ``bounds`` seconds before ``now``, the oldest pause, and the sum of their
+        ages at ``now`` (a histogram's sum); one entry per
         flow that has any, the most waiting first. What the metrics report (signoff_pending_age_seconds),
         read when they are scraped: one pass over the waiting jobs."""
 

@@ -167,12 +167,14 @@ class MemoryApprovals(MemoryCore):
                 continue
             paused = json.loads(row.pending).get("paused_at") if row.pending else None
             at = as_utc(datetime.fromisoformat(paused)) if isinstance(paused, str) else row.updated_at
-            entry = flows.setdefault(row.flow_id, [0, [0] * len(cutoffs), None])
+            entry = flows.setdefault(row.flow_id, [0, [0] * len(cutoffs), None, 0.0])
             entry[0] += 1
+            entry[3] += (now - at).total_seconds()
             for i, cutoff in enumerate(cutoffs):
                 entry[1][i] += at >= cutoff
             entry[2] = at if entry[2] is None or at < entry[2] else entry[2]
-        found = [PendingAges(flow_id=f, count=n, within=tuple(w), oldest=o) for f, (n, w, o) in flows.items()]
+        found = [PendingAges(flow_id=f, count=n, within=tuple(w), oldest=o, seconds=max(0.0, s))
+                 for f, (n, w, o, s) in flows.items()]
         return sorted(found, key=lambda p: (-p.count, p.flow_id))
 
     async def count_jobs(self) -> dict[str, int]:

@@ -307,13 +307,19 @@ class SQLJobs(SQLEvents):
     async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
         # one count per bound, as parameters (the bounds are the caller's numbers, never text)
         within = ", ".join(f"SUM(CASE WHEN paused_at >= ? THEN 1 ELSE 0 END) AS w{i}" for i in range(len(bounds)))
-        sql = (f"SELECT flow_id, count(*) AS n, min(paused_at) AS oldest{', ' + within if within else ''} FROM jobs "
+        # a pause as seconds since 1970, in each dialect's words: their sum gives the ages' sum
+        epoch = ("(julianday(paused_at) - 2440587.5) * 86400.0" if self.dialect == "sqlite"
+                 else "EXTRACT(EPOCH FROM paused_at)")
+        sql = (f"SELECT flow_id, count(*) AS n, min(paused_at) AS oldest, SUM({epoch}) AS epochs"
+               f"{', ' + within if within else ''} FROM jobs "
                "WHERE status = 'suspended' GROUP BY flow_id ORDER BY n DESC, flow_id")
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(sql, tuple(self._enc_dt(now - timedelta(seconds=b)) for b in bounds))
         return [PendingAges(flow_id=r["flow_id"], count=int(r["n"]),
                             within=tuple(int(r[f"w{i}"] or 0) for i in range(len(bounds))),
-                            oldest=self._dec_dt(r["oldest"])) for r in rows]
+                            oldest=self._dec_dt(r["oldest"]),
+                            seconds=max(0.0, int(r["n"]) * now.timestamp() - float(r["epochs"] or 0)))
+                for r in rows]
 
     async def count_jobs(self) -> dict[str, int]:
         async with self._tx(write=False) as tx:
