@@ -10,7 +10,9 @@ both alike. Per backend: the median of each over the rounds and the ratio withou
 the chain costs 10% of the append rate). One writer, and 8 coroutines sharing the store, each
 appending to its own run; an event's data is a decision-sized document (~400 bytes of JSON).
 SQLite on a temp file (synchronous=FULL, the default); PostgreSQL in a fresh database dropped
-afterwards; the in-memory store too.
+afterwards; the in-memory store too (no I/O: there the hash is most of an append). Also the
+CPU the chain adds to one append (``chain_cpu_us``: reading the stored JSON back and hashing),
+the part that does not depend on the disk.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from signoff.engine.audit.events import event_sha256  # noqa: E402
 from signoff.engine.models import JobStatus, NewJob, utcnow  # noqa: E402
+from signoff.engine.store.encoding import dumps  # noqa: E402
 from signoff.engine.store import Store, open_store  # noqa: E402
 from signoff.engine.store.memory import events as memory_events  # noqa: E402
 from signoff.engine.store.sql.events import SQLEvents  # noqa: E402
@@ -109,6 +113,18 @@ async def _measure(url: str, seconds: float, rounds: int) -> dict:
     return out
 
 
+def _chain_cpu_us(n: int = 5000) -> float:
+    """Microseconds of chain work per append (the median of 5 batches of ``n``)."""
+    body, at, prev = dumps(DATA), utcnow(), "0" * 64
+    batches = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for seq in range(n):
+            event_sha256("job", seq, "human_input_decision", json.loads(body), at, prev)
+        batches.append((time.perf_counter() - start) / n * 1e6)
+    return round(statistics.median(batches), 2)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0)
@@ -117,6 +133,7 @@ async def main() -> None:
     args = parser.parse_args()
     result: dict[str, Any] = {"python": platform.python_version(), "seconds": args.seconds, "rounds": args.rounds,
                               "data_bytes": len(json.dumps(DATA))}
+    result["chain_cpu_us"] = _chain_cpu_us()
     result["memory"] = await _measure("memory://", args.seconds, args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         result["sqlite"] = await _measure(f"sqlite:///{tmp}/bench.db", args.seconds, args.rounds)
