@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-__all__ = ["Break", "ChainResult", "canonical_json", "canonical_at", "event_sha256", "verify_chain",
+__all__ = ["Break", "ChainResult", "canonical_json", "canonical_at", "chained_sha256", "event_sha256", "verify_chain",
            "verify_events"]
 
 BreakKind = Literal["changed", "removed", "reordered", "truncated", "unchained", "malformed"]
@@ -52,9 +52,27 @@ def canonical_at(at: datetime | str | None) -> str | None:
 def event_sha256(job_id: str, seq: int, event: str, data: Any, at: datetime | str | None,
                  prev_sha256: str | None) -> str:
     """The hash of one event, chained to ``prev_sha256`` (hex)."""
-    text = canonical_json({"job_id": job_id, "seq": seq, "event": event, "data": data, "at": canonical_at(at),
-                           "prev_sha256": prev_sha256})
+    return chained_sha256(job_id, seq, event, canonical_json(data), at, prev_sha256)
+
+
+def chained_sha256(job_id: str, seq: int, event: str, data_json: str, at: datetime | str | None,
+                   prev_sha256: str | None) -> str:
+    """:func:`event_sha256` with the data already in canonical JSON (``data_json``): what a store
+    computes inside its append's transaction, the data's part done before it. The text hashed
+    is the canonical JSON of the whole event (keys in sorted order), put together here."""
+    dump = _STRING.encode
+    text = (f'{{"at":{dump(canonical_at(at))},"data":{data_json},"event":{dump(event)},"job_id":{dump(job_id)},'
+            f'"prev_sha256":{dump(prev_sha256)},"seq":{_int(seq)}}}')
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_STRING = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
+
+
+def _int(seq: Any) -> str:
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise TypeError(f"a seq is an integer, not {type(seq).__name__}")
+    return str(seq)
 
 
 @dataclass(frozen=True)
@@ -138,7 +156,7 @@ def verify_chain(events: Iterable[Any], *, job_id: str | None = None, last_seq: 
         try:
             expected = event_sha256(run, seq, _field(ev, "event"), _field(ev, "data"), _field(ev, "created_at"),
                                     link)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, RecursionError) as err:  # what a hostile server could send
             return ChainResult(checked, unchained, prev_sha,
                                Break(seq, "malformed", f"event seq {seq} cannot be hashed: {err}"))
         if expected != sha:

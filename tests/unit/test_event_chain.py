@@ -76,3 +76,27 @@ def test_malformed_events_are_a_break_not_a_crash() -> None:
     assert verify_events([{"seq": "1", "job_id": "j"}]).kind == "malformed"  # type: ignore[union-attr]
     bad = dict(chain(1)[0], created_at="not a time")
     assert verify_events([bad], job_id="job-1").kind == "malformed"  # type: ignore[union-attr]
+
+
+def test_a_document_nested_beyond_recursion_is_malformed() -> None:
+    deep: dict = {}
+    node = deep
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]
+    event = {"seq": 1, "event": "e", "data": deep, "created_at": T0, "sha256": "0" * 64, "prev_sha256": None}
+    assert verify_events([event], job_id="j").kind == "malformed"  # type: ignore[union-attr]
+
+
+def test_the_hash_put_together_from_canonical_data_is_the_canonical_json_of_the_whole_event() -> None:
+    import hashlib
+
+    from signoff.engine.audit.events import canonical_json, chained_sha256
+
+    for job_id, event, data, prev in (("j", "e", {}, None), ('jo"b\u2028é', "ev\n", {"z": [1.5, None], "a": "\ud7ff"},
+                                                              "ab" * 32)):
+        whole = canonical_json({"job_id": job_id, "seq": 7, "event": event, "data": data, "at": canonical_at(T0),
+                                "prev_sha256": prev})
+        expected = hashlib.sha256(whole.encode()).hexdigest()
+        assert chained_sha256(job_id, 7, event, canonical_json(data), T0, prev) == expected
+        assert event_sha256(job_id, 7, event, data, T0, prev) == expected

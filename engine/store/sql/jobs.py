@@ -141,7 +141,7 @@ class SQLJobs(SQLEvents):
             sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL"]
             params.append(now)
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
-        body = self._enc_json(event[1]) if event is not None else None
+        body = self._enc_event(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
             if changed and event is not None:
@@ -176,7 +176,7 @@ class SQLJobs(SQLEvents):
             rows = await tx.fetchall(Q.expired_leases, (enc_now, limit))
         ended: list[str] = []
         body = self._enc_json(error)
-        data = self._enc_json({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+        data = self._enc_event({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
         for row in rows:
             stamp = self._enc_dt(utcnow())
             async with self._tx(write=True) as tx:
@@ -208,7 +208,7 @@ class SQLJobs(SQLEvents):
         terminal write (stop) either committed before (nothing changes here, no event) or waits
         for this transaction (its terminal event comes after this one)."""
         body = self._enc_json(pending.model_dump(mode="json"))
-        data = self._enc_json(event[1]) if event is not None else None
+        data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
         try:
@@ -257,7 +257,7 @@ class SQLJobs(SQLEvents):
         """See Store.claim_suspended_for_cancel: ``event`` is appended in the claim's transaction,
         only by the winner."""
         now = self._enc_dt(utcnow())
-        body = self._enc_json(event[1]) if event is not None else None
+        body = self._enc_event(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
             won = await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
             if won and event is not None:
