@@ -1,19 +1,19 @@
 """The cost of the event log's hash chain on appends (docs/audit.md); prints JSON.
 
-    .venv/bin/python bench/event_chain.py [--seconds 1.0] [--rounds 5] [--pg postgresql://postgres@127.0.0.1:5432/test]
+    .venv/bin/python bench/event_chain.py [--rounds 60] [--pg postgresql://postgres@127.0.0.1:5432/test]
 
-Event appends per second with the chain (as shipped: the previous event's hash read under the
-counter row's lock, the new event's hash computed and written) and without it (the append as it
-was before migration 14: no read, no hash, NULL columns), in the same run, on the same database,
-rounds alternating (with, without, with, ...) so that a machine shared with other work weighs on
-both alike. Per backend: the median of each over the rounds and the ratio without/with (1.10 =
-the chain costs 10% of the append rate). One writer, and 8 coroutines sharing the store, each
-appending to its own run; an event's data is a decision-sized document (~400 bytes of JSON).
-SQLite on a temp file (synchronous=FULL, the default); PostgreSQL in a fresh database dropped
-afterwards; the in-memory store too (no I/O: there the hash is most of an append). Also the
-CPU the chain adds to one append (``chain_cpu_us``: reading the stored JSON back and hashing),
-the part that does not depend on the disk; the data's part is done before the transaction, only
-the chained hash (and the read of the previous one) holds the lock.
+Event appends per second with the chain (as shipped: the data's canonical JSON made before the
+transaction, the previous event's hash read under the counter row's lock, the new hash made and
+written) and without it (the append as it was before migration 14: no read, no hash, NULL
+columns), in the same run, on the same database: small batches of 40 appends, with and without
+in turn (the order swapped every pair), ``--rounds`` pairs, so that a machine shared with other
+work weighs on both alike. Per backend and writer count: the median batch rate of each, the
+ratio without/with (1.10 = the chain costs 10% of the append rate), and the quartiles (how
+noisy the machine was). One writer, and 8 coroutines sharing the store, each appending to its
+own run; an event's data is a decision-sized document (~430 bytes of JSON). SQLite on a temp
+file (synchronous=FULL, the default); PostgreSQL in a fresh database dropped afterwards; the
+in-memory store too (no I/O: there the hash is most of an append). Also the CPU of the chain's
+two parts per append (``chain_cpu_us``) beside the JSON encoding every append did before it.
 """
 
 from __future__ import annotations
@@ -82,43 +82,53 @@ def chain(on: bool):
         memory_events.event_sha256 = hashed
 
 
-async def _rate(store: Store, writers: int, seconds: float) -> float:
+async def _jobs(store: Store, n: int) -> list[str]:
     jobs = []
-    for _ in range(writers):
+    for _ in range(n):
         job_id = str(uuid.uuid4())
         await store.create_job(NewJob(job_id=job_id, flow_id="bench", flow_version=1, user_id="bench",
                                       status=JobStatus.in_progress))
         jobs.append(job_id)
-    counts = [0] * writers
-    deadline = time.perf_counter() + seconds
+    return jobs
 
-    async def loop(i: int) -> None:
-        while time.perf_counter() < deadline:
-            await store.append_event(jobs[i], "human_input_decision", DATA)
-            counts[i] += 1
+
+async def _batch(store: Store, jobs: list[str], per_writer: int) -> float:
+    """Appends per second of one batch: each writer appends ``per_writer`` events to its run."""
+    async def loop(job_id: str) -> None:
+        for _ in range(per_writer):
+            await store.append_event(job_id, "human_input_decision", DATA)
 
     start = time.perf_counter()
-    await asyncio.gather(*(loop(i) for i in range(writers)))
-    return sum(counts) / (time.perf_counter() - start)
+    await asyncio.gather(*(loop(j) for j in jobs))
+    return len(jobs) * per_writer / (time.perf_counter() - start)
 
 
-async def _measure(url: str, seconds: float, rounds: int) -> dict:
+async def _measure(url: str, rounds: int) -> dict:
+    """Small batches, with and without the chain in turn, ``rounds`` pairs of batches per writer
+    count: the median batch rate of each (a machine whose load changes from second to second
+    weighs on neighbouring batches alike), and their ratio."""
     store = open_store(url)
     await store.setup()
     out: dict[str, Any] = {}
     try:
-        await _rate(store, 1, min(seconds, 0.3))  # warm up
         for writers in (1, WRITERS):
+            jobs = await _jobs(store, writers)
+            per_writer = max(1, 40 // writers)
+            await _batch(store, jobs, per_writer)  # warm up
             runs: dict[str, list[float]] = {"with": [], "without": []}
-            for _ in range(rounds):
-                for label, on in (("with", True), ("without", False)):
+            for i in range(rounds):
+                order = (("with", True), ("without", False)) if i % 2 == 0 else (("without", False), ("with", True))
+                for label, on in order:
                     with chain(on):
-                        runs[label].append(await _rate(store, writers, seconds))
+                        runs[label].append(await _batch(store, jobs, per_writer))
             with_, without = statistics.median(runs["with"]), statistics.median(runs["without"])
+            q = statistics.quantiles
             out[f"{writers}_writer{'s' if writers > 1 else ''}"] = {
                 "appends_per_s_with_chain": round(with_), "appends_per_s_without_chain": round(without),
                 "ratio_without_over_with": round(without / with_, 3),
-                "rounds_with": [round(r) for r in runs["with"]], "rounds_without": [round(r) for r in runs["without"]]}
+                "quartiles_with": [round(x) for x in q(runs["with"], n=4)],
+                "quartiles_without": [round(x) for x in q(runs["without"], n=4)],
+                "batches": rounds, "appends_per_batch": per_writer * writers}
     finally:
         await store.close()
     return out
@@ -148,16 +158,15 @@ def _chain_cpu_us(n: int = 5000) -> dict[str, float]:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.0)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=60, help="pairs of batches (with, without) per writer count")
     parser.add_argument("--pg", default=os.environ.get("SIGNOFF_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/test"))
     args = parser.parse_args()
-    result: dict[str, Any] = {"python": platform.python_version(), "seconds": args.seconds, "rounds": args.rounds,
+    result: dict[str, Any] = {"python": platform.python_version(), "rounds": args.rounds,
                               "data_bytes": len(json.dumps(DATA))}
     result["chain_cpu_us"] = _chain_cpu_us()
-    result["memory"] = await _measure("memory://", args.seconds, args.rounds)
+    result["memory"] = await _measure("memory://", args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
-        result["sqlite"] = await _measure(f"sqlite:///{tmp}/bench.db", args.seconds, args.rounds)
+        result["sqlite"] = await _measure(f"sqlite:///{tmp}/bench.db", args.rounds)
     try:
         import psycopg
 
@@ -166,7 +175,7 @@ async def main() -> None:
             admin.execute(f"CREATE DATABASE {name}")
         try:
             base = args.pg.rsplit("/", 1)[0]
-            result["postgres"] = await _measure(f"{base}/{name}", args.seconds, args.rounds)
+            result["postgres"] = await _measure(f"{base}/{name}", args.rounds)
         finally:
             with psycopg.connect(args.pg, autocommit=True) as admin:
                 admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
