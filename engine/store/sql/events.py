@@ -113,6 +113,9 @@ class SQLEvents(SQLCore):
         the tails."""
         prev = None
         if seq > 1:
+            # a statement of its own, after the counter row's: on PostgreSQL (read committed) it
+            # sees the event of an append that held that row while this one waited for it, which
+            # a subquery in the counter's upsert (its snapshot taken before the wait) would not
             row = await tx.fetchone(Q.event_sha, (job_id, seq - 1))
             prev = row["sha256"] if row is not None else None  # None: written before the chain
         at = utcnow()
