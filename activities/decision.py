@@ -114,9 +114,12 @@ class DecisionActivities(LayerActivities):
             assert applied is not None and attempted.graph is not None and attempted.state is not None
             await self._remember(job, request, inp, person.id if person else None)
             paused_at = job.pending.paused_at if job.pending is not None else None
+            asked = request or job.pending
             metrics.decided(seconds_waited=(applied.decided_at - paused_at).total_seconds()
                             if paused_at else None, rerouted=applied.rerouted, timed_out=applied.timed_out,
-                            via=(sent or {}).get("via"))
+                            via=(sent or {}).get("via"), flow_id=job.flow_id,
+                            kind=asked.kind if asked is not None else None, action_id=applied.action_id,
+                            max_flows=self.settings.metrics_max_flows)
             deliveries = await self._decision_deliveries(job, request or job.pending, written)
             out = await self._after_decision(inp, attempted.graph, attempted.state, job)
         except SignoffError as err:

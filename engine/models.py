@@ -289,6 +289,10 @@ class Event(BaseModel):
     event: str
     data: dict[str, Any]
     created_at: UTCDateTime
+    # the run's hash chain (engine/audit/events.py): this event's hash, and its predecessor's;
+    # None for an event written before the chain (migration 14)
+    sha256: str | None = None
+    prev_sha256: str | None = None
 
 
 # The dedupe keys of a decision's events are "{claim token}:{key}" (Store.claim_decision)
@@ -305,6 +309,20 @@ class DecisionClaim:
     won: bool
     job: Job | None
     recorded: dict[str, Event]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingAges:
+    """How long the requests of one flow have been waiting, as :meth:`Store.pending_ages` counts
+    them at one instant: ``count`` waiting, ``within[i]`` of them for at most ``bounds[i]``
+    seconds (the bounds the caller gave), since ``oldest`` the longest waiting one, ``seconds``
+    their ages added up."""
+
+    flow_id: str
+    count: int
+    within: tuple[int, ...]
+    oldest: datetime | None
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

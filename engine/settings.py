@@ -154,6 +154,11 @@ class Settings(BaseSettings):
     metrics_token: str | None = Field(
         None, description="When set, /metrics needs `Authorization: Bearer <token>` (a scraper's credential).",
     )
+    metrics_max_flows: int = Field(
+        50, ge=1, le=10_000,
+        description="The most flows the per-flow oversight metrics give a label of their own (a flow's id), per "
+        "process: the first seen (at a scrape, those with the most waiting requests); the rest are `_other`.",
+    )
     write_rate: float = Field(
         20.0, ge=0,
         description="Writes (POST, PUT, PATCH, DELETE of the API; the pages' forms) one user may send a second on "

@@ -103,7 +103,7 @@ async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pe
     }
     await store.append_event(job.job_id, STANDING_EVENT, data, dedupe_key=f"standing:{pending.request_id}")
     await store.use_standing_approval(rule.id, now)
-    metrics.standing_used()
+    metrics.standing_approval_used(job.flow_id)
     return data
 
 

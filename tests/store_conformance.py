@@ -43,6 +43,7 @@ from signoff.engine.models import (
     WebhookRecord,
     utcnow,
 )
+from signoff.engine.audit.events import event_sha256, verify_chain
 from signoff.engine.errors import RunsInFlightLimit
 from signoff.engine.store import Store, StoreConflict, StoreError
 
@@ -752,6 +753,64 @@ async def test_read_events_named_is_the_jobs_events_of_that_name_in_order(store:
     assert [e.seq for e in await store.read_events_named(job_id, "run_cancelled")] == [3]
     assert await store.read_events_named(job_id, "end") == []
     assert await store.read_events_named(uid("job-"), "human_input_decision") == []
+
+
+async def test_every_way_of_appending_chains_the_event_to_the_one_before(store: Store) -> None:
+    """The event log's hash chain (docs/audit.md): append_event, a deduped append (nothing new),
+    mark_suspended's event, append_event_if_waiting, record_decision's events and set_status's
+    each carry sha256 over {job_id, seq, event, data, at, prev_sha256} with the previous event's
+    hash; the counter says how far the log goes; another job's chain is its own."""
+    job_id = await new_job(store)
+    assert await store.last_event_seq(job_id) == 0
+    await store.append_event(job_id, "progress", {"n": 1.5, "text": "é\u2028", "list": [1, {"b": 2, "a": None}]})
+    await store.append_event(job_id, "progress", {}, dedupe_key="once")
+    assert await store.append_event(job_id, "progress", {"other": 1}, dedupe_key="once") == 2
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    assert await store.mark_suspended(job_id, pending("gate"), event=("human_input_required", {"request_id": "gate"}))
+    assert await store.append_event_if_waiting(job_id, "gate", "human_input_vote", {"user": "u"},
+                                               dedupe_key="vote:gate:u") is not None
+    assert await store.claim_suspended_for_resume(job_id, "gate", token="t1") == "t1"
+    assert await store.record_decision(job_id, [("human_input_expired", {}, "t1:expired"),
+                                                ("human_input_decision", {"action_id": "ok"}, "t1:decision")],
+                                       token="t1", request_id="gate", action_id="ok", participants=[]) is not None
+    assert await store.set_status(job_id, JobStatus.completed, event=("end", {"status": "completed"}))
+    events = await store.read_events(job_id)
+    assert len(events) == await store.last_event_seq(job_id) == 7
+    prev = None
+    for e in events:
+        assert e.prev_sha256 == prev and e.sha256 == event_sha256(job_id, e.seq, e.event, e.data, e.created_at, prev)
+        prev = e.sha256
+    assert verify_chain(events, last_seq=7).ok
+    named = await store.read_events_named(job_id, "human_input_decision")
+    assert [(e.sha256, e.prev_sha256) for e in named] == [(events[5].sha256, events[4].sha256)]
+    other = await new_job(store)
+    await store.append_event(other, "progress", {"n": 1.5, "text": "é\u2028", "list": [1, {"b": 2, "a": None}]})
+    first = (await store.read_events(other))[0]
+    assert first.prev_sha256 is None and first.sha256 != events[0].sha256  # the job id is hashed
+
+
+async def test_pending_ages_count_the_waiting_requests_of_each_flow_by_age(store: Store) -> None:
+    """What signoff_pending_age_seconds reports: per flow, the requests waiting, how many within
+    each bound, the oldest pause; running and ended jobs are not waiting; most waiting first."""
+    a, b = uid("flow-a-"), uid("flow-b-")
+    before = {p.flow_id for p in await store.pending_ages(utcnow(), [60])}
+    t0 = utcnow()
+    for flow in (a, a, b):
+        await suspended_job(store, flow_id=flow)
+    await new_job(store, flow_id=a)  # queued
+    ended, _ = await suspended_job(store, flow_id=b)
+    assert await store.set_status(ended, JobStatus.completed)
+    t1 = utcnow()
+    found = {p.flow_id: p for p in await store.pending_ages(t1 + timedelta(minutes=30), [60, 3600])
+             if p.flow_id not in before}
+    assert {f: (p.count, p.within) for f, p in found.items()} == {a: (2, (0, 2)), b: (1, (0, 1))}
+    assert all(t0 - timedelta(seconds=1) <= p.oldest <= t1 for p in found.values())
+    # the ages added up: each waited between 30 minutes (and what the test took) at that instant
+    assert 2 * 1800 <= found[a].seconds <= 2 * (1800 + (t1 - t0).total_seconds() + 1)
+    assert 1800 <= found[b].seconds <= 1800 + (t1 - t0).total_seconds() + 1
+    now = [p for p in await store.pending_ages(t1 + timedelta(seconds=1), [60]) if p.flow_id in (a, b)]
+    assert [(p.flow_id, p.within) for p in now] == [(a, (2,)), (b, (1,))]
+    assert await store.pending_ages(t1, []) and all(p.within == () for p in await store.pending_ages(t1, []))
 
 
 async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(store: Store) -> None:

@@ -1,6 +1,7 @@
 """``GET /metrics``: signoff's metrics in Prometheus' text format (engine/metrics.py). No API key:
 keep the API's port private or set SIGNOFF_METRICS_TOKEN (then a scraper sends
-``Authorization: Bearer <token>``). Nothing in it names a user, a flow or a run."""
+``Authorization: Bearer <token>``). Nothing in it names a user or a run; the oversight metrics
+carry flow ids (at most SIGNOFF_METRICS_MAX_FLOWS of them), never a flow's name or text."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from signoff.api.deps import SettingsDep, StoreDep
 from signoff.api.errors import Unauthorized
 from signoff.engine import metrics
+from signoff.engine.models import utcnow
 
 router = APIRouter(tags=["metrics"])
 
@@ -33,6 +35,9 @@ async def prometheus(request: Request, store: StoreDep, settings: SettingsDep) -
         async with _counting:
             if time.monotonic() - _counted["at"] >= COUNTS_FOR_SECONDS:  # not counted while we waited
                 metrics.set_run_counts(await store.count_jobs())
+                now = utcnow()
+                metrics.set_pending_ages(await store.pending_ages(now, metrics.DECISION_BUCKETS), now,
+                                         max_flows=settings.metrics_max_flows)
                 _counted["at"] = time.monotonic()
     service = getattr(request.app.state, "service", None)
     if service is not None:

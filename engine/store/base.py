@@ -34,6 +34,7 @@ from signoff.engine.models import (
     JobStatus,
     Message,
     NewJob,
+    PendingAges,
     Notification,
     PendingRequest,
     SecretInfo,
@@ -528,7 +529,7 @@ class Store(CheckpointStore, HistoryStore):
                                       now: datetime, *, limit: int = 10) -> list[StandingApproval]:
         """The rules in force at ``now`` that cover a call of ``tool`` in ``flow_id``: scope
         ``flow``, or scope ``session`` of ``session_id`` of ``session_user_id``'s runs. Newest
-        first, at most ``limit``: one indexed query (migration 13, brief's 15)."""
+        first, at most ``limit``: one indexed query (migration 13)."""
 
     @abc.abstractmethod
     async def revoke_standing_approval(self, rule_id: str, at: datetime) -> bool:
@@ -739,6 +740,14 @@ class Store(CheckpointStore, HistoryStore):
         every run ever: what the API's sweep calls for SIGNOFF_RUN_RETENTION_DAYS."""
 
     @abc.abstractmethod
+    async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
+        """The requests waiting (``suspended`` jobs) per flow: how many, how many of them paused
+        at most each of ``bounds`` seconds before ``now``, the oldest pause, and the sum of their
+        ages at ``now`` (a histogram's sum); one entry per
+        flow that has any, the most waiting first. What the metrics report (signoff_pending_age_seconds),
+        read when they are scraped: one pass over the waiting jobs."""
+
+    @abc.abstractmethod
     async def count_jobs(self) -> dict[str, int]:
         """How many jobs there are of each status (only statuses that have some): what the
         metrics report, read when they are scraped."""
@@ -786,6 +795,11 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...
+
+    @abc.abstractmethod
+    async def last_event_seq(self, job_id: str) -> int:
+        """The seq of the job's last appended event (its counter; 0 for none): a log read back
+        that ends before it was cut (engine/audit/events.py)."""
 
     @abc.abstractmethod
     async def read_events_named(self, job_id: str, event: str) -> list[Event]:

@@ -263,6 +263,9 @@ class PostgresStore(SQLStore):
         text = dumps(value)  # fail here, with a StoreError, rather than inside the driver
         return Json(value, dumps=lambda _: text)
 
+    def _json_text(self, encoded: Any) -> str:
+        return encoded.dumps(encoded.obj)  # the text kept by _enc_json
+
     def _json_octets(self, encoded: Any) -> int:
         return octets(encoded.dumps(encoded.obj)) if encoded is not None else 0  # the text kept above
 

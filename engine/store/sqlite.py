@@ -326,6 +326,9 @@ class SQLiteStore(SQLStore):
     def _enc_json(self, value: Any) -> Any:
         return dumps(value)
 
+    def _json_text(self, encoded: Any) -> str:
+        return encoded
+
     def _json_octets(self, encoded: Any) -> int:
         return octets(encoded)
 

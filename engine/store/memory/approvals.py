@@ -3,10 +3,12 @@ requests assigned to a person, in memory."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from datetime import datetime
+import json
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
-from signoff.engine.models import InboxEntry, Job, JobStatus, utcnow
+from signoff.engine.models import InboxEntry, Job, JobStatus, PendingAges, utcnow
 from signoff.engine.store.encoding import approver_ref, ApproverRef, as_utc, unique_strings
 from signoff.engine.store.memory.core import _ACTIVE, _Job, MemoryCore, _Tables
 
@@ -156,6 +158,24 @@ class MemoryApprovals(MemoryCore):
 
     async def released(self, job_id: str) -> None:
         self._tables().releases.pop(job_id, None)
+
+    async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
+        cutoffs = [now - timedelta(seconds=b) for b in bounds]
+        flows: dict[str, list[Any]] = {}  # flow id -> [count, within..., oldest]
+        for row in self._tables().jobs.values():
+            if row.status != JobStatus.suspended:
+                continue
+            paused = json.loads(row.pending).get("paused_at") if row.pending else None
+            at = as_utc(datetime.fromisoformat(paused)) if isinstance(paused, str) else row.updated_at
+            entry = flows.setdefault(row.flow_id, [0, [0] * len(cutoffs), None, 0.0])
+            entry[0] += 1
+            entry[3] += (now - at).total_seconds()
+            for i, cutoff in enumerate(cutoffs):
+                entry[1][i] += at >= cutoff
+            entry[2] = at if entry[2] is None or at < entry[2] else entry[2]
+        found = [PendingAges(flow_id=f, count=n, within=tuple(w), oldest=o, seconds=max(0.0, s))
+                 for f, (n, w, o, s) in flows.items()]
+        return sorted(found, key=lambda p: (-p.count, p.flow_id))
 
     async def count_jobs(self) -> dict[str, int]:
         counts: dict[str, int] = {}

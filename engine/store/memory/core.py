@@ -124,6 +124,8 @@ class _Event:
     data: str
     created_at: datetime
     dedupe_key: str | None
+    sha256: str | None = None  # the hash chain (engine/audit/events.py)
+    prev_sha256: str | None = None
 
 
 @dataclass

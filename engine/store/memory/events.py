@@ -1,5 +1,5 @@
-"""A job's event log, in memory: gap-free seq per job, the decision recorded with its events,
-and the in-process tail."""
+"""A job's event log, in memory: gap-free seq per job, each event chained to the one before
+(docs/audit.md), the decision recorded with its events, and the in-process tail."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from signoff.engine.audit.events import event_sha256
 from signoff.engine.models import Event, EventNote, JobStatus, utcnow
 from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
@@ -28,7 +29,10 @@ class MemoryEvents(MemoryCore):
             for e in events:
                 if e.dedupe_key == dedupe_key:
                     return e.seq
-        events.append(_Event(len(events) + 1, event, body, utcnow(), dedupe_key))
+        seq, at = len(events) + 1, utcnow()
+        prev = events[-1].sha256 if events else None
+        sha = event_sha256(job_id, seq, event, json.loads(body), at, prev)
+        events.append(_Event(seq, event, body, at, dedupe_key, sha, prev))
         self._charge_job(t, job_id, octets(body))
         for tail in self._tails:  # nothing in this store rolls back once appended
             tail.put_nowait(EventNote(job_id, len(events), event))
@@ -98,10 +102,15 @@ class MemoryEvents(MemoryCore):
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]:
         later = (e for e in self._tables().events.get(job_id, ()) if e.seq > after_seq)
         return [
-            Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
+            Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at,
+                  sha256=e.sha256, prev_sha256=e.prev_sha256)
             for e in _first(later, limit)
         ]
 
+    async def last_event_seq(self, job_id: str) -> int:
+        return len(self._tables().events.get(job_id, ()))
+
     async def read_events_named(self, job_id: str, event: str) -> list[Event]:
-        return [Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at)
+        return [Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data), created_at=e.created_at,
+                  sha256=e.sha256, prev_sha256=e.prev_sha256)
                 for e in self._tables().events.get(job_id, ()) if e.event == event]

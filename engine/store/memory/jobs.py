@@ -221,7 +221,7 @@ class MemoryJobs(MemoryCore):
             won = row is not None and _holds(row, token)
         keys = {f"{token}:{k}": k for k in DECISION_KEYS}
         recorded = {keys[e.dedupe_key]: Event(job_id=job_id, seq=e.seq, event=e.event, data=json.loads(e.data),
-                                              created_at=e.created_at)
+                                              created_at=e.created_at, sha256=e.sha256, prev_sha256=e.prev_sha256)
                     for e in t.events.get(job_id, ()) if e.dedupe_key in keys}
         return DecisionClaim(won=won, job=self._job(row) if row is not None else None, recorded=recorded)
 

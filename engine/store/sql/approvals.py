@@ -75,7 +75,7 @@ class SQLApprovals(SQLJobs):
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock)."""
         ids = unique_strings(participants, "user_ids")
-        bodies = [(name, self._enc_json(data), key) for name, data, key in events]
+        bodies = [(name, self._enc_event(data), key) for name, data, key in events]
         now = self._enc_dt(utcnow())
         try:
             async with self._tx(write=True) as tx:
@@ -202,7 +202,7 @@ class SQLApprovals(SQLJobs):
         """See Store.append_event_if_waiting. The conditional no-op UPDATE locks the job row while
         it waits for ``request_id``; the append then takes the counter row (job row, then
         counter: the order of every status change with its event, so no deadlock)."""
-        body = self._enc_json(data)
+        body = self._enc_event(data)
         try:
             async with self._tx(write=True) as tx:
                 if await tx.execute(Q.lock_waiting, (job_id, request_id)) > 0:

@@ -67,6 +67,10 @@ class SQLCore(Store):
     def _dec_json(self, value: Any) -> Any: ...
 
     @abc.abstractmethod
+    def _json_text(self, encoded: Any) -> str:
+        """The JSON text a value ``_enc_json`` returned is stored as."""
+
+    @abc.abstractmethod
     def _json_octets(self, encoded: Any) -> int:
         """The stored size in bytes of a value ``_enc_json`` returned (its JSON text, UTF-8)."""
 

@@ -9,8 +9,8 @@ A status change that comes with an event appends it in the same transaction, thr
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from signoff.engine.models import (
@@ -20,6 +20,7 @@ from signoff.engine.models import (
     Job,
     JobStatus,
     NewJob,
+    PendingAges,
     PendingRequest,
     utcnow,
 )
@@ -140,7 +141,7 @@ class SQLJobs(SQLEvents):
             sets += ["finished_at = ?", "pending = NULL", "pending_request_id = NULL"]
             params.append(now)
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
-        body = self._enc_json(event[1]) if event is not None else None
+        body = self._enc_event(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
             if changed and event is not None:
@@ -175,7 +176,7 @@ class SQLJobs(SQLEvents):
             rows = await tx.fetchall(Q.expired_leases, (enc_now, limit))
         ended: list[str] = []
         body = self._enc_json(error)
-        data = self._enc_json({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
+        data = self._enc_event({"error": error.get("error"), "type": error.get("type"), "vertex_id": error.get("vertex_id")})
         for row in rows:
             stamp = self._enc_dt(utcnow())
             async with self._tx(write=True) as tx:
@@ -207,7 +208,7 @@ class SQLJobs(SQLEvents):
         terminal write (stop) either committed before (nothing changes here, no event) or waits
         for this transaction (its terminal event comes after this one)."""
         body = self._enc_json(pending.model_dump(mode="json"))
-        data = self._enc_json(event[1]) if event is not None else None
+        data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
         try:
@@ -256,7 +257,7 @@ class SQLJobs(SQLEvents):
         """See Store.claim_suspended_for_cancel: ``event`` is appended in the claim's transaction,
         only by the winner."""
         now = self._enc_dt(utcnow())
-        body = self._enc_json(event[1]) if event is not None else None
+        body = self._enc_event(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
             won = await tx.execute(Q.claim_cancel, (now, now, job_id)) > 0
             if won and event is not None:
@@ -302,6 +303,23 @@ class SQLJobs(SQLEvents):
     async def released(self, job_id: str) -> None:
         async with self._tx(write=True) as tx:
             await tx.execute(Q.released, (job_id,))
+
+    async def pending_ages(self, now: datetime, bounds: Sequence[float]) -> list[PendingAges]:
+        # one count per bound, as parameters (the bounds are the caller's numbers, never text)
+        within = ", ".join(f"SUM(CASE WHEN paused_at >= ? THEN 1 ELSE 0 END) AS w{i}" for i in range(len(bounds)))
+        # a pause as seconds since 1970, in each dialect's words: their sum gives the ages' sum
+        epoch = ("(julianday(paused_at) - 2440587.5) * 86400.0" if self.dialect == "sqlite"
+                 else "EXTRACT(EPOCH FROM paused_at)")
+        sql = (f"SELECT flow_id, count(*) AS n, min(paused_at) AS oldest, SUM({epoch}) AS epochs"
+               f"{', ' + within if within else ''} FROM jobs "
+               "WHERE status = 'suspended' GROUP BY flow_id ORDER BY n DESC, flow_id")
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(sql, tuple(self._enc_dt(now - timedelta(seconds=b)) for b in bounds))
+        return [PendingAges(flow_id=r["flow_id"], count=int(r["n"]),
+                            within=tuple(int(r[f"w{i}"] or 0) for i in range(len(bounds))),
+                            oldest=self._dec_dt(r["oldest"]),
+                            seconds=max(0.0, int(r["n"]) * now.timestamp() - float(r["epochs"] or 0)))
+                for r in rows]
 
     async def count_jobs(self) -> dict[str, int]:
         async with self._tx(write=False) as tx:

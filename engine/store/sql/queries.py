@@ -342,16 +342,27 @@ class Q:
         "INSERT INTO job_event_seq (job_id, last_seq) VALUES (?, 1) ON CONFLICT (job_id) "
         "DO UPDATE SET last_seq = job_event_seq.last_seq + 1 RETURNING last_seq"
     )
-    insert_event = "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key) VALUES (?, ?, ?, ?, ?, ?)"
+    insert_event = (
+        "INSERT INTO events (job_id, seq, event, data, created_at, dedupe_key, sha256, prev_sha256) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    event_sha = "SELECT sha256 FROM events WHERE job_id = ? AND seq = ?"
+    last_event_seq = "SELECT last_seq FROM job_event_seq WHERE job_id = ?"
     event_by_dedupe = "SELECT seq FROM events WHERE job_id = ? AND dedupe_key = ?"
     # a decision's events under its claim token, by their exact keys (the unique index; no range
     # over text, whose order is the database's collation)
     decision_events = (
-        "SELECT job_id, seq, event, data, created_at, dedupe_key FROM events "
+        "SELECT job_id, seq, event, data, created_at, dedupe_key, sha256, prev_sha256 FROM events "
         "WHERE job_id = ? AND dedupe_key IN (?, ?) ORDER BY seq"
     )
-    read_events = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-    read_events_named = "SELECT job_id, seq, event, data, created_at FROM events WHERE job_id = ? AND event = ? ORDER BY seq"
+    read_events = (
+        "SELECT job_id, seq, event, data, created_at, sha256, prev_sha256 FROM events "
+        "WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    )
+    read_events_named = (
+        "SELECT job_id, seq, event, data, created_at, sha256, prev_sha256 FROM events "
+        "WHERE job_id = ? AND event = ? ORDER BY seq"
+    )
     # the store's tail (Store.tail_events). SQLite: the events table's rowid follows commit order
     # (one writer at a time); PostgreSQL: a notification sent by the appending transaction,
     # delivered when it commits

@@ -385,6 +385,14 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX standing_maker ON standing_approvals (maker_id, expires_at)",
         "CREATE INDEX standing_owner ON standing_approvals (flow_owner_id, created_at)",
     ],
+    # 14: the event log's hash chain
+    # (docs/audit.md, "The event log's hash chain"). Events written before it keep NULL: the
+    # chain starts at a run's first event written after it, and verify reports the earlier
+    # ones as before the chain (a migration cannot hash in SQL on SQLite).
+    [
+        "ALTER TABLE events ADD COLUMN sha256 TEXT",
+        "ALTER TABLE events ADD COLUMN prev_sha256 TEXT",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

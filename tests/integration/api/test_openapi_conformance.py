@@ -139,6 +139,10 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("GET", "/api/v2/workflows/{job_id}/events", 422, path={"job_id": job_id},
                 headers={"Last-Event-ID": "abc"})
         await A("GET", "/api/v2/workflows/{job_id}/events", 404, path={"job_id": "nope"})
+        # the event log with its hash chain (docs/audit.md)
+        await A("GET", "/api/v1/runs/{job_id}/events", 200, path={"job_id": job_id}, params={"limit": 1})
+        await A("GET", "/api/v1/runs/{job_id}/events", 422, path={"job_id": job_id}, params={"limit": 0})
+        await A("GET", "/api/v1/runs/{job_id}/events", 404, path={"job_id": "nope"})
 
         # 429: alice has no live stream left (SIGNOFF_MAX_STREAMS_PER_USER)
         feed = api.service.feed

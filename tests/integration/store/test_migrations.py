@@ -24,8 +24,10 @@ from tests.store_conformance import new_job, new_user
 _LATER_COLUMNS = [("flow_versions", "size"), ("checkpoints", "size"), ("checkpoints", "charged_to"),
                   ("spans", "size"), ("spans", "charged_to"), ("blobs", "size"), ("blobs", "charged_to"),
                   # and migration 11's (the inbox's columns, written by mark_suspended)
-                  ("jobs", "paused_at"), ("jobs", "pending_kind"), ("jobs", "pending_names")]
-_KINDS = {"charged_to": "TEXT", "pending_kind": "TEXT", "paused_at": "{ts}"}
+                  ("jobs", "paused_at"), ("jobs", "pending_kind"), ("jobs", "pending_names"),
+                  # and migration 14's (the event log's hash chain, written by every append)
+                  ("events", "sha256"), ("events", "prev_sha256")]
+_KINDS = {"charged_to": "TEXT", "pending_kind": "TEXT", "paused_at": "{ts}", "sha256": "TEXT", "prev_sha256": "TEXT"}
 
 
 @contextlib.asynccontextmanager

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest_asyncio
 
+from signoff.engine.audit.events import verify_chain
 from signoff.engine.models import JobStatus, NewJob
 from signoff.engine.store import Store, open_store
 from tests.store_conformance import new_job, new_user, suspended_job, uid
@@ -44,6 +45,9 @@ async def test_50_concurrent_appends_across_store_instances(stores: list[Store])
     )
     assert sorted(seqs) == list(range(1, 51))
     assert [e.seq for e in await stores[1].read_events(job_id)] == list(range(1, 51))
+    # each append chained to the one before it, whichever instance took the seq (docs/audit.md)
+    chain = verify_chain(await stores[2].read_events(job_id), last_seq=await stores[3].last_event_seq(job_id))
+    assert chain.ok and chain.checked == 50 and chain.unchained == 0, chain
 
 
 async def test_20_concurrent_resume_claims_have_exactly_one_winner(stores: list[Store]) -> None:
@@ -216,6 +220,8 @@ async def test_appends_from_three_processes_are_gap_free(db_url: str, store: Sto
     seqs = sorted(int(s) for out in outs for s in out)
     assert seqs == list(range(1, 61))
     assert [e.seq for e in await store.read_events(job_id)] == list(range(1, 61))
+    chain = verify_chain(await store.read_events(job_id), last_seq=await store.last_event_seq(job_id))
+    assert chain.ok and chain.checked == 60, chain
 
 
 async def test_resume_claims_from_four_processes_have_one_winner(db_url: str, store: Store) -> None:
