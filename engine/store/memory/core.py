@@ -10,7 +10,7 @@ from datetime import datetime
 from itertools import islice
 from typing import Any, TypeVar
 
-from signoff.engine.models import DecisionLink, EventNote, JobStatus, Notification, User, WebhookDelivery
+from signoff.engine.models import DecisionLink, EventNote, JobStatus, Notification, ReceiptRecord, User, WebhookDelivery
 from signoff.engine.store.base import Store, StoreError
 from signoff.engine.store.encoding import ApproverRef, dumps
 
@@ -197,6 +197,7 @@ class _Tables:
     stored: dict[str, int] = field(default_factory=dict)  # user id -> bytes (Store.stored_bytes)
     links: dict[str, DecisionLink] = field(default_factory=dict)  # token hash -> link
     notifications: list[Notification] = field(default_factory=list)  # in the order logged
+    receipts: dict[str, list[ReceiptRecord]] = field(default_factory=dict)  # job id -> receipts, seq 1, 2, ...
 
 
 class MemoryCore(Store):
