@@ -13,12 +13,9 @@ from signoff.engine.errors import Forbidden, SignoffError
 from signoff.engine.models import ReceiptRecord, User, as_utc
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
-from signoff.service.access import visible_job
+from signoff.service.access import valid_id, visible_job
 
-__all__ = ["BadCursor", "check_operator", "cursor_of", "is_operator", "parse_cursor", "run_receipts", "sent"]
-
-MAX_JOB_ID_CHARS = 200
-
+__all__ = ["BadCursor", "check_flow_id", "check_operator", "cursor_of", "is_operator", "parse_cursor", "run_receipts", "sent", "window"]
 
 class BadCursor(SignoffError):
     """The cursor is not one this API gave."""
@@ -36,6 +33,28 @@ def check_operator(settings: Settings, user: User) -> None:
     if not is_operator(settings, user):
         raise Forbidden("Only an operator (SIGNOFF_OPERATORS) may export every run's receipts; a run's own receipts "
                         "are at GET /api/v1/runs/{job_id}/receipts")
+
+
+def check_flow_id(flow_id: str | None) -> None:
+    """A flow filter that is not an id's shape matches no flow: refused (422) rather than sent
+    to the database (PostgreSQL refuses a NUL in text)."""
+    if flow_id is not None and not valid_id(flow_id):
+        raise BadFilter("flow is not a flow id")
+
+
+class BadFilter(SignoffError):
+    """A filter of the export is not valid."""
+
+    code = "INVALID_REQUEST"
+
+
+def window(since: datetime, until: datetime | None) -> tuple[datetime, datetime | None]:
+    """The export's window in UTC (a time without a zone is UTC); a time that has no UTC
+    equivalent (year 1 at +14:00) is refused."""
+    try:
+        return as_utc(since), as_utc(until) if until is not None else None
+    except (OverflowError, ValueError):
+        raise BadFilter("since/until is out of range") from None
 
 
 def sent(record: ReceiptRecord) -> dict[str, Any]:
@@ -59,8 +78,8 @@ def parse_cursor(cursor: str) -> tuple[datetime, str, int]:
     try:
         at, seq, job_id = base64.urlsafe_b64decode(cursor.encode("ascii")).decode("utf-8").split("|", 2)
         parsed = (as_utc(datetime.fromisoformat(at)), job_id, int(seq))
-    except (ValueError, UnicodeError, binascii.Error):
+    except (ValueError, UnicodeError, OverflowError, binascii.Error):
         raise BadCursor("cursor is not one this API gave (pass `next` of the previous page)") from None
-    if not job_id or len(job_id) > MAX_JOB_ID_CHARS:
+    if not valid_id(job_id):
         raise BadCursor("cursor is not one this API gave (pass `next` of the previous page)")
     return parsed

@@ -10,8 +10,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from signoff.engine.audit.keys import ReceiptKeys
-from signoff.engine.models import as_utc
-from signoff.service.audit import check_operator, cursor_of, parse_cursor, run_receipts, sent
+from signoff.service.audit import check_flow_id, check_operator, cursor_of, parse_cursor, run_receipts, sent, window
 
 from signoff.api.deps import CurrentUser, SettingsDep, StoreDep
 from signoff.api.models import error_responses
@@ -87,8 +86,9 @@ async def export_receipts(
 ) -> ReceiptsPage:
     """Every run's receipts in a time window, a page at a time: the operator's alone."""
     check_operator(settings, user)
+    check_flow_id(flow)
     after = parse_cursor(cursor) if cursor else None
-    found = await store.list_receipts(since=as_utc(since), until=as_utc(until) if until else None, flow_id=flow,
-                                      after=after, limit=limit)
+    since, until = window(since, until)
+    found = await store.list_receipts(since=since, until=until, flow_id=flow, after=after, limit=limit)
     return ReceiptsPage(receipts=[sent(r) for r in found],
                         next=cursor_of(found[-1]) if len(found) == limit else None)
