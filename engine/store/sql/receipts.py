@@ -2,8 +2,11 @@
 
 A receipt is written only inside the transaction of a decision's records (approvals.py:
 record_decision, append_event_if_waiting), after the job row's lock is taken there: the run's
-last receipt read then is the last there is, so its chain never forks. ``receipt_id`` is
-unique: an attempt run again writes nothing twice (its events' dedupe already rolled it back).
+last receipt, read then by a statement of its own (under READ COMMITTED a new statement sees
+what committed while it waited for the lock; the locking UPDATE's own snapshot would not), is
+the last there is, so its chain never forks. An attempt run again writes nothing twice (its
+events' dedupe already rolled it back), so ``receipt_id`` needs no unique index: each index is
+one more write per decision.
 """
 
 from __future__ import annotations

@@ -367,14 +367,13 @@ MIGRATIONS: list[list[str]] = [
         """CREATE TABLE receipts (
             job_id TEXT NOT NULL,
             seq INTEGER NOT NULL,
-            receipt_id TEXT NOT NULL UNIQUE,
+            receipt_id TEXT NOT NULL,
             flow_id TEXT NOT NULL,
             at {ts} NOT NULL,
             sha256 TEXT NOT NULL,
             body {json} NOT NULL,
             PRIMARY KEY (job_id, seq))""",
         "CREATE INDEX receipts_at ON receipts (at, job_id, seq)",
-        "CREATE INDEX receipts_flow_at ON receipts (flow_id, at, job_id, seq)",
     ],
 ]
 
