@@ -107,3 +107,33 @@ async def test_verify_names_the_receipt_an_edit_of_the_database_broke(store: Sto
                last.receipt_id)
     broken = await _check(store, keys, job_id)
     assert broken is not None and broken.receipt_id == last.receipt_id and "unknown key" in broken.problem
+
+
+async def test_a_decision_attempt_run_again_writes_one_receipt(store: Store):
+    """engine/attempt.py with the keys: the receipt with the decision; the same attempt again
+    (a retried activity) and twins racing under one token leave exactly one."""
+    import asyncio as _asyncio
+
+    from signoff.engine.attempt import DecisionAttempt, attempt_decision
+    from signoff.engine.graph import Graph
+    from signoff.engine.models import Decision
+    from tests.integration.store.test_attempt import paused_run
+
+    keys = _keys(store)
+    job_id, request_id, state = await paused_run(store)
+
+    async def paused_state(job):
+        return state, Graph.from_spec(state.flow)
+
+    def attempt():
+        return attempt_decision(store, DecisionAttempt(job_id, request_id, "t1", Decision(action_id="approve"),
+                                                       utcnow(), "u1", sent={"via": "api"}, decider_name="Ann",
+                                                       authority="approver"), paused_state, keys)
+
+    outcomes = await _asyncio.gather(attempt(), attempt())
+    assert sorted(o.outcome for o in outcomes) == ["applied", "recorded"]
+    assert (await attempt()).outcome == "recorded"
+    [receipt] = [r.body for r in await store.read_receipts(job_id)]
+    assert receipt["decided_by"] == {"id": "u1", "name": "Ann"} and receipt["authority"] == "approver"
+    assert receipt["via"] == "api" and receipt["action_id"] == "approve"
+    assert await _check(store, keys, job_id) is None
