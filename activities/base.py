@@ -10,6 +10,8 @@ from collections import OrderedDict
 
 from signoff.activities.state import StateCodec
 from signoff.engine.access import Access
+from signoff.engine.audit.keys import ReceiptKeys
+from signoff.engine.audit.receipts import authority_of
 from signoff.engine.decisions import (
     check_decider,
 )
@@ -35,6 +37,7 @@ class ActivityBase:
         self._graphs: OrderedDict[str, Graph] = OrderedDict()
         self.access = Access(store)
         self.vault = Vault(store, settings)
+        self.receipt_keys = ReceiptKeys(store, settings)
 
     def graph(self, state: RunState) -> Graph:
         g = self._graphs.get(state.flow_hash)
@@ -58,15 +61,26 @@ class ActivityBase:
         """The person a decision is made for (``who``: a user id or name, default the run's
         owner), checked as their HTTP resume is (DESIGN §9, §13). ``pending``: the request as
         Access.current_request gave it, when the caller read it already."""
+        return (await self._decider_authority(job, request_id, who, pending))[0]
+
+    async def _decider_authority(self, job: Job, request_id: str, who: str | None,
+                                 pending: PendingRequest | None = None) -> tuple[User, str | None]:
+        """:meth:`_decider_may_decide`, and why the person may decide (their receipt's
+        ``authority``, engine/audit/receipts.py: authority_of; None when the run waits for no
+        such request)."""
         person = await self.access.person(who or job.user_id)
         if person is None:
             raise NotAnApprover(f"No user {who!r}: a decision through Temporal names the person it is for "
                                 '("user": a user name or id)', job_id=job.job_id)
         if pending is None:
             pending = await self.access.current_request(job, request_id)
-        if pending is not None:
-            check_decider(pending, await self.access.decider(job, person, pending))
-        return person
+        if pending is None:
+            return person, None
+        decider = await self.access.decider(job, person, pending)
+        check_decider(pending, decider)
+        at_pause = job.pending.approver_refs if job.pending is not None else []
+        return person, authority_of(timed_out=False, owner=decider.owner, refs=decider.refs, at_pause=at_pause,
+                                    now=pending.approver_refs)
 
     async def _flow_owner(self, job: Job) -> str | None:
         flow = await self.store.get_flow(job.flow_id, version=job.flow_version)

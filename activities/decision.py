@@ -66,13 +66,13 @@ class DecisionActivities(LayerActivities):
                 raise to_failure(err) from None
         try:
             job = await self._job(inp.job_id)
-            person, request = None, await self.access.current_request(job, inp.request_id)
+            person, authority, request = None, None, await self.access.current_request(job, inp.request_id)
             if not inp.timed_out:  # the deadline decides for nobody
                 # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
                 # checks as that person's HTTP resume: an approver, who may (still) decide it
                 try:
-                    person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by,
-                                                            request)
+                    person, authority = await self._decider_authority(job, inp.request_id,
+                                                                      inp.user or inp.decided_by, request)
                 except SignoffError as err:
                     if err.retryable:
                         raise
@@ -96,8 +96,9 @@ class DecisionActivities(LayerActivities):
                 votes=inp.votes, vote=inp.vote, timed_out=inp.timed_out, sent=sent,
                 # whoever decided (and voted, for a quorum) keeps the run in their history and sight
                 participants=_took_part(person, inp),
-                values_checked=request is not None),  # checked above, before the claim
-                lambda job: self._paused_state(job, inp.state))
+                values_checked=request is not None,  # checked above, before the claim
+                decider_name=person.name if person else None, authority=authority),
+                lambda job: self._paused_state(job, inp.state), self.receipt_keys)
             if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,

@@ -6,6 +6,8 @@ each written only while the request waits, once.
 from __future__ import annotations
 
 
+from functools import partial
+
 from temporalio import activity
 
 from signoff.activities.failures import to_failure
@@ -27,6 +29,7 @@ from signoff.engine.errors import (
     SignoffError,
 )
 from signoff.engine.attempt import vote_data
+from signoff.engine.audit.receipts import ReceiptDraft
 from signoff.engine.models import JobStatus, Vote
 
 
@@ -39,7 +42,7 @@ class GateActivities(NotifyActivities):
         completes the quorum): checked, not written; resume_run writes it with the resolution."""
         try:
             job = await self._job(inp.job_id)
-            person = await self._decider_may_decide(job, inp.request_id, inp.user or inp.decided_by)
+            person, authority = await self._decider_authority(job, inp.request_id, inp.user or inp.decided_by)
             votes = await self.access.votes(job.job_id, inp.request_id)
             mine = next((v for v in votes if v.user == person.id), None)
             if mine is None:
@@ -54,8 +57,16 @@ class GateActivities(NotifyActivities):
                     return RecordVoteOutput(vote=mine)
                 data = {**vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
                         **sender(inp)}
-                if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
-                                                            dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
+                key = f"vote:{inp.request_id}:{person.id}"
+                signing = await self.receipt_keys.signing()
+                draft = ReceiptDraft.of(job_id=job.job_id, flow_id=job.flow_id, flow_version=job.flow_version,
+                                        pending=pending, key=key, action_id=mine.action_id, values=mine.values,
+                                        decided_by={"id": person.id, "name": person.name},
+                                        authority=authority or "approver", via=data.get("via"),
+                                        at=mine.at.isoformat())
+                if await self.store.append_event_if_waiting(
+                        job.job_id, inp.request_id, "human_input_vote", data, dedupe_key=key,
+                        receipt=partial(draft.signed, key_id=signing.key_id, private=signing.private)) is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
             # also on a retry that found its vote (the first attempt may have died before this)
             await self.store.add_participants(job.job_id, [person.id])

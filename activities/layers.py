@@ -149,7 +149,7 @@ class LayerActivities(NotifyActivities):
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
                           # an Agent's gated call approved by a standing approval (DESIGN §17)
                           standing=StandingLookup(self.store, self.access, job_id=state.job_id,
-                                                  again=_retried()),
+                                                  again=_retried(), keys=self.receipt_keys),
                           **({"budget": budget} if budget is not None else {}),
                           **tracing.RunTracer(graph, state).hooks())  # a span per built vertex
         layer = await build_vertices(graph, state, ids, ctx)

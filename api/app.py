@@ -27,7 +27,7 @@ from signoff.api.flows_dir import public_owner_id, sync_flows_dir
 from signoff.api import docs, pages
 from signoff.api.mcp import http as mcp_http
 from signoff.api.a2a import routes as a2a_routes
-from signoff.api.routes import (agui, audit_events, flows, groups, health, metrics, monitor, mutes, notifications,
+from signoff.api.routes import (agui, audit, audit_events, flows, groups, health, metrics, monitor, mutes, notifications,
                                  secrets, slack, standing, users, webhooks, workflows)
 
 log = logging.getLogger("signoff.api")
@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
     app.include_router(users.router)
     app.include_router(agui.router)
     app.include_router(audit_events.router)
+    app.include_router(audit.router)
     mcp_endpoint = mcp_http.mount(app, settings)  # MCP at /mcp (api/mcp, DESIGN §15)
     a2a_routes.mount(app)  # A2A agents at /a2a/{flow_id} (api/a2a, DESIGN §15)
     pages.install(app)  # the person's pages at / (api/pages, docs/pages.md)

@@ -25,14 +25,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from datetime import datetime
 from typing import Any, Literal
 
 from signoff.engine import tracing
+from signoff.engine.audit.keys import ReceiptKeys, SigningKey
+from signoff.engine.audit.receipts import ReceiptDraft
 from signoff.engine.decisions import apply_decision, decision_event, expired_event
 from signoff.engine.errors import NotResumable
 from signoff.engine.graph import Graph
-from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, Vote
+from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, PendingRequest, Vote
 from signoff.engine.state import RunState
 from signoff.engine.store.base import Store
 
@@ -58,6 +61,11 @@ class DecisionAttempt:
     sent: dict[str, Any] | None = None
     participants: list[str] = field(default_factory=list)
     values_checked: bool = False
+    # the receipt's (docs/audit.md): the decider's name, and why they were allowed ("owner",
+    # "approver", "group:<name>", "escalation", "standing:<rule id>"; None: "owner" for the
+    # run's owner, else "approver"; the deadline's is always "timeout")
+    decider_name: str | None = None
+    authority: str | None = None
 
 
 @dataclass
@@ -77,10 +85,13 @@ class Attempted:
     written: list[tuple[str, int]] = field(default_factory=list)
 
 
-async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: PausedState) -> Attempted:
+async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: PausedState,
+                           keys: ReceiptKeys | None = None) -> Attempted:
     """Run the attempt ``a`` (module docstring). ``paused_state(job)``: the run's state at its
-    pause and its graph (the checkpoint, or the caller's copy). Raises NotResumable for a job
-    that is not there; store errors as they come (the caller retries under the same token)."""
+    pause and its graph (the checkpoint, or the caller's copy). ``keys``: the decision's signed
+    receipt is written with its records (docs/audit.md); None: no receipt. Raises NotResumable
+    for a job that is not there; store errors as they come (the caller retries under the same
+    token)."""
     claim = await store.claim_decision(a.job_id, a.request_id, a.token)
     if claim.job is None:
         raise NotResumable(f"job {a.job_id} not found")
@@ -96,7 +107,8 @@ async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: Pause
     state, applied = apply_decision(paused, a.request_id, a.decision, a.now, a.decided_by, votes=votes,
                                     timed_out=a.timed_out, values=not a.values_checked)
     trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
-    written = await _record(store, job, paused, applied, a)
+    signing = await keys.signing() if keys is not None else None
+    written = await _record(store, job, paused, applied, a, signing)
     if written is None:
         # Not recorded: another run of this attempt recorded its own decision first (a lost
         # task's local activity still running beside the one that runs it again), or a stop
@@ -125,11 +137,12 @@ def vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, A
 
 
 async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDecision,
-                  a: DecisionAttempt) -> list[tuple[str, int]] | None:
+                  a: DecisionAttempt, signing: SigningKey | None = None) -> list[tuple[str, int]] | None:
     """The decision's records in one store write under the claim (Store.record_decision): the
     vote that completed a quorum (``human_input_vote``, with the resolution),
     ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
-    ``sent``), the card stamped, the pending request cleared, the participants recorded. Returns
+    ``sent``), the card stamped, the pending request cleared, the participants recorded, and,
+    with a ``signing`` key, the decision's receipt chained to the run's last one. Returns
     each event's (name, seq); None when the claim is no longer the decision's, and nothing was
     written."""
     assert paused.pending is not None
@@ -142,9 +155,23 @@ async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDeci
     if applied.rerouted:
         events.append(("human_input_expired", expired_event(applied), f"{a.token}:expired"))
     events.append(("human_input_decision", {**decision_event(applied), **sent}, f"{a.token}:decision"))
+    maker = None
+    if signing is not None:
+        draft = decision_receipt(job, paused.pending, applied, a)
+        maker = partial(draft.signed, key_id=signing.key_id, private=signing.private)
     seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
-                                       action_id=applied.action_id, participants=a.participants)
+                                       action_id=applied.action_id, participants=a.participants, receipt=maker)
     return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
 
-__all__ = ["Attempted", "DecisionAttempt", "attempt_decision", "trace_gate", "vote_data"]
+def decision_receipt(job: Job, pending: PendingRequest, applied: AppliedDecision, a: DecisionAttempt) -> ReceiptDraft:
+    """The receipt of the decision ``applied`` on ``pending`` by the attempt ``a`` (unsigned)."""
+    person = {"id": a.decided_by, "name": a.decider_name or a.decided_by} if a.decided_by and not applied.timed_out \
+        else None
+    authority = a.authority or ("owner" if a.decided_by == job.user_id else "approver")
+    return ReceiptDraft.of_decision(job_id=job.job_id, flow_id=job.flow_id, flow_version=job.flow_version,
+                                    pending=pending, key=f"{a.token}:decision", applied=applied, decided_by=person,
+                                    authority=authority, via=(a.sent or {}).get("via"))
+
+
+__all__ = ["Attempted", "DecisionAttempt", "attempt_decision", "decision_receipt", "trace_gate", "vote_data"]

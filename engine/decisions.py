@@ -38,6 +38,7 @@ from typing import Any
 
 from jsonschema.exceptions import best_match
 
+from signoff.engine.audit.canonical import sha256_hex
 from signoff.engine.durations import duration_seconds
 from signoff.engine.errors import (
     AlreadyVoted,
@@ -260,6 +261,26 @@ def tool_args(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def executed_args(pending: PendingRequest | None, action_id: str, values: dict[str, Any] | None
+                  ) -> dict[str, Any] | None:
+    """The arguments a tool call runs with after this decision (its receipt's ``executed_args``,
+    docs/audit.md): the proposed ones on approve, the edited ones on edit; None when it does
+    not run (reject, respond) or the request is no tool call."""
+    if pending is None or pending.kind != "tool_approval" or pending.tool is None:
+        return None
+    if action_id == "approve":
+        args = pending.tool.get("args")
+        return dict(args) if isinstance(args, dict) else {}
+    if action_id == "edit":
+        return tool_args((values or {}).get("args")) or {}
+    return None
+
+
+def args_sha256(args: dict[str, Any] | None) -> str | None:
+    """sha256 of the canonical JSON of a tool call's arguments (None: none to run)."""
+    return None if args is None else sha256_hex(dict(args))
+
+
 def _tool_approval_values(pending: PendingRequest, decision: Decision) -> None:
     """The values of a tool approval's action as TOOL_APPROVAL_VALUES says: an edit needs
     ``args`` (an object), a respond ``message`` (text, not blank); a reject's ``message`` is
@@ -349,6 +370,7 @@ def apply_decision(
         timeout_seconds=pending.timeout_seconds,
         timed_out=timed_out,
         votes=list(votes),
+        executed_sha256=args_sha256(executed_args(pending, action, values)),
     )
     return with_decision(state, applied), applied
 
@@ -419,4 +441,5 @@ def recorded_decision(pending: PendingRequest, decided: dict[str, Any], expired:
         timeout_seconds=pending.timeout_seconds,
         timed_out=timed_out,
         votes=[Vote.model_validate(v) for v in decided.get("votes") or []],
+        executed_sha256=args_sha256(executed_args(pending, decided["action_id"], decided.get("values"))),
     )

@@ -137,6 +137,9 @@ class AppliedDecision(BaseModel):
     timeout_seconds: float = 0
     timed_out: bool = False  # applied by the deadline itself (on_timeout), nobody answered
     votes: list[Vote] = Field(default_factory=list)  # every vote that led to it (a quorum)
+    # a tool call's: sha256 of the canonical JSON of the arguments it runs with (its receipt's
+    # ``executed_args``, engine/audit/receipts.py); the Agent compares before the side effect
+    executed_sha256: str | None = None
 
 
 # ---- stored records -------------------------------------------------------------------
@@ -217,6 +220,20 @@ class FlowRecord(BaseModel):
     version: int
     created_at: UTCDateTime
     updated_at: UTCDateTime
+
+
+class ReceiptRecord(BaseModel):
+    """A stored receipt (DESIGN §16, engine/audit/receipts.py): its place in its run's chain
+    (``seq`` 1, 2, ...), what it is found by, its hash (the next one's ``prev_sha256``) and the
+    receipt itself (``body``: as signed)."""
+
+    job_id: str
+    seq: int
+    receipt_id: str
+    flow_id: str
+    at: UTCDateTime
+    sha256: str
+    body: dict[str, Any]
 
 
 class SecretInfo(BaseModel):

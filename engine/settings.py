@@ -126,6 +126,17 @@ class Settings(BaseSettings):
         description="The largest `fields` (a Human Input's values schema) a flow may give, in bytes of its compact "
                     "JSON. Larger: the flow is refused (422 FLOW_INVALID naming the node).",
     )
+    # The oversight record (DESIGN §16, docs/audit.md)
+    operators: str = Field(
+        "",
+        description="Comma-separated user names or ids of the operators: they alone may export every run's "
+        "receipts (GET /api/v1/audit/receipts, `signoff audit export`).",
+    )
+    audit_key_cache_seconds: float = Field(
+        60.0, ge=0, le=3600,
+        description="How long a process keeps the receipt signing keys it read: a key rotation made elsewhere "
+        "signs that process's receipts within this time.",
+    )
     max_value_items: int = Field(
         1000, ge=1,
         description="The most items an array in a decision's values may hold (whatever maxItems its schema gives), "
@@ -432,6 +443,10 @@ class Settings(BaseSettings):
     def public_https(self) -> bool:
         """Whether people reach signoff over https (SIGNOFF_PUBLIC_URL): its cookies are Secure."""
         return bool(self.public_url and self.public_url.startswith("https://"))
+
+    @property
+    def operator_list(self) -> list[str]:
+        return [p.strip() for p in self.operators.split(",") if p.strip()]
 
     @property
     def trusted_proxy_list(self) -> list[str]:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from signoff.engine import metrics
 from signoff.engine.access import Access
+from signoff.engine.audit.keys import ReceiptKeys, SigningKey
+from signoff.engine.audit.receipts import ReceiptDraft
 from signoff.engine.decisions import Remember, check_decider
 from signoff.engine.errors import SignoffError, StandingApprovalLimit
 from signoff.engine.models import Job, PendingRequest, StandingApproval, as_utc, utcnow
@@ -69,12 +72,14 @@ def rule_public(rule: StandingApproval, now: datetime | None = None) -> dict[str
 
 
 async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pending: PendingRequest,
-                              maker_name: str | None, now: datetime) -> dict[str, Any]:
+                              maker_name: str | None, now: datetime, signing: SigningKey | None = None) -> dict[str, Any]:
     """Record that ``rule`` approved the call ``pending`` describes (the request the Agent would
     have paused with): the event ``human_input_standing_approval`` (what a receipt needs: the
     rule, the maker as the decider, the authority, the tool and its arguments as proposed and
     executed, the request id, the time), the rule's use count and the metric. Returns the event's
-    data. The event is written once per request (its dedupe key is the request id); a retried
+    data. With a ``signing`` key the use's signed receipt (``authority: standing:<rule id>``,
+    ``decided_by`` the maker, docs/audit.md) is written with the event, in its transaction. The
+    event is written once per request (its dedupe key is the request id); a retried
     layer does not come here for a use its earlier attempt recorded (StandingLookup, ``again``)."""
     tool = pending.tool or {}
     data: dict[str, Any] = {
@@ -101,7 +106,15 @@ async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pe
         "rule_expires_at": rule.expires_at.isoformat(),
         "decided_at": as_utc(now).isoformat(),
     }
-    await store.append_event(job.job_id, STANDING_EVENT, data, dedupe_key=f"standing:{pending.request_id}")
+    receipt = None
+    if signing is not None:
+        draft = ReceiptDraft.of(job_id=job.job_id, flow_id=job.flow_id, flow_version=job.flow_version, pending=pending,
+                                key=f"standing:{pending.request_id}", action_id="approve", values=None,
+                                decided_by={"id": rule.maker_id, "name": maker_name or rule.maker_id},
+                                authority=f"standing:{rule.id}", via="standing", at=data["decided_at"])
+        receipt = partial(draft.signed, key_id=signing.key_id, private=signing.private)
+    await store.append_event(job.job_id, STANDING_EVENT, data, dedupe_key=f"standing:{pending.request_id}",
+                             receipt=receipt)
     await store.use_standing_approval(rule.id, now)
     metrics.standing_approval_used(job.flow_id)
     return data
@@ -113,9 +126,11 @@ class StandingLookup:
     event's data) when a rule in force covers it and its maker may still decide it, else None
     (the Agent pauses and a person is asked)."""
 
-    def __init__(self, store: Store, access: Access, *, job_id: str | None, again: bool = False) -> None:
-        # again: a retry of the layer (an earlier attempt may have recorded uses already)
-        self.store, self.access, self.job_id, self.again = store, access, job_id, again
+    def __init__(self, store: Store, access: Access, *, job_id: str | None, again: bool = False,
+                 keys: ReceiptKeys | None = None) -> None:
+        # again: a retry of the layer (an earlier attempt may have recorded uses already);
+        # keys: each use's receipt is signed with them (None: no receipt)
+        self.store, self.access, self.job_id, self.again, self.keys = store, access, job_id, again, keys
 
     async def __call__(self, pending: PendingRequest) -> dict[str, Any] | None:
         if self.job_id is None or pending.kind != "tool_approval" or not pending.tool:
@@ -141,7 +156,8 @@ class StandingLookup:
                 check_decider(pending, await self.access.decider(job, maker, pending))
             except SignoffError:  # they may no longer decide it (a revoked share, not an approver)
                 continue
-            return await record_standing_use(self.store, rule, job, pending, maker.name, now)
+            signing = await self.keys.signing() if self.keys is not None else None
+            return await record_standing_use(self.store, rule, job, pending, maker.name, now, signing)
         return None
 
 

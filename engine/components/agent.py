@@ -43,6 +43,7 @@ from signoff.engine.components._model import (
     check_model_params,
 )
 from signoff.engine.components.message_history import earlier_messages
+from signoff.engine.audit.receipts import check_args
 from signoff.engine.decisions import tool_args
 from signoff.engine.errors import ComponentError, SignoffError
 from signoff.engine.llm import ChatClient
@@ -261,11 +262,14 @@ class Agent(Component):
         call = st["queue"][0]
         values = decision.values or {}
         action = decision.action_id
+        # the arguments the decision's receipt approved (docs/audit.md): _run compares them with
+        # what it is about to send, right before the side effect
+        approved = getattr(decision, "executed_sha256", None)
         if action == "approve":
-            await self._run(ctx, tools[call["name"]], call, call["args"], "approved")
+            await self._run(ctx, tools[call["name"]], call, call["args"], "approved", approved=approved)
         elif action == "edit":
             args = tool_args(values.get("args")) or {}
-            await self._run(ctx, tools[call["name"]], call, args, "edited")
+            await self._run(ctx, tools[call["name"]], call, args, "edited", approved=approved)
         elif action == "reject":
             message = values.get("message")
             self._answer(st, call, message if isinstance(message, str) and message.strip() else REJECTED_DEFAULT, "rejected")
@@ -275,9 +279,12 @@ class Agent(Component):
             raise ComponentError(f"Agent '{ctx.vertex_id}': unknown decision '{action}'", vertex_id=ctx.vertex_id)
 
     async def _run(self, ctx: BuildContext, tool: dict[str, Any], call: dict[str, Any], args: dict[str, Any], how: str,
-                   *, authority: str | None = None) -> None:
+                   *, authority: str | None = None, approved: str | None = None) -> None:
         """Build the tool's component with the arguments as its inputs, under a vertex id that
-        names this call (so an HTTP tool's Idempotency-Key is per call and stable on retry)."""
+        names this call (so an HTTP tool's Idempotency-Key is per call and stable on retry).
+        ``approved``: the sha256 of the arguments a person's decision approved (its receipt's
+        ``executed_args``): other arguments are refused (ArgsMismatch ends the run), never run.
+        ``authority``: a standing approval's, on the call's log entry."""
         st = ctx.state
         desc = tool["descriptor"]
         cls = get_component(str(desc["component_type"]))
@@ -286,6 +293,7 @@ class Agent(Component):
         component = cls(call_vertex, dict(desc.get("params") or {}))
         first = cls.output_defs(component.params)[0].name
         known = {i.name for i in cls.input_defs(component.params)}
+        check_args(args, approved, tool=call["name"])  # the last step before the side effect
         tctx = BuildContext(
             vertex_id=call_vertex,
             component_type=cls.type_name,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import abc
 from datetime import datetime
-from typing import Any, AsyncIterator, Iterable, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
 from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
@@ -38,6 +38,7 @@ from signoff.engine.models import (
     Notification,
     PendingRequest,
     SecretInfo,
+    ReceiptRecord,
     SecretRecord,
     SpanRecord,
     StandingApproval,
@@ -143,6 +144,13 @@ class HistoryStore(abc.ABC):
         many it closed."""
 
 
+#: A receipt's maker, called inside the transaction that writes a decision's records, under the
+#: job row's lock: given the sha256 of the run's last receipt (None: it has none), it returns the
+#: receipt to store next (``receipt_id``, ``flow_id``, ``at`` among its fields) and its own
+#: sha256 (engine/audit/receipts.py: ReceiptDraft.signed). Called again if the write is.
+ReceiptMaker = Callable[[str | None], tuple[dict[str, Any], str]]
+
+
 class Store(CheckpointStore, HistoryStore):
     """Everything signoff must not lose."""
 
@@ -237,6 +245,12 @@ class Store(CheckpointStore, HistoryStore):
         bytes, byte for byte (empty included) and never decrypts it. A replace keeps
         ``created_at`` and sets ``updated_at`` to now. ``ciphertext`` that is not bytes
         (bytearray and memoryview are taken as bytes) raises TypeError before any change."""
+
+    @abc.abstractmethod
+    async def create_secret(self, owner_id: str, name: str, ciphertext: bytes) -> SecretRecord:
+        """Create the owner's secret ``name`` unless it exists; returns the one stored, new or
+        not (never replaced: of concurrent creators, all get the first one's). The signing keys
+        of receipts are made this way (engine/audit/keys.py)."""
 
     @abc.abstractmethod
     async def get_secret(self, owner_id: str, name: str) -> SecretRecord | None:
@@ -721,8 +735,8 @@ class Store(CheckpointStore, HistoryStore):
         """Delete an ended job and everything the store keeps of it, in one transaction: the job
         row, its events (and their seq counter), the messages with its ``job_id``, its checkpoints
         (``run_id`` or ``job_id``), its spans (``trace_id`` or ``run_id``: run_id = job_id), its
-        blobs (``runs/<job id>/``), its approver references, its participants, its decision links
-        and its notification log; what those rows
+        blobs (``runs/<job id>/``), its approver references, its participants, its decision links,
+        its notification log and its receipts (docs/audit.md); what those rows
         counted is given back to its user (stored_bytes is then what a fresh count of what is
         left would give). Returns whether it was deleted. Only a job that has ended (completed,
         failed, cancelled, timed out) and whose workflow is let go of (no want_release left: the
@@ -759,14 +773,17 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- events
     @abc.abstractmethod
-    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
+                           receipt: ReceiptMaker | None = None) -> int:
         """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers.
         With a ``dedupe_key`` (unique per job) already used, writes nothing and returns the seq
-        of the event written with it (a retried activity appends once)."""
+        of the event written with it (a retried activity appends once). ``receipt``: a receipt
+        written with the event, never without it (a standing approval's use, engine/standing.py)."""
 
     @abc.abstractmethod
     async def append_event_if_waiting(
-        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None,
+        receipt: ReceiptMaker | None = None,
     ) -> int | None:
         """Append the event only while the job waits for that request: in one transaction with a
         check that it is ``suspended`` with ``pending_request_id == request_id`` (a resume or
@@ -775,12 +792,24 @@ class Store(CheckpointStore, HistoryStore):
         for that request (stopped, superseded, the decision already claimed, no such job).
         With a ``dedupe_key`` already used for the job, writes nothing and returns that event's
         seq, even when the job no longer waits: the event was recorded (e.g. by the first
-        attempt of a retried vote). Records each vote of a quorum exactly once."""
+        attempt of a retried vote). Records each vote of a quorum exactly once. ``receipt``: the
+        vote's receipt, written with the event (see :data:`ReceiptMaker`), never without it."""
+
+    # ---- receipts (DESIGN §16): written with the decision's records, deleted with the run
+    @abc.abstractmethod
+    async def read_receipts(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[ReceiptRecord]:
+        """The run's receipts after ``after_seq``, in chain order (seq 1, 2, ...)."""
+
+    @abc.abstractmethod
+    async def list_receipts(self, *, since: datetime, until: datetime | None = None, flow_id: str | None = None,
+                            after: tuple[datetime, str, int] | None = None, limit: int = 500) -> list[ReceiptRecord]:
+        """Receipts of every run with ``since <= at < until`` (of ``flow_id``'s runs only), by
+        (at, job_id, seq); ``after``: the (at, job_id, seq) of the last one of the previous page."""
 
     @abc.abstractmethod
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
-                              token: str, request_id: str, action_id: str, participants: Iterable[str]
-                              ) -> list[int] | None:
+                              token: str, request_id: str, action_id: str, participants: Iterable[str],
+                              receipt: ReceiptMaker | None = None) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
         claim ``token`` (claim_suspended_for_resume): ``events`` ((name, data, dedupe key), e.g.
         the vote that completed a quorum, ``human_input_expired``, ``human_input_decision``)
@@ -791,7 +820,8 @@ class Store(CheckpointStore, HistoryStore):
         None is returned, when every key was used (another attempt with the same token recorded
         its decision first: the caller goes on from that one, Store.claim_decision shows it) or
         when the claim is no longer the job's (a stop ended it meanwhile: no event ever follows
-        the job's terminal one)."""
+        the job's terminal one). ``receipt``: the decision's receipt, written in the same
+        transaction (see :data:`ReceiptMaker`), and not at all when nothing is."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

@@ -15,6 +15,7 @@ from signoff.engine.models import (
     EventNote,
     JobStatus,
     Notification,
+    ReceiptRecord,
     StandingApproval,
     User,
     WebhookDelivery,
@@ -208,6 +209,7 @@ class _Tables:
     links: dict[str, DecisionLink] = field(default_factory=dict)  # token hash -> link
     notifications: list[Notification] = field(default_factory=list)  # in the order logged
     standing: dict[str, StandingApproval] = field(default_factory=dict)  # rule id -> rule
+    receipts: dict[str, list[ReceiptRecord]] = field(default_factory=dict)  # job id -> receipts, seq 1, 2, ...
 
 
 class MemoryCore(Store):

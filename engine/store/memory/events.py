@@ -10,12 +10,13 @@ from typing import Any
 
 from signoff.engine.audit.events import event_sha256
 from signoff.engine.models import Event, EventNote, JobStatus, utcnow
-from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, StoreError
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, ReceiptMaker, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
-from signoff.engine.store.memory.core import _Event, _first, MemoryCore, _same, _Tables
+from signoff.engine.store.memory.core import _Event, _first, _same, _Tables
+from signoff.engine.store.memory.receipts import MemoryReceipts
 
 
-class MemoryEvents(MemoryCore):
+class MemoryEvents(MemoryReceipts):
     """Part of MemoryStore: events."""
 
     def _append(self, t: _Tables, job_id: str, event: str, body: str, dedupe_key: str | None) -> int:
@@ -42,13 +43,20 @@ class MemoryEvents(MemoryCore):
         """An access note for ``user_id`` (Store.tail_events)."""
         self._append(t, ACCESS_NOTES + user_id, ACCESS_CHANGED, dumps({}), None)
 
-    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
+                           receipt: ReceiptMaker | None = None) -> int:
         body = dumps(data)
-        return self._append(self._tables(), job_id, event, body, dedupe_key)
+        t = self._tables()
+        used = dedupe_key is not None and any(e.dedupe_key == dedupe_key for e in t.events.get(job_id, ()))
+        made = self._next_receipt(t, job_id, receipt) if receipt is not None and not used else None
+        seq = self._append(t, job_id, event, body, dedupe_key)
+        if made is not None:
+            self._keep_receipt(t, made)
+        return seq
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
-                              token: str, request_id: str, action_id: str, participants: Iterable[str]
-                              ) -> list[int] | None:
+                              token: str, request_id: str, action_id: str, participants: Iterable[str],
+                              receipt: ReceiptMaker | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
@@ -61,23 +69,32 @@ class MemoryEvents(MemoryCore):
         job = t.jobs.get(job_id)
         if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
             return None
+        made = self._next_receipt(t, job_id, receipt) if receipt is not None else None
         seqs = [self._append(t, job_id, name, body, key) for name, body, key in bodies]
         for row in t.messages.values():
             if row.kind == "card" and _same(row.card_request_id, request_id):
                 row.submitted_action = action_id
         job.pending, job.pending_request_id, job.updated_at = None, None, utcnow()
         t.participants.update((u, job_id) for u in ids)
+        if made is not None:
+            self._keep_receipt(t, made)
         return seqs
 
     async def append_event_if_waiting(
-        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None,
+        receipt: ReceiptMaker | None = None,
     ) -> int | None:
         """See Store.append_event_if_waiting: the check and the append in one step."""
         body = dumps(data)
         t = self._tables()
         row = t.jobs.get(job_id)
         if row is not None and row.status == JobStatus.suspended and _same(row.pending_request_id, request_id):
-            return self._append(t, job_id, event, body, dedupe_key)
+            used = dedupe_key is not None and any(e.dedupe_key == dedupe_key for e in t.events.get(job_id, ()))
+            made = self._next_receipt(t, job_id, receipt) if receipt is not None and not used else None
+            seq = self._append(t, job_id, event, body, dedupe_key)
+            if made is not None:
+                self._keep_receipt(t, made)
+            return seq
         if dedupe_key is not None:
             for e in t.events.get(job_id, ()):
                 if e.dedupe_key == dedupe_key:

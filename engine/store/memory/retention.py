@@ -47,6 +47,7 @@ class MemoryRetention(MemoryBlobs):
         for token_hash in [k for k, link in t.links.items() if link.job_id == job_id]:
             del t.links[token_hash]
         t.notifications = [n for n in t.notifications if n.job_id != job_id]
+        t.receipts.pop(job_id, None)
         return True
 
     async def delete_runs_ended_before(self, before: datetime, *, limit: int = 500) -> list[str]:

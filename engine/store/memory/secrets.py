@@ -29,6 +29,16 @@ class MemorySecrets(MemoryCore):
             row.ciphertext, row.updated_at = data, now
         return self._secret(owner_id, name, row)
 
+    async def create_secret(self, owner_id: str, name: str, ciphertext: bytes) -> SecretRecord:
+        """See Store.create_secret."""
+        data = ciphertext_bytes(ciphertext)
+        t = self._tables()
+        row = t.secrets.get((owner_id, name))
+        if row is None:
+            now = utcnow()
+            row = t.secrets[(owner_id, name)] = _Secret(data, now, now)
+        return self._secret(owner_id, name, row)
+
     async def get_secret(self, owner_id: str, name: str) -> SecretRecord | None:
         row = self._tables().secrets.get((owner_id, name))
         return self._secret(owner_id, name, row) if row is not None else None

@@ -20,8 +20,10 @@ from signoff.engine.models import InboxEntry, Job, utcnow
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
+from signoff.engine.store.base import ReceiptMaker
 from signoff.engine.store.sql.jobs import SQLJobs
 from signoff.engine.store.sql.queries import Q
+from signoff.engine.store.sql.receipts import SQLReceipts
 
 __all__ = ["SQLApprovals"]
 
@@ -37,7 +39,7 @@ def _refs(refs: Iterable[str]) -> list[tuple[str, str | None, str | None, str | 
     return [(ref, *approver_ref(ref)) for ref in unique_strings(refs, "refs")]
 
 
-class SQLApprovals(SQLJobs):
+class SQLApprovals(SQLReceipts, SQLJobs):
     """Part of SQLStore: approver references, the assigned list, votes while a request waits."""
 
     async def _write_refs(self, tx: Tx, job_id: str, request_id: str, parsed: list[Any], *, replace: bool) -> None:
@@ -69,8 +71,8 @@ class SQLApprovals(SQLJobs):
         return [r["ref"] for r in rows]
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
-                              token: str, request_id: str, action_id: str, participants: Iterable[str]
-                              ) -> list[int] | None:
+                              token: str, request_id: str, action_id: str, participants: Iterable[str],
+                              receipt: ReceiptMaker | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock)."""
@@ -87,6 +89,8 @@ class SQLApprovals(SQLJobs):
                 await tx.execute(Q.clear_pending, (now, job_id))
                 if ids:
                     await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
+                if receipt is not None:
+                    await self._write_receipt(tx, job_id, receipt)
                 return seqs
         except DuplicateEvents:  # all recorded by another attempt first: nothing written now
             return None
@@ -197,7 +201,8 @@ class SQLApprovals(SQLJobs):
         return [r["job_id"] for r in rows]
 
     async def append_event_if_waiting(
-        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None
+        self, job_id: str, request_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None,
+        receipt: ReceiptMaker | None = None,
     ) -> int | None:
         """See Store.append_event_if_waiting. The conditional no-op UPDATE locks the job row while
         it waits for ``request_id``; the append then takes the counter row (job row, then
@@ -206,7 +211,10 @@ class SQLApprovals(SQLJobs):
         try:
             async with self._tx(write=True) as tx:
                 if await tx.execute(Q.lock_waiting, (job_id, request_id)) > 0:
-                    return await self._append(tx, job_id, event, body, dedupe_key)
+                    seq = await self._append(tx, job_id, event, body, dedupe_key)
+                    if receipt is not None:
+                        await self._write_receipt(tx, job_id, receipt)
+                    return seq
                 if dedupe_key is None:
                     return None
                 first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))

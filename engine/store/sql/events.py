@@ -14,7 +14,7 @@ from typing import Any
 
 from signoff.engine.audit.events import canonical_json, chained_sha256
 from signoff.engine.models import Event, utcnow
-from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, ReceiptMaker
 from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
@@ -51,13 +51,17 @@ class DuplicateEvents(Exception):
 class SQLEvents(SQLCore):
     """Part of SQLStore: the event log."""
 
-    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None) -> int:
+    async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
+                           receipt: ReceiptMaker | None = None) -> int:
         """See Store.append_event. With a ``dedupe_key`` already used for this job, nothing is
-        written and the first event's seq is returned."""
+        written (the receipt neither) and the first event's seq is returned."""
         body = self._enc_event(data)
         try:
             async with self._tx(write=True) as tx:
-                return await self._append(tx, job_id, event, body, dedupe_key)
+                seq = await self._append(tx, job_id, event, body, dedupe_key)
+                if receipt is not None:  # under the job's counter row, taken by the append
+                    await self._write_receipt(tx, job_id, receipt)  # type: ignore[attr-defined]
+                return seq
         except DuplicateEvent as dup:  # the transaction rolled back: the counter is untouched
             return dup.seq
 

@@ -228,6 +228,10 @@ class Q:
         "ON CONFLICT (owner_id, name) DO UPDATE SET ciphertext = excluded.ciphertext, "
         "updated_at = excluded.updated_at RETURNING *"
     )
+    insert_secret = (
+        "INSERT INTO secrets (owner_id, name, ciphertext, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT DO NOTHING"
+    )
     secret = "SELECT * FROM secrets WHERE owner_id = ? AND name = ?"
     list_secrets = "SELECT owner_id, name, created_at, updated_at FROM secrets WHERE owner_id = ?"
     delete_secret = "DELETE FROM secrets WHERE owner_id = ? AND name = ?"
@@ -493,3 +497,11 @@ class Q:
     record_migration = "INSERT INTO signoff_migrations (version, applied_at) VALUES (?, ?)"
     ping = "SELECT 1 AS one"
 
+    # receipts (DESIGN §16): a run's receipts in chain order (seq 1, 2, ...), written with the
+    # decision's records under the job row's lock (record_decision, append_event_if_waiting)
+    last_receipt = "SELECT seq, sha256 FROM receipts WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
+    insert_receipt = (
+        "INSERT INTO receipts (job_id, seq, receipt_id, flow_id, at, sha256, body) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
+    read_receipts = "SELECT * FROM receipts WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    delete_job_receipts = "DELETE FROM receipts WHERE job_id = ?"

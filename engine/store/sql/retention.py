@@ -48,6 +48,7 @@ class SQLRetention(SQLCore):
         await tx.execute(Q.delete_job_participants, (job_id,))
         await tx.execute(Q.delete_job_links, (job_id,))
         await tx.execute(Q.delete_job_notifications, (job_id,))
+        await tx.execute(Q.delete_job_receipts, (job_id,))
         await self._refund(tx, rows, job_id)  # what the rows counted, charged_to as they were written
         return True
 

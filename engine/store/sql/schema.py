@@ -393,6 +393,21 @@ MIGRATIONS: list[list[str]] = [
         "ALTER TABLE events ADD COLUMN sha256 TEXT",
         "ALTER TABLE events ADD COLUMN prev_sha256 TEXT",
     ],
+    # 15: the oversight record (DESIGN §16, docs/audit.md): a signed receipt per decision, a run's
+    # receipts chained in ``seq`` order (1, 2, ...), written in the transaction of the decision's
+    # records; found by time (and flow) for an operator's export; deleted with the run
+    [
+        """CREATE TABLE receipts (
+            job_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            receipt_id TEXT NOT NULL,
+            flow_id TEXT NOT NULL,
+            at {ts} NOT NULL,
+            sha256 TEXT NOT NULL,
+            body {json} NOT NULL,
+            PRIMARY KEY (job_id, seq))""",
+        "CREATE INDEX receipts_at ON receipts (at, job_id, seq)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -36,6 +36,16 @@ class SQLSecrets(SQLCore):
         assert row is not None
         return self._secret(row)
 
+    async def create_secret(self, owner_id: str, name: str, ciphertext: bytes) -> SecretRecord:
+        """See Store.create_secret: an insert that does nothing on a conflict, then the row."""
+        data = ciphertext_bytes(ciphertext)
+        now = self._enc_dt(utcnow())
+        async with self._tx(write=True) as tx:
+            await tx.execute(Q.insert_secret, (owner_id, name, data, now, now))
+            row = await tx.fetchone(Q.secret, (owner_id, name))
+        assert row is not None
+        return self._secret(row)
+
     async def get_secret(self, owner_id: str, name: str) -> SecretRecord | None:
         async with self._tx(write=False) as tx:
             row = await tx.fetchone(Q.secret, (owner_id, name))

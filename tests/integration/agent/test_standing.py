@@ -17,6 +17,7 @@ import pytest
 
 from signoff.api.app import create_app
 from signoff.engine import metrics
+from signoff.engine.audit.receipts import public_keys, verify_run
 from signoff.engine.errors import Forbidden, InvalidStandingApproval, StandingApprovalLimit
 from signoff.engine.models import Decision, JobStatus, StandingApproval, utcnow
 from signoff.engine.standing import STANDING_EVENT
@@ -120,6 +121,14 @@ async def test_a_standing_approval_approves_the_next_three_calls_and_stops_at_on
                 "approve", alice.id, f"standing:{rule.id}", rule.id, "refund")
             assert u["executed_args"] == u["proposed_args"] and u["job_id"] == job.job_id
         assert _standing_used() - used_before == 3
+        # each use has its own signed receipt, chained after the decision that made the rule
+        receipts = [r.body for r in await store.read_receipts(job.job_id)]
+        assert [(r["authority"], r["via"], r["decided_by"]["id"], r["request_id"]) for r in receipts] == [
+            ("owner", "api", alice.id, first)] + [
+            (f"standing:{rule.id}", "standing", alice.id, u["request_id"]) for u in uses]
+        assert [r["executed_args"] for r in receipts[1:]] == [{"body": f"R{n}"} for n in (1, 2, 3)]
+        public = (await c.get("/api/v1/audit/public-key")).json()["keys"]
+        assert verify_run(receipts, public_keys(public)) is None
 
         listed = (await c.get("/api/v1/standing-approvals")).json()
         assert [(x["id"], x["uses"], x["status"]) for x in listed] == [(rule.id, 3, "active")]

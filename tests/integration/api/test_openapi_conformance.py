@@ -187,6 +187,20 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         assert done["object"] == "response" and done["output"]["text"] == "Refund sent"
         await A("GET", "/api/v2/workflows/{job_id}/pending", 404, path={"job_id": job_id})
 
+        # the oversight record (docs/audit.md): the decision's receipt, the keys, the operator's export
+        assert len((await A("GET", "/api/v1/runs/{job_id}/receipts", 200, path={"job_id": job_id})).json()["receipts"]) == 1
+        await B("GET", "/api/v1/runs/{job_id}/receipts", 404, path={"job_id": job_id})
+        await A("GET", "/api/v1/runs/{job_id}/receipts", 422, path={"job_id": job_id}, params={"limit": 0})
+        await B("GET", "/api/v1/audit/public-key", 200)
+        await A("GET", "/api/v1/audit/receipts", 403, params={"since": "2026-01-01"})
+        api.settings.operators = bob_id
+        try:
+            await B("GET", "/api/v1/audit/receipts", 200, params={"since": "2000-01-01", "limit": 1})
+            await B("GET", "/api/v1/audit/receipts", 422, params={"since": "2000-01-01", "flow": "a\x00b"})
+            await B("GET", "/api/v1/audit/receipts", 422, params={"since": "0001-01-01T00:00:00+14:00"})
+        finally:
+            api.settings.operators = ""
+
         # stop
         await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job["job_id"]})
         await A("POST", "/api/v2/workflows/stop", 200, json={"job_id": job_id})

@@ -43,6 +43,7 @@ from temporalio.service import RPCError
 
 from signoff.api.app import create_app
 from signoff.devserver import temporal_binary
+from signoff.engine.secrets import deployment_key
 from signoff.engine.models import Decision, JobStatus
 from signoff.service import RunService
 from signoff.workflows.types import ResumeInput, ResumeResult
@@ -510,7 +511,10 @@ async def test_a_worker_killed_between_two_votes_loses_neither(quorum: Quorum, t
     procs = Harness(settings, h.store, service, app, users=h.users, flows=h.flows, egress=h.egress)
     env = {**os.environ, "SIGNOFF_TEMPORAL_ADDRESS": q.address, "SIGNOFF_DATABASE_URL": settings.resolved_database_url,
            "SIGNOFF_EGRESS_ALLOW": settings.egress_allow or "", "SIGNOFF_TASK_QUEUE": settings.task_queue,
-           "SIGNOFF_HOME": str(tmp_path / "home")}
+           "SIGNOFF_HOME": str(tmp_path / "home"),
+           # the deployment's key, as every replica shares it: the worker signs receipts with a key
+           # sealed by it (docs/audit.md), which the in-process worker may have made first
+           "SIGNOFF_SECRET_KEY": deployment_key(h.settings).decode()}
     workers: list[WorkerProcess] = []
     try:
         workers.append(WorkerProcess(env, tmp_path / "worker0.log"))

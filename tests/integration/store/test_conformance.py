@@ -10,6 +10,7 @@ from signoff.engine.store.memory import MemoryStore
 from tests.store_conformance import *  # noqa: F403 - the contract's tests, collected here
 from tests.store_conformance_channels import *  # noqa: F403 - contacts, decision links, notifications
 from tests.store_conformance_standing import *  # noqa: F403 - standing approvals
+from tests.store_conformance_receipts import *  # noqa: F403 - receipts (docs/audit.md)
 
 
 @pytest.fixture
