@@ -1,9 +1,18 @@
 """Shared fixtures. Tiers by folder: tests/unit (no services), tests/integration (Temporal dev
 server, SQLite, PostgreSQL), tests/acceptance (the CLI and HTTP as a user drives them)."""
 
+import os
+
 import pytest
 
 from tests.helpers import EgressAllow
+
+# One test session is one deployment: its tests share each worker's PostgreSQL database (tests/
+# fixtures/db.py), so they share its deployment key too, as replicas must (docs/audit.md: the
+# receipts' signing key is sealed with it; a key made under one test's SIGNOFF_HOME/secret.key
+# could not be opened by the next test's). Set for every Settings and every process a test
+# starts; a test of the key file itself unsets it.
+os.environ.setdefault("SIGNOFF_SECRET_KEY", "c2lnbm9mZi10ZXN0LXNlc3Npb24ta2V5LTMyLWJ5dGU=")
 
 pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai", "tests.fixtures.own_postgres"]
 

@@ -87,8 +87,10 @@ async def test_a_reference_resolves_against_the_flows_owner_never_the_caller(wor
     assert done.status == JobStatus.failed and "signoff secrets set payments" in done.error["error"]
 
 
-def test_a_box_opens_only_what_its_key_sealed(tmp_path):
+def test_a_box_opens_only_what_its_key_sealed(tmp_path, monkeypatch):
     from signoff.engine.secrets import SecretKeyError
+
+    monkeypatch.delenv("SIGNOFF_SECRET_KEY", raising=False)  # the key file in SIGNOFF_HOME
     from signoff.engine.settings import Settings
 
     one = SecretBox.for_settings(Settings(home=tmp_path / "a"))
