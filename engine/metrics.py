@@ -26,6 +26,7 @@ from typing import Any, Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from signoff.engine.errors import SignoffError
+from signoff.engine.store.counters import COUNTS
 from signoff.engine.store.proxy import StoreProxy
 
 __all__ = ["REGISTRY", "MeteredStore", "decided", "exposition", "failed_activity", "set_run_counts"]
@@ -45,6 +46,24 @@ STORE_SECONDS = Histogram(
     "signoff_store_seconds", "Store call latency", ["op"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=REGISTRY)
 STORE_ERRORS = Counter("signoff_store_errors", "Store calls that failed", ["op", "code"], registry=REGISTRY)
+
+class _StoreCounts:
+    """``signoff_store_transactions_total{kind}`` (commit: write transactions; read: read
+    connections) and ``signoff_store_statements_total``, from engine/store/counters.py."""
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        tx = CounterMetricFamily("signoff_store_transactions", "Store transactions by kind (commit: a write "
+                                 "transaction; read: a read connection)", labels=["kind"])
+        tx.add_metric(["commit"], COUNTS["commit"])
+        tx.add_metric(["read"], COUNTS["read"])
+        yield tx
+        yield CounterMetricFamily("signoff_store_statements", "Statements the store sent to its database",
+                                  value=COUNTS["statements"])
+
+
+REGISTRY.register(_StoreCounts())  # type: ignore[arg-type]
 
 STATUSES = ("queued", "in_progress", "suspended", "completed", "failed", "cancelled", "timed_out")
 

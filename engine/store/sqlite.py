@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
+from signoff.engine.store.counters import count
 from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -73,6 +74,8 @@ class _SQLiteTx(Tx):
         self.running: Future[Any] | None = None  # the statement a store thread may still be running
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        count("statements")
+
         def run() -> T:
             try:
                 if self.conn is None:
@@ -228,6 +231,7 @@ class SQLiteStore(SQLStore):
         if write:
             async with self._write_lock:
                 tx = _SQLiteTx(self._writer_conn, self._writer_exec, "BEGIN IMMEDIATE")
+                count("commit")
                 try:
                     yield tx
                 except BaseException:
@@ -239,6 +243,7 @@ class SQLiteStore(SQLStore):
                         wake.set()
         else:
             tx = _SQLiteTx(self._take_reader, self._reader_exec, None)
+            count("read")
             try:
                 yield tx
             finally:
