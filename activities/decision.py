@@ -87,7 +87,8 @@ class DecisionActivities(LayerActivities):
                 # whoever decided (and voted, for a quorum) keeps the run in their history and sight
                 participants=_took_part(person, inp),
                 values_checked=request is not None),  # checked above, before the claim
-                lambda job: self._paused_state(job, inp.state))
+                lambda job: self._paused_state(job, inp.state),
+                job=job)  # as read above: the claim rides in the decision's write while it still waits
             if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,

@@ -776,6 +776,44 @@ async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(
     assert (await store.get_job(running)).pending is not None
 
 
+async def test_record_decision_with_the_claim_claims_and_records_in_one_write(store: Store) -> None:
+    """``claim=True`` (issue 33): the claim of a job waiting for the request and the decision's
+    records in one transaction; refused (None, nothing written, the job as it was) when the job
+    does not wait for that request, and when every key was used (the claim rolled back too)."""
+    dave = await new_user(store)
+    job_id, request_id = await suspended_job(store)
+    events = [("human_input_decision", {"action_id": "approve"}, "t1:decision")]
+    # another request: nothing claimed, nothing written
+    assert await store.record_decision(job_id, events, token="t1", request_id="other", action_id="approve",
+                                       participants=[dave.id], claim=True) is None
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.waits_for(request_id)
+    assert await store.read_events(job_id) == [] and not await store.took_part(job_id, dave.id)
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="approve",
+                                       participants=[dave.id], claim=True) == [1]
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending is None and await store.took_part(job_id, dave.id)
+    claim = await store.claim_decision(job_id, request_id, "t1", claim=False)
+    assert claim.won and claim.recorded["decision"].data == {"action_id": "approve"}
+    # the same token again (a twin attempt): its own claim is held, every key used: nothing more
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="reject",
+                                       participants=[], claim=True) is None
+    # a rival token: the job no longer waits, so no claim, nothing written
+    assert await store.record_decision(job_id, [("human_input_decision", {}, "t2:decision")], token="t2",
+                                       request_id=request_id, action_id="reject", participants=[], claim=True) is None
+    assert [e.seq for e in await store.read_events(job_id)] == [1]
+    # every key used by an earlier write: the claim is not taken either (rolled back with the rest)
+    other, other_request = await suspended_job(store)
+    await store.append_event(other, "human_input_decision", {}, dedupe_key="t3:decision")
+    assert await store.record_decision(other, [("human_input_decision", {}, "t3:decision")], token="t3",
+                                       request_id=other_request, action_id="approve", participants=[],
+                                       claim=True) is None
+    assert (await store.get_job(other)).waits_for(other_request)
+    with pytest.raises(StoreError):
+        await store.record_decision(other, events, token="", request_id=other_request, action_id="approve",
+                                    participants=[], claim=True)
+
+
 async def test_record_decision_racing_appends_keeps_seqs_gap_free(store: Store) -> None:
     job_id, request_id = await suspended_job(store)
     assert await store.claim_suspended_for_resume(job_id, request_id, token="t") == "t"

@@ -718,10 +718,13 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
-                              token: str, request_id: str, action_id: str, participants: Iterable[str]
-                              ) -> list[int] | None:
+                              token: str, request_id: str, action_id: str, participants: Iterable[str],
+                              claim: bool = False) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
-        claim ``token`` (claim_suspended_for_resume): ``events`` ((name, data, dedupe key), e.g.
+        claim ``token`` (claim_suspended_for_resume; with ``claim``, the claim is taken first in
+        the same transaction when the job is ``suspended`` waiting for ``request_id``, as
+        claim_decision takes it: one commit for the claim and the decision, and none when either
+        is refused): ``events`` ((name, data, dedupe key), e.g.
         the vote that completed a quorum, ``human_input_expired``, ``human_input_decision``)
         appended in order with gap-free seqs, the chat card of ``request_id`` stamped with
         ``action_id`` (as stamp_card), the job's pending request cleared, and ``participants``

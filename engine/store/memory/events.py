@@ -43,8 +43,8 @@ class MemoryEvents(MemoryCore):
         return self._append(self._tables(), job_id, event, body, dedupe_key)
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
-                              token: str, request_id: str, action_id: str, participants: Iterable[str]
-                              ) -> list[int] | None:
+                              token: str, request_id: str, action_id: str, participants: Iterable[str],
+                              claim: bool = False) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
@@ -55,6 +55,11 @@ class MemoryEvents(MemoryCore):
         if all(key in used for _, _, key in bodies):
             return None  # recorded by another attempt first
         job = t.jobs.get(job_id)
+        if claim:
+            if not token:
+                raise StoreError("A decision's claim token is a non-empty string.")
+            if job is not None and job.status == JobStatus.suspended and _same(job.pending_request_id, request_id):
+                job.status, job.claim_token = JobStatus.in_progress, token
         if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
             return None
         seqs = [self._append(t, job_id, name, body, key) for name, body, key in bodies]
