@@ -538,12 +538,21 @@ class Store(CheckpointStore, HistoryStore):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         event: tuple[str, dict[str, Any]] | None = None,
+        spans: list[SpanRecord] | None = None,
+        leftovers: tuple[str, str] | None = None,
     ) -> bool:
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
         Returns whether the row changed. A terminal status never changes again. ``event``
         (name, data) is appended in the same transaction when the row changed, so a status and
         its event (``end``, ``run_failed``...) are written together or not at all. A terminal
-        status also deletes the job's approver references in that transaction."""
+        status also deletes the job's approver references in that transaction.
+
+        ``spans``: saved as save_spans saves them, whether or not the row changed, and (when
+        they are this job's) in the same transaction, so a reader who sees the status sees them.
+        ``leftovers`` (run_id, blob prefix): when the row changed to a terminal status, that
+        run's checkpoints and the blobs under the prefix are deleted in the same transaction
+        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). Issue 33:
+        a run's end in one commit."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
     @abc.abstractmethod
@@ -579,13 +588,15 @@ class Store(CheckpointStore, HistoryStore):
         *,
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
+        spans: list[SpanRecord] | None = None,
     ) -> bool:
         """``in_progress → suspended`` with the pending request. ``event`` (name, data), e.g.
         ``("human_input_required", ...)``, is appended in the same transaction, only when the row
         changes: a job that ended meanwhile (stopped) gets neither, so no event is ever written
         after its terminal one. With a ``dedupe_key`` already used for the job's events (an
         earlier attempt wrote the event), the event is not written again; the status still
-        changes as without an event."""
+        changes as without an event. ``spans``: saved as set_status saves them (this job's in
+        the same transaction, whether or not the row changed): the pause in one commit."""
 
     @abc.abstractmethod
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
