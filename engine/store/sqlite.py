@@ -113,11 +113,16 @@ class _SQLiteTx(Tx):
         return await self._call(lambda c: _rows(c.execute(sql, tuple(params))))
 
     async def finish(self, commit: bool) -> None:
-        if not self.open or self.conn is None:
+        if self.running is None:  # no statement was sent: no transaction was begun
             return
-        conn = self.conn
 
         def run() -> None:
+            # Looked at on the connection's thread, after every statement sent before: a
+            # statement cancelled while it waited for the thread still begins the transaction
+            # when it runs, and it must be ended here (else the next write's BEGIN finds it open).
+            conn = self.conn
+            if not self.open or conn is None:
+                return
             if commit:
                 try:
                     conn.execute("COMMIT")
