@@ -94,7 +94,9 @@ class Dev:
         self.key = "sk-bench-" + uuid.uuid4().hex
         env = {**os.environ, "SIGNOFF_HOME": str(self.home), "SIGNOFF_API_PORT": str(self.port),
                "SIGNOFF_DEV_TEMPORAL_PORT": str(self.temporal_port), "SIGNOFF_DEV_UI_PORT": str(free_port()),
-               "SIGNOFF_DEV_API_KEY": self.key}
+               "SIGNOFF_DEV_API_KEY": self.key,
+               # the throughput rounds submit --concurrency runs at once for one user: no 429 for it
+               "SIGNOFF_USER_MAX_RUNS_IN_FLIGHT": "0"}
         if database_url:
             env["SIGNOFF_DATABASE_URL"] = database_url
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "signoff"), "dev"], env=env, cwd=self.home,
