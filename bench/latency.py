@@ -95,8 +95,9 @@ class Dev:
         env = {**os.environ, "SIGNOFF_HOME": str(self.home), "SIGNOFF_API_PORT": str(self.port),
                "SIGNOFF_DEV_TEMPORAL_PORT": str(self.temporal_port), "SIGNOFF_DEV_UI_PORT": str(free_port()),
                "SIGNOFF_DEV_API_KEY": self.key,
-               # the throughput rounds submit --concurrency runs at once for one user: no 429 for it
-               "SIGNOFF_USER_MAX_RUNS_IN_FLIGHT": "0"}
+               # the throughput rounds send --concurrency submits, then as many resumes, at once for one
+               # user: past the per-user write burst (40) and in-flight limit: no 429 for a bench of speed
+               "SIGNOFF_USER_MAX_RUNS_IN_FLIGHT": "0", "SIGNOFF_WRITE_RATE": "0", "SIGNOFF_WRITE_RATE_TOTAL": "0"}
         if database_url:
             env["SIGNOFF_DATABASE_URL"] = database_url
         self.proc = subprocess.Popen([str(Path(sys.executable).parent / "signoff"), "dev"], env=env, cwd=self.home,
