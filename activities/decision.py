@@ -98,7 +98,8 @@ class DecisionActivities(LayerActivities):
                 participants=_took_part(person, inp),
                 values_checked=request is not None,  # checked above, before the claim
                 decider_name=person.name if person else None, authority=authority),
-                lambda job: self._paused_state(job, inp.state), self.receipt_keys)
+                lambda job: self._paused_state(job, inp.state), self.receipt_keys,
+                job=job)  # as read above: the claim rides in the decision's write while it still waits
             if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,

@@ -25,6 +25,7 @@ from signoff.activities.types import (
 )
 from signoff.activities.notify import NotifyActivities
 from signoff.engine import tracing
+from signoff.engine.tracing.sdk import keep_spans, take_spans
 from signoff.engine.context import RunBudget
 from signoff.engine.errors import (
     FlowNotFound,
@@ -206,17 +207,24 @@ class LayerActivities(NotifyActivities):
         """The pause made visible: who may decide (the request's approvers), the
         ``human_input_required`` event and ``suspended`` with the pending request; returns the
         webhook deliveries of the event."""
-        await tracing.flush()  # the spans of what was built before the pause: in the trace as it shows
         if pending.approver_refs:  # before the status: an approver's inbox lists it as it shows
             await self.store.set_request_approvers(job.job_id, pending.request_id, pending.approver_refs)
         if not job.waits_for(pending.request_id):
             # the event and the status in one conditional write: a stop that ended the job since
             # it was read (the workflow's finish(cancelled) runs alongside) gets no
             # ``human_input_required`` after its ``run_cancelled``; a retry of an attempt that
-            # already persisted this pause writes nothing
-            await self.store.mark_suspended(job.job_id, pending,
-                                            event=("human_input_required", pending.model_dump(mode="json")),
-                                            dedupe_key=dedupe_key)
+            # already persisted this pause writes nothing. The spans of what was built before the
+            # pause ride in it (in the trace as it shows; one commit for the pause, issue 33).
+            spans = take_spans()
+            try:
+                await self.store.mark_suspended(job.job_id, pending,
+                                                event=("human_input_required", pending.model_dump(mode="json")),
+                                                dedupe_key=dedupe_key, spans=spans)
+            except BaseException:
+                keep_spans(spans)  # not written: the collector writes them as before
+                raise
+        else:
+            await tracing.flush()  # the spans of what was built before the pause: in the trace as it shows
         return await self._deliveries(job, "human_input_required", pending.request_id, pending)
 
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,

@@ -213,6 +213,25 @@ class Peer:
             await self.until(body["job_id"], "suspended")
         return time.perf_counter() - t, [body["job_id"] for body in bodies]
 
+    async def concurrent_resumes(self, job_ids: list[str]) -> float:
+        """Every suspended job of ``job_ids`` (a concurrent_round's, each its own run) resumed at
+        once, swept until all completed (one GET in flight at a time, as concurrent_round):
+        wall seconds (issue 33: decisions/s)."""
+        async def pending(job_id: str) -> str:
+            r = await self.http.get(f"/api/v2/workflows/{job_id}/pending")
+            r.raise_for_status()
+            return r.json()["request_id"]
+
+        requests = [await pending(j) for j in job_ids]  # untimed: the decider has them in hand
+        t = time.perf_counter()
+        answers = await asyncio.gather(*(self.http.post(f"/api/v2/workflows/{j}/resume", json={
+            "request_id": q, "decision": {"action_id": "approve"}}) for j, q in zip(job_ids, requests)))
+        for r in answers:
+            r.raise_for_status()
+        for job_id in job_ids:
+            await self.until(job_id, "completed")
+        return time.perf_counter() - t
+
     async def stop_jobs(self, job_ids: list[str]) -> None:
         """Cancel suspended jobs, so the next round's submits have no pause to supersede."""
         for job_id in job_ids:

@@ -3,6 +3,10 @@ job table (DESIGN §1, §9). The worker's ``resume_run`` activity calls it once 
 it does around it (who may decide, the values' check, the layers after the decision, webhook
 deliveries, metrics) is the activity's.
 
+    (the caller's job waits for the request: the pause's state read, the decision applied, then
+     the claim and the records in ONE store write, whose WHERE checks the job still waits for it;
+     refused, the store is looked at once: Recorded / NotClaimed / NotApplied as below)
+
     claim under the attempt's token ─┬─ an earlier attempt under that token recorded a decision → Recorded
                                      ├─ not won (another decision holds the run)                → NotClaimed
                                      ├─ won, the job ended meanwhile (a stop)                   → NotApplied
@@ -35,7 +39,7 @@ from signoff.engine.audit.receipts import ReceiptDraft
 from signoff.engine.decisions import apply_decision, decision_event, expired_event
 from signoff.engine.errors import NotResumable
 from signoff.engine.graph import Graph
-from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, PendingRequest, Vote
+from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, JobStatus, PendingRequest, Vote
 from signoff.engine.state import RunState
 from signoff.engine.store.base import Store
 
@@ -86,12 +90,18 @@ class Attempted:
 
 
 async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: PausedState,
-                           keys: ReceiptKeys | None = None) -> Attempted:
+                           keys: ReceiptKeys | None = None, *, job: Job | None = None) -> Attempted:
     """Run the attempt ``a`` (module docstring). ``paused_state(job)``: the run's state at its
-    pause and its graph (the checkpoint, or the caller's copy). ``keys``: the decision's signed
-    receipt is written with its records (docs/audit.md); None: no receipt. Raises NotResumable
-    for a job that is not there; store errors as they come (the caller retries under the same
-    token)."""
+    pause and its graph (the checkpoint, or the caller's copy). ``job``: the job as the caller
+    read it a moment ago; when it waits for the request, the claim is taken in the decision's
+    own write (one commit: :func:`_claim_and_record`). ``keys``: the decision's signed receipt is
+    written with its records (docs/audit.md); None: no receipt. Raises NotResumable for a job that is not
+    there; store errors as they come (the caller retries under the same token)."""
+    signing = await keys.signing() if keys is not None else None
+    if job is not None and job.job_id == a.job_id and job.status == JobStatus.suspended and job.waits_for(a.request_id):
+        done = await _claim_and_record(store, a, paused_state, job, signing)
+        if done is not None:
+            return done
     claim = await store.claim_decision(a.job_id, a.request_id, a.token)
     if claim.job is None:
         raise NotResumable(f"job {a.job_id} not found")
@@ -103,11 +113,7 @@ async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: Pause
     if job.status.terminal:  # claimed under this token, then ended (a stop) before the decision
         return Attempted("not_applied", job, claim)
     paused, graph = await paused_state(job)
-    votes = [*a.votes, a.vote] if a.vote is not None else a.votes
-    state, applied = apply_decision(paused, a.request_id, a.decision, a.now, a.decided_by, votes=votes,
-                                    timed_out=a.timed_out, values=not a.values_checked)
-    trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}"
-    signing = await keys.signing() if keys is not None else None
+    state, applied = _apply(a, paused)
     written = await _record(store, job, paused, applied, a, signing)
     if written is None:
         # Not recorded: another run of this attempt recorded its own decision first (a lost
@@ -117,8 +123,52 @@ async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: Pause
         if "decision" in claim.recorded and claim.job is not None:
             return Attempted("recorded", claim.job, claim)
         return Attempted("not_applied", claim.job or job, claim)
+    trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}": once recorded
     return Attempted("applied", job, claim, paused=paused, state=state, graph=graph, applied=applied,
                      written=written)
+
+
+async def _claim_and_record(store: Store, a: DecisionAttempt, paused_state: PausedState, job: Job,
+                            signing: SigningKey | None = None) -> Attempted | None:
+    """The attempt in one store write, for a ``job`` the caller read waiting for the request:
+    the run's state at the pause read first (the checkpoint of that pause: nothing changes it
+    while the job waits for it), the decision applied to it, then the claim and the records in
+    one transaction (Store.record_decision with ``claim``), whose WHERE checks that the job
+    still waits for that request: what was read is what the claim takes. None when this cannot
+    be done so (the checkpoint is gone, or holds another pause: the job moved on since it was
+    read), and the caller claims first as before. Not written (refused): looked at once, as a
+    claim that was not won (another decision, or a stop, got in first) or an earlier attempt's
+    record under the token (a twin of this one)."""
+    try:
+        paused, graph = await paused_state(job)
+    except NotResumable:
+        return None
+    if paused.pending is None or paused.pending.request_id != a.request_id or paused.pending_vertex is None:
+        return None
+    state, applied = _apply(a, paused)
+    written = await _record(store, job, paused, applied, a, signing, claim=True)
+    if written is None:
+        claim = await store.claim_decision(a.job_id, a.request_id, a.token, claim=False)
+        if claim.job is None:
+            raise NotResumable(f"job {a.job_id} not found")
+        if "decision" in claim.recorded:
+            return Attempted("recorded", claim.job, claim)
+        if claim.won and claim.job.status.terminal:  # claimed under this token, then ended (a stop)
+            return Attempted("not_applied", claim.job, claim)
+        if claim.won:  # an earlier attempt's claim, nothing recorded under it: the claim first, as before
+            return None
+        return Attempted("not_claimed", claim.job, claim)
+    trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}": once recorded
+    # the job as a claim reads it: running under this claim (its request, as read, for the caller)
+    claimed = job.model_copy(update={"status": JobStatus.in_progress})
+    return Attempted("applied", claimed, DecisionClaim(won=True, job=claimed, recorded={}), paused=paused,
+                     state=state, graph=graph, applied=applied, written=written)
+
+
+def _apply(a: DecisionAttempt, paused: RunState) -> tuple[RunState, AppliedDecision]:
+    votes = [*a.votes, a.vote] if a.vote is not None else a.votes
+    return apply_decision(paused, a.request_id, a.decision, a.now, a.decided_by, votes=votes,
+                          timed_out=a.timed_out, values=not a.values_checked)
 
 
 def trace_gate(job: Job, graph: Graph, paused: RunState, applied: AppliedDecision) -> None:
@@ -137,7 +187,8 @@ def vote_data(request_id: str, vote: Vote, n: int, required: int) -> dict[str, A
 
 
 async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDecision,
-                  a: DecisionAttempt, signing: SigningKey | None = None) -> list[tuple[str, int]] | None:
+                  a: DecisionAttempt, signing: SigningKey | None = None, *,
+                  claim: bool = False) -> list[tuple[str, int]] | None:
     """The decision's records in one store write under the claim (Store.record_decision): the
     vote that completed a quorum (``human_input_vote``, with the resolution),
     ``human_input_expired`` (when rerouted) then ``human_input_decision`` (with how it was
@@ -160,7 +211,8 @@ async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDeci
         draft = decision_receipt(job, paused.pending, applied, a)
         maker = partial(draft.signed, key_id=signing.key_id, private=signing.private)
     seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
-                                       action_id=applied.action_id, participants=a.participants, receipt=maker)
+                                       action_id=applied.action_id, participants=a.participants, claim=claim,
+                                       receipt=maker)
     return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
 

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from signoff.engine.models import Job, JobStatus, utcnow
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import close_run, flush, flusher
-from signoff.engine.tracing.sdk import collect_spans
+from signoff.engine.tracing.sdk import collect_spans, keep_spans, take_spans
 
 
 def run_blob_prefix(job_id: str) -> str:
@@ -114,10 +114,23 @@ async def end_run(
             if not traced and not job.status.terminal:
                 close_run(run_id=job.run_id, job_id=job_id, flow_id=job.flow_id, name=name, start=job.created_at,
                           end=utcnow(), status=end.status.value, error=end.error)
-                await flush()
                 traced_status = end.status.value
-            won = await store.set_status(job_id, end.status, expect=expect, result=end.result, error=end.error,
-                                         event=event)
+            # the spans so far (the root's too), the status with its event, and what the run
+            # leaves behind (its checkpoints and blobs) in ONE write: a reader who sees the run
+            # ended sees its whole trace, and one commit ends it (issue 33)
+            spans = take_spans()
+            try:
+                won = await store.set_status(job_id, end.status, expect=expect, result=end.result, error=end.error,
+                                             event=event, spans=spans,
+                                             leftovers=(job.run_id, run_blob_prefix(job_id)))
+            except BaseException:
+                keep_spans(spans)  # not written: the collector writes them as before
+                raise
+            if won and end.status.terminal:  # the write left nothing behind to clean
+                job = await store.get_job(job_id)
+                if job is not None:
+                    await _leave_nothing_behind(store, job, traced_status, name, cleaned=True)
+                return Ended(job, won)
         job = await store.get_job(job_id)
         if job is not None and job.status.terminal:
             await _leave_nothing_behind(store, job, traced_status, name)
@@ -153,11 +166,15 @@ async def settle_ended(store: Store, job: Job, *, name: str | None = None) -> No
         await _leave_nothing_behind(store, job, None, name or await _trace_name(store, job))
 
 
-async def _leave_nothing_behind(store: Store, job: Job, traced: str | None, name: str) -> None:
-    if job.pending is not None:
-        await store.clear_pending(job.job_id)
-    await store.delete_checkpoints(job.run_id)
-    await store.delete_blobs(run_blob_prefix(job.job_id))
+async def _leave_nothing_behind(store: Store, job: Job, traced: str | None, name: str, *,
+                                cleaned: bool = False) -> None:
+    """``cleaned``: the status' own write cleared the request and deleted the checkpoints and
+    the blobs (Store.set_status with ``leftovers``)."""
+    if not cleaned:
+        if job.pending is not None:
+            await store.clear_pending(job.job_id)
+        await store.delete_checkpoints(job.run_id)
+        await store.delete_blobs(run_blob_prefix(job.job_id))
     if job.status != JobStatus.completed:  # a completed run answered its cards
         await store.supersede_cards(job.job_id, stopped=await _stopped(store, job))
     if job.status.value != traced:  # the run ended otherwise than the root span said (or unsaid)

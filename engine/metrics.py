@@ -11,6 +11,8 @@ Served by the API at ``GET /metrics`` and by ``signoff worker`` on ``SIGNOFF_MET
   ``deadline`` (``on_timeout`` acted); ``via`` ``api``, ``mcp``, ``a2a``, ``temporal`` or ``deadline``;
 - ``signoff_activity_failures_total{activity, code}``: failed activity attempts (Temporal
   retries them or the run fails);
+- ``signoff_store_transactions_total{kind}`` and ``signoff_store_statements_total``: the SQL
+  store's commits, read connections and statements (engine/store/counters.py).
 - ``signoff_store_seconds{op}`` and ``signoff_store_errors_total{op, code}``: every store call
   of the process (a histogram per Store method; the label set is the method names, bounded);
 - ``signoff_live_streams``: live streams this API process holds open.
@@ -45,6 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 
 from signoff.engine.errors import SignoffError
+from signoff.engine.store.counters import COUNTS
 from signoff.engine.store.proxy import StoreProxy
 
 __all__ = ["OTHER_FLOWS", "OUTCOMES", "REGISTRY", "FlowLabels", "MeteredStore", "decided", "decision_outcome",
@@ -80,6 +83,25 @@ STANDING_USED = Counter("signoff_standing_approvals_used", "Calls a standing app
 OTHER_FLOWS = "_other"
 OUTCOMES = ("approved", "edited", "rejected", "timed_out", "responded")
 MAX_FLOW_ID = 64  # a flow id longer than this is cut in its label
+
+
+class _StoreCounts:
+    """``signoff_store_transactions_total{kind}`` (commit: write transactions; read: read
+    connections) and ``signoff_store_statements_total``, from engine/store/counters.py."""
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        tx = CounterMetricFamily("signoff_store_transactions", "Store transactions by kind (commit: a write "
+                                 "transaction; read: a read connection)", labels=["kind"])
+        tx.add_metric(["commit"], COUNTS["commit"])
+        tx.add_metric(["read"], COUNTS["read"])
+        yield tx
+        yield CounterMetricFamily("signoff_store_statements", "Statements the store sent to its database",
+                                  value=COUNTS["statements"])
+
+
+REGISTRY.register(_StoreCounts())  # type: ignore[arg-type]
 
 STATUSES = ("queued", "in_progress", "suspended", "completed", "failed", "cancelled", "timed_out")
 

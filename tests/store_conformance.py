@@ -835,6 +835,44 @@ async def test_record_decision_writes_nothing_once_the_claim_is_not_the_callers(
     assert (await store.get_job(running)).pending is not None
 
 
+async def test_record_decision_with_the_claim_claims_and_records_in_one_write(store: Store) -> None:
+    """``claim=True`` (issue 33): the claim of a job waiting for the request and the decision's
+    records in one transaction; refused (None, nothing written, the job as it was) when the job
+    does not wait for that request, and when every key was used (the claim rolled back too)."""
+    dave = await new_user(store)
+    job_id, request_id = await suspended_job(store)
+    events = [("human_input_decision", {"action_id": "approve"}, "t1:decision")]
+    # another request: nothing claimed, nothing written
+    assert await store.record_decision(job_id, events, token="t1", request_id="other", action_id="approve",
+                                       participants=[dave.id], claim=True) is None
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.suspended and job.waits_for(request_id)
+    assert await store.read_events(job_id) == [] and not await store.took_part(job_id, dave.id)
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="approve",
+                                       participants=[dave.id], claim=True) == [1]
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending is None and await store.took_part(job_id, dave.id)
+    claim = await store.claim_decision(job_id, request_id, "t1", claim=False)
+    assert claim.won and claim.recorded["decision"].data == {"action_id": "approve"}
+    # the same token again (a twin attempt): its own claim is held, every key used: nothing more
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="reject",
+                                       participants=[], claim=True) is None
+    # a rival token: the job no longer waits, so no claim, nothing written
+    assert await store.record_decision(job_id, [("human_input_decision", {}, "t2:decision")], token="t2",
+                                       request_id=request_id, action_id="reject", participants=[], claim=True) is None
+    assert [e.seq for e in await store.read_events(job_id)] == [1]
+    # every key used by an earlier write: the claim is not taken either (rolled back with the rest)
+    other, other_request = await suspended_job(store)
+    await store.append_event(other, "human_input_decision", {}, dedupe_key="t3:decision")
+    assert await store.record_decision(other, [("human_input_decision", {}, "t3:decision")], token="t3",
+                                       request_id=other_request, action_id="approve", participants=[],
+                                       claim=True) is None
+    assert (await store.get_job(other)).waits_for(other_request)
+    with pytest.raises(StoreError):
+        await store.record_decision(other, events, token="", request_id=other_request, action_id="approve",
+                                    participants=[], claim=True)
+
+
 async def test_record_decision_racing_appends_keeps_seqs_gap_free(store: Store) -> None:
     job_id, request_id = await suspended_job(store)
     assert await store.claim_suspended_for_resume(job_id, request_id, token="t") == "t"
@@ -2625,3 +2663,72 @@ async def test_delete_run_racing_claims_never_deletes_a_run_that_has_not_ended(s
     events = [e for j in left for e in await store.read_events(j.job_id)]
     assert await store.stored_bytes(alice.id) == sum(octets_of(j.request) for j in left) + sum(
         octets_of(e.data) for e in events)
+
+
+async def test_set_status_with_spans_and_leftovers_ends_a_run_in_one_write(store: Store) -> None:
+    """Issue 33: a run's end in one write: its spans, the terminal status with its event, and
+    what it leaves behind (its checkpoints, its blobs) together; each byte counted and given
+    back as the separate writes would. Spans are saved whether or not the status changed; the
+    leftovers go only with a terminal status this call wrote; another run's rows stay."""
+    alice = await new_user(store)
+    job_id = await new_job(store, alice.id)
+    other = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    await store.save_checkpoint(job_id, {"outputs": {"a": "y" * 500}}, job_id=job_id)
+    await store.put_blob(f"runs/{job_id}/out/1", b"z" * 2048)
+    await store.save_checkpoint(other, {"keep": 1}, job_id=other)
+    await store.put_blob(f"runs/{other}/out/1", b"k" * 100)
+    base = await store.stored_bytes(alice.id)
+    root = SpanRecord(trace_id=job_id, span_id="root", name="run", type="flow", start_time=utcnow(),
+                      end_time=utcnow(), status="ok", run_id=job_id, inputs={"q": "a" * 300}, outputs={},
+                      attributes={})
+    loose = SpanRecord(trace_id=job_id, span_id="loose", name="c", type="component", start_time=utcnow(),
+                       inputs={}, outputs={"o": "b" * 50}, attributes={})
+    result = {"text": "done"}
+    assert await store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress], result=result,
+                                  event=("end", {"status": "completed"}), spans=[root, loose],
+                                  leftovers=(job_id, f"runs/{job_id}/"))
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.completed and job.result == result
+    assert {s.span_id for s in await store.get_trace(job_id)} == {"root", "loose"}
+    assert [e.event for e in await store.read_events(job_id)] == ["end"]
+    assert await store.load_latest_checkpoint(job_id) is None
+    assert await store.get_blob(f"runs/{job_id}/out/1") is None
+    assert await store.load_latest_checkpoint(other) is not None  # another run's: kept
+    assert await store.get_blob(f"runs/{other}/out/1") == b"k" * 100
+    spans = octets_of(root.inputs) + octets_of(root.outputs) + octets_of(root.attributes)  # a run's: counted
+    assert await store.stored_bytes(alice.id) == (base + spans + octets_of(result)
+                                                  + octets_of({"status": "completed"})
+                                                  - octets_of({"outputs": {"a": "y" * 500}}) - 2048)
+    # the write lost (the run ended already): its spans still saved, nothing else written or deleted
+    late = root.model_copy(update={"span_id": "late"})
+    assert not await store.set_status(job_id, JobStatus.failed, spans=[late], event=("run_failed", {}),
+                                      leftovers=(other, f"runs/{other}/"))
+    assert "late" in {s.span_id for s in await store.get_trace(job_id)}
+    assert [e.event for e in await store.read_events(job_id)] == ["end"]
+    assert await store.load_latest_checkpoint(other) is not None and await store.get_blob(f"runs/{other}/out/1")
+    # a status that is not terminal deletes nothing
+    assert await store.set_status(other, JobStatus.in_progress, leftovers=(other, f"runs/{other}/"))
+    assert await store.load_latest_checkpoint(other) is not None
+
+
+async def test_mark_suspended_with_spans_saves_them_with_the_pause(store: Store) -> None:
+    """Issue 33: the pause in one write, the spans of what was built before it included; saved
+    also when the pause was not written (a stop got in first), and counted to the run's user."""
+    alice = await new_user(store)
+    job_id = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    base = await store.stored_bytes(alice.id)
+    span = SpanRecord(trace_id=job_id, span_id="ask", name="ask", type="component", start_time=utcnow(),
+                      end_time=utcnow(), run_id=job_id, inputs={"q": "x" * 100}, outputs={}, attributes={})
+    assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}),
+                                      dedupe_key="pause:1", spans=[span])
+    assert [s.span_id for s in await store.get_trace(job_id)] == ["ask"]
+    assert (await store.get_job(job_id)).waits_for(f"gate:{job_id}")
+    assert await store.stored_bytes(alice.id) == base + octets_of(span.inputs) + 2 + 2 + octets_of({})
+    stopped = await new_job(store, alice.id)
+    assert await store.set_status(stopped, JobStatus.cancelled)
+    late = span.model_copy(update={"trace_id": stopped, "run_id": stopped})
+    assert not await store.mark_suspended(stopped, pending(f"gate:{stopped}"), spans=[late])
+    assert [s.span_id for s in await store.get_trace(stopped)] == ["ask"]
+    assert (await store.get_job(stopped)).status == JobStatus.cancelled

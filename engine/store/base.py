@@ -605,12 +605,21 @@ class Store(CheckpointStore, HistoryStore):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         event: tuple[str, dict[str, Any]] | None = None,
+        spans: list[SpanRecord] | None = None,
+        leftovers: tuple[str, str] | None = None,
     ) -> bool:
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
         Returns whether the row changed. A terminal status never changes again. ``event``
         (name, data) is appended in the same transaction when the row changed, so a status and
         its event (``end``, ``run_failed``...) are written together or not at all. A terminal
-        status also deletes the job's approver references in that transaction."""
+        status also deletes the job's approver references in that transaction.
+
+        ``spans``: saved as save_spans saves them, whether or not the row changed, and (when
+        they are this job's) in the same transaction, so a reader who sees the status sees them.
+        ``leftovers`` (run_id, blob prefix): when the row changed to a terminal status, that
+        run's checkpoints and the blobs under the prefix are deleted in the same transaction
+        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). Issue 33:
+        a run's end in one commit."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
     @abc.abstractmethod
@@ -646,13 +655,15 @@ class Store(CheckpointStore, HistoryStore):
         *,
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
+        spans: list[SpanRecord] | None = None,
     ) -> bool:
         """``in_progress → suspended`` with the pending request. ``event`` (name, data), e.g.
         ``("human_input_required", ...)``, is appended in the same transaction, only when the row
         changes: a job that ended meanwhile (stopped) gets neither, so no event is ever written
         after its terminal one. With a ``dedupe_key`` already used for the job's events (an
         earlier attempt wrote the event), the event is not written again; the status still
-        changes as without an event."""
+        changes as without an event. ``spans``: saved as set_status saves them (this job's in
+        the same transaction, whether or not the row changed): the pause in one commit."""
 
     @abc.abstractmethod
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
@@ -809,9 +820,12 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
-        claim ``token`` (claim_suspended_for_resume): ``events`` ((name, data, dedupe key), e.g.
+        claim ``token`` (claim_suspended_for_resume; with ``claim``, the claim is taken first in
+        the same transaction when the job is ``suspended`` waiting for ``request_id``, as
+        claim_decision takes it: one commit for the claim and the decision, and none when either
+        is refused): ``events`` ((name, data, dedupe key), e.g.
         the vote that completed a quorum, ``human_input_expired``, ``human_input_decision``)
         appended in order with gap-free seqs, the chat card of ``request_id`` stamped with
         ``action_id`` (as stamp_card), the job's pending request cleared, and ``participants``

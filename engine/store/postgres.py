@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
+from signoff.engine.store.counters import count
 from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -88,6 +89,7 @@ class _PgTx(Tx):
         self._conn = conn
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        count("statements")
         try:
             cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
         except psycopg.Error as exc:
@@ -95,6 +97,7 @@ class _PgTx(Tx):
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        count("statements")
         try:
             async with self._conn.cursor() as cur:
                 await cur.executemany(_pg(sql), [tuple(r) for r in rows])
@@ -102,6 +105,7 @@ class _PgTx(Tx):
             raise _wrap(exc) from exc
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        count("statements")
         try:
             cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
             return await cur.fetchone()
@@ -109,6 +113,7 @@ class _PgTx(Tx):
             raise _wrap(exc) from exc
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        count("statements")
         try:
             cur = await self._conn.execute(_pg(sql), tuple(params) if params else None)
             return await cur.fetchall()
@@ -188,6 +193,7 @@ class PostgresStore(SQLStore):
         try:
             async with pool.connection() as conn:
                 try:
+                    count("commit" if write else "read")
                     if write:
                         async with conn.transaction():
                             yield _PgTx(conn)

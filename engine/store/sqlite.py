@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
+from signoff.engine.store.counters import count
 from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -73,6 +74,8 @@ class _SQLiteTx(Tx):
         self.running: Future[Any] | None = None  # the statement a store thread may still be running
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        count("statements")
+
         def run() -> T:
             try:
                 if self.conn is None:
@@ -110,11 +113,16 @@ class _SQLiteTx(Tx):
         return await self._call(lambda c: _rows(c.execute(sql, tuple(params))))
 
     async def finish(self, commit: bool) -> None:
-        if not self.open or self.conn is None:
+        if self.running is None:  # no statement was sent: no transaction was begun
             return
-        conn = self.conn
 
         def run() -> None:
+            # Looked at on the connection's thread, after every statement sent before: a
+            # statement cancelled while it waited for the thread still begins the transaction
+            # when it runs, and it must be ended here (else the next write's BEGIN finds it open).
+            conn = self.conn
+            if not self.open or conn is None:
+                return
             if commit:
                 try:
                     conn.execute("COMMIT")
@@ -228,6 +236,7 @@ class SQLiteStore(SQLStore):
         if write:
             async with self._write_lock:
                 tx = _SQLiteTx(self._writer_conn, self._writer_exec, "BEGIN IMMEDIATE")
+                count("commit")
                 try:
                     yield tx
                 except BaseException:
@@ -239,6 +248,7 @@ class SQLiteStore(SQLStore):
                         wake.set()
         else:
             tx = _SQLiteTx(self._take_reader, self._reader_exec, None)
+            count("read")
             try:
                 yield tx
             finally:

@@ -230,6 +230,25 @@ def current() -> Telemetry | None:
     return _telemetry
 
 
+def take_spans() -> list[SpanRecord]:
+    """The spans ended so far in this context's collector (:func:`collect_spans`), taken out of
+    it: the caller writes them (Store.set_status carries them in the status' own transaction)
+    instead of the collector's next write. Empty without a collector."""
+    sink = _sink.get()
+    if not sink:
+        return []
+    spans = sink[:]
+    del sink[: len(spans)]
+    return spans
+
+
+def keep_spans(spans: list[SpanRecord]) -> None:
+    """Spans :func:`take_spans` took and that were not written: back to the collector, first."""
+    sink = _sink.get()
+    if sink is not None and spans:
+        sink[:0] = spans
+
+
 @asynccontextmanager
 async def collect_spans(store: Store) -> AsyncIterator[list[SpanRecord]]:
     """Collect the signoff spans ended inside the block and write them to ``store`` when it

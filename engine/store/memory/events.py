@@ -56,7 +56,7 @@ class MemoryEvents(MemoryReceipts):
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
@@ -67,6 +67,11 @@ class MemoryEvents(MemoryReceipts):
         if all(key in used for _, _, key in bodies):
             return None  # recorded by another attempt first
         job = t.jobs.get(job_id)
+        if claim:
+            if not token:
+                raise StoreError("A decision's claim token is a non-empty string.")
+            if job is not None and job.status == JobStatus.suspended and _same(job.pending_request_id, request_id):
+                job.status, job.claim_token = JobStatus.in_progress, token
         if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
             return None
         made = self._next_receipt(t, job_id, receipt) if receipt is not None else None

@@ -18,6 +18,7 @@ from signoff.engine.models import (
     JobStatus,
     NewJob,
     PendingRequest,
+    SpanRecord,
     utcnow,
 )
 from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
@@ -98,9 +99,24 @@ class MemoryJobs(MemoryCore):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         event: tuple[str, dict[str, Any]] | None = None,
+        spans: list[SpanRecord] | None = None,
+        leftovers: tuple[str, str] | None = None,
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and sets
-        finished_at; the claim token stays (it records which resume claim led to the end)."""
+        finished_at; the claim token stays (it records which resume claim led to the end).
+        One step: nothing below awaits anything else (``spans`` and ``leftovers`` included)."""
+        if spans:
+            await self.save_spans(spans)  # type: ignore[attr-defined]
+        changed = await self._set_status(job_id, status, expect=expect, result=result, error=error, event=event)
+        if changed and JobStatus(status).terminal and leftovers is not None:
+            await self.delete_checkpoints(leftovers[0])  # type: ignore[attr-defined]
+            if leftovers[1]:
+                await self.delete_blobs(leftovers[1])  # type: ignore[attr-defined]
+        return changed
+
+    async def _set_status(self, job_id: str, status: JobStatus, *, expect: Iterable[JobStatus] | None,
+                          result: dict[str, Any] | None, error: dict[str, Any] | None,
+                          event: tuple[str, dict[str, Any]] | None) -> bool:
         status = JobStatus(status)
         allowed = {JobStatus(s) for s in expect} if expect is not None else set(JobStatus)
         allowed -= TERMINAL_STATUSES
@@ -183,9 +199,12 @@ class MemoryJobs(MemoryCore):
         *,
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
+        spans: list[SpanRecord] | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
         ``event`` appended with it, unless ``dedupe_key`` was used (see Store.mark_suspended)."""
+        if spans:
+            await self.save_spans(spans)  # type: ignore[attr-defined]  # one step: it awaits nothing else
         body = dumps(pending.model_dump(mode="json"))
         ev = _event(event)
         t = self._tables()

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from signoff.engine.models import InboxEntry, Job, utcnow
+from signoff.engine.store.base import StoreError
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -72,15 +73,20 @@ class SQLApprovals(SQLReceipts, SQLJobs):
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
-        with its event, so no deadlock)."""
+        with its event, so no deadlock); with ``claim``, the claim's conditional UPDATE
+        (claim_decision's) comes first and takes that lock itself."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, self._enc_event(data), key) for name, data, key in events]
         now = self._enc_dt(utcnow())
         try:
             async with self._tx(write=True) as tx:
+                if claim:
+                    if not token:
+                        raise StoreError("A decision's claim token is a non-empty string.")
+                    await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
                 held = await tx.execute(Q.lock_claimed, (job_id, token)) > 0
                 seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
                 if not held:

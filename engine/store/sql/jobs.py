@@ -22,9 +22,11 @@ from signoff.engine.models import (
     NewJob,
     PendingAges,
     PendingRequest,
+    SpanRecord,
     utcnow,
 )
 from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
 from signoff.engine.store.sql.queries import Q
 
@@ -114,13 +116,21 @@ class SQLJobs(SQLEvents):
         result: dict[str, Any] | None = None,
         error: dict[str, Any] | None = None,
         event: tuple[str, dict[str, Any]] | None = None,
+        spans: list[SpanRecord] | None = None,
+        leftovers: tuple[str, str] | None = None,
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and the claim
         and sets finished_at; ``result``/``error`` are written only when given; ``event`` is
-        appended in the same transaction when (and only when) the row changed."""
+        appended in the same transaction when (and only when) the row changed. ``spans`` of
+        this job (or of none) are saved in that transaction, after the job row (save_spans'
+        order); spans of other runs are saved first, on their own. What the writes count goes
+        to one usage row of the job's user (the job's shard)."""
         status = JobStatus(status)
         allowed = [JobStatus(s) for s in expect] if expect is not None else list(JobStatus)
         allowed = sorted({s.value for s in allowed if s not in TERMINAL_STATUSES})
+        together = bool(spans) and all(s.run_id in (None, job_id) for s in spans or ())
+        if spans and (not together or not allowed):
+            await self.save_spans(spans)  # type: ignore[attr-defined]  # SQLSpans, beside this group
         if not allowed:
             return False
         now = self._enc_dt(utcnow())
@@ -148,7 +158,18 @@ class SQLJobs(SQLEvents):
                 await self._append(tx, job_id, event[0], body, None)
             if changed and status.terminal:  # an ended job waits for nobody (approvals.py)
                 await tx.execute(Q.delete_job_approvers, (job_id,))
-            if changed:
+            back: list[dict[str, Any]] = []  # what to give back, as _refund takes it
+            if changed and status.terminal and leftovers is not None:
+                run_id, prefix = leftovers
+                back += await tx.fetchall(Q.delete_checkpoints, (run_id,))
+                if prefix:
+                    back += await tx.fetchall(Q.delete_blobs, (len(prefix), prefix))
+            if together or back:
+                if changed and size:
+                    row = await tx.fetchone(Q.job_user, (job_id,))
+                    back.append({"charged_to": row["user_id"] if row else None, "size": -size})
+                await self._spans_of_job(tx, job_id, spans or [], back)
+            elif changed:
                 await self._charge_job(tx, job_id, size)
         return changed
 
@@ -201,12 +222,17 @@ class SQLJobs(SQLEvents):
         *,
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
+        spans: list[SpanRecord] | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
         ``event`` appended in the same transaction only when the row changed (see
         Store.mark_suspended). The UPDATE comes first: it locks the job row, so a concurrent
         terminal write (stop) either committed before (nothing changes here, no event) or waits
-        for this transaction (its terminal event comes after this one)."""
+        for this transaction (its terminal event comes after this one). ``spans``: as set_status
+        saves them."""
+        if spans and not all(s.run_id in (None, job_id) for s in spans):
+            await self.save_spans(spans)  # type: ignore[attr-defined]  # another run's: on their own
+            spans = None
         body = self._enc_json(pending.model_dump(mode="json"))
         data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
@@ -217,11 +243,28 @@ class SQLJobs(SQLEvents):
                     Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
                 if changed and event is not None:
                     await self._append(tx, job_id, event[0], data, dedupe_key)
+                if spans:
+                    await self._spans_of_job(tx, job_id, spans)
                 return changed
         except DuplicateEvent:  # the event is there (an earlier attempt): the status change alone
             async with self._tx(write=True) as tx:
-                return await tx.execute(
+                changed = await tx.execute(
                     Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
+                if spans:
+                    await self._spans_of_job(tx, job_id, spans)
+                return changed
+
+    async def _spans_of_job(self, tx: Tx, job_id: str, spans: list[SpanRecord],
+                            back: list[dict[str, Any]] | None = None) -> None:
+        """Save ``spans`` (the job's, or nobody's) in ``tx``, which changes the job's row (or
+        locks it here: save_spans' order), counted in one usage row per user, the job's shard,
+        with what else the caller gives ``back``."""
+        written: list[dict[str, Any]] = []
+        if spans:
+            row = await tx.fetchone(Q.lock_job_user, (job_id,))
+            users = {None: None, job_id: row["user_id"] if row else None}
+            written = await self._write_spans(tx, spans, users)  # type: ignore[attr-defined]  # SQLSpans
+        await self._refund(tx, written + (back or []), job_id)
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:
         """See Store.claim_suspended_for_resume. With a caller-supplied ``token``, a caller whose

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from signoff.engine.models import SpanRecord
-from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLSpans"]
@@ -34,30 +34,36 @@ class SQLSpans(SQLCore):
     async def save_spans(self, spans: list[SpanRecord]) -> None:
         if not spans:
             return
-        spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # one span twice: the last
-        encoded = [(self._enc_json(s.inputs), self._enc_json(s.outputs), self._enc_json(s.attributes)) for s in spans]
-        sizes = [sum(self._json_octets(v) for v in e) for e in encoded]
-        traces: dict[str, list[str]] = {}
-        for s in spans:
-            traces.setdefault(s.trace_id, []).append(s.span_id)
         async with self._tx(write=True) as tx:
             users: dict[str | None, str | None] = {None: None}
             for run_id in sorted({s.run_id for s in spans} - {None}):  # in order: no lock cycle
                 # saves of the run's spans at once queue here; run_id = job_id (DESIGN §1.5)
                 job = await tx.fetchone(Q.lock_job_user, (run_id,))
                 users[run_id] = job["user_id"] if job else None
-            old: list[dict[str, Any]] = []  # what the spans saved before counted (a span's end)
-            for trace_id, span_ids in traces.items():
-                for i in range(0, len(span_ids), 500):
-                    chunk = span_ids[i:i + 500]
-                    old += await tx.fetchall(Q.spans_stored.format(ids=", ".join("?" for _ in chunk)),
-                                             (trace_id, *chunk))
-            rows = [(s.trace_id, s.span_id, s.parent_id, s.name, s.type, self._enc_dt(s.start_time),
-                     self._enc_dt(s.end_time), s.status, inputs, outputs, attributes, s.run_id, s.flow_id, size,
-                     users[s.run_id]) for s, (inputs, outputs, attributes), size in zip(spans, encoded, sizes)]
-            await tx.executemany(Q.upsert_span, rows)
             # the new sizes in place of the old, one usage row per user
-            await self._refund(tx, old + [{"charged_to": r[-1], "size": -r[-2]} for r in rows], spans[0].trace_id)
+            await self._refund(tx, await self._write_spans(tx, spans, users), spans[0].trace_id)
+
+    async def _write_spans(self, tx: Tx, spans: list[SpanRecord], users: dict[str | None, str | None]
+                           ) -> list[dict[str, Any]]:
+        """Upsert ``spans`` in ``tx``, whose job rows (``users``: run id → its user) the caller
+        locked; returns what to give back (``charged_to``, ``size``): the old sizes, less the new."""
+        spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # one span twice: the last
+        encoded = [(self._enc_json(s.inputs), self._enc_json(s.outputs), self._enc_json(s.attributes)) for s in spans]
+        sizes = [sum(self._json_octets(v) for v in e) for e in encoded]
+        traces: dict[str, list[str]] = {}
+        for s in spans:
+            traces.setdefault(s.trace_id, []).append(s.span_id)
+        old: list[dict[str, Any]] = []  # what the spans saved before counted (a span's end)
+        for trace_id, span_ids in traces.items():
+            for i in range(0, len(span_ids), 500):
+                chunk = span_ids[i:i + 500]
+                old += await tx.fetchall(Q.spans_stored.format(ids=", ".join("?" for _ in chunk)),
+                                         (trace_id, *chunk))
+        rows = [(s.trace_id, s.span_id, s.parent_id, s.name, s.type, self._enc_dt(s.start_time),
+                 self._enc_dt(s.end_time), s.status, inputs, outputs, attributes, s.run_id, s.flow_id, size,
+                 users.get(s.run_id)) for s, (inputs, outputs, attributes), size in zip(spans, encoded, sizes)]
+        await tx.executemany(Q.upsert_span, rows)
+        return old + [{"charged_to": r[-1], "size": -r[-2]} for r in rows]
 
     async def get_trace(self, trace_id: str) -> list[SpanRecord]:
         async with self._tx(write=False) as tx:

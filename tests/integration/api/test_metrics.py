@@ -76,3 +76,29 @@ async def test_a_metered_store_times_each_call_and_counts_its_failures() -> None
     except Exception:
         pass
     assert STORE_ERRORS.labels("get_job", "STORE_ERROR")._value.get() == errors + 1
+
+
+async def test_the_sql_store_counts_its_commits_reads_and_statements(tmp_path) -> None:
+    """``signoff_store_transactions_total{kind}`` and ``signoff_store_statements_total`` (issue
+    33): a write transaction is one commit, a read one read connection, each statement counted."""
+    from signoff.engine.metrics import exposition
+    from signoff.engine.store import open_store
+
+    store = open_store(f"sqlite:///{tmp_path / 'counts.db'}")
+    await store.setup()
+    try:
+        def now() -> tuple[float, float, float]:
+            got = samples(exposition().decode())
+            return (got[("signoff_store_transactions_total", (("kind", "commit"),))],
+                    got[("signoff_store_transactions_total", (("kind", "read"),))],
+                    got[("signoff_store_statements_total", ())])
+
+        before = now()
+        user = await store.create_user(f"counted-{uuid.uuid4()}")  # one write transaction
+        after_write = now()
+        assert after_write[0] == before[0] + 1 and after_write[1] == before[1] and after_write[2] > before[2]
+        assert await store.get_user(user.id) is not None  # one read connection, one statement
+        after_read = now()
+        assert after_read[:2] == (after_write[0], after_write[1] + 1) and after_read[2] == after_write[2] + 1
+    finally:
+        await store.close()

@@ -1,11 +1,16 @@
 """The decision attempt (engine/attempt.py) on every store, without Temporal: applied once and
 recorded in one write; run again under its token (a retried activity, a lost task's twin running
 beside it) it finds its own record instead of applying twice; a rival token gets nothing; a stop
-that ends the job after the claim leaves the decision not applied and nothing recorded."""
+that ends the job after the claim leaves the decision not applied and nothing recorded.
+
+Each runs both ways: the caller's job carried (``carried``: the activity's read of it; the claim
+then rides in the decision's one write) and not (the claim first, its own write)."""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from signoff.engine.attempt import Attempted, DecisionAttempt, attempt_decision
 from signoff.engine.graph import Graph
@@ -13,6 +18,7 @@ from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.store import Store
+from signoff.engine.store.counters import COUNTS
 from tests.helpers import gate_flow
 from tests.store_conformance import new_job
 
@@ -27,54 +33,99 @@ async def paused_run(store: Store) -> tuple[str, str, object]:
     return job_id, outcome.pending.request_id, outcome.state
 
 
-async def attempt(store: Store, job_id: str, request_id: str, state, token: str, action: str = "approve") -> Attempted:
+@pytest.fixture(params=["carried", "claim_first"])
+def carried(request) -> bool:
+    return request.param == "carried"
+
+
+async def attempt(store: Store, job_id: str, request_id: str, state, token: str, action: str = "approve", *,
+                  carried: bool = False, job=None) -> Attempted:
     async def paused_state(job):
         return state, Graph.from_spec(state.flow)
 
+    if carried and job is None:
+        job = await store.get_job(job_id)
     return await attempt_decision(store, DecisionAttempt(job_id, request_id, token, Decision(action_id=action),
-                                                         utcnow(), sent={"via": "test"}), paused_state)
+                                                         utcnow(), sent={"via": "test"}), paused_state,
+                                  job=job if carried else None)
 
 
 async def decisions(store: Store, job_id: str) -> list:
     return await store.read_events_named(job_id, "human_input_decision")
 
 
-async def test_an_attempt_applies_once_and_its_rerun_goes_on_from_its_record(any_store: Store) -> None:
+async def test_an_attempt_applies_once_and_its_rerun_goes_on_from_its_record(any_store: Store, carried: bool) -> None:
     job_id, request_id, state = await paused_run(any_store)
-    first = await attempt(any_store, job_id, request_id, state, "t1")
+    first = await attempt(any_store, job_id, request_id, state, "t1", carried=carried)
     assert first.outcome == "applied" and first.applied.action_id == "approve"
     assert [name for name, _ in first.written] == ["human_input_decision"]
     assert first.state.pending is None and first.job.status == JobStatus.in_progress
-    again = await attempt(any_store, job_id, request_id, state, "t1", action="reject")  # the same token once more
+    again = await attempt(any_store, job_id, request_id, state, "t1", action="reject",
+                          carried=carried)  # the same token once more
     assert again.outcome == "recorded" and again.claim.recorded["decision"].data["action_id"] == "approve"
-    rival = await attempt(any_store, job_id, request_id, state, "t2")
+    rival = await attempt(any_store, job_id, request_id, state, "t2", carried=carried)
     assert rival.outcome == "not_claimed"
     (decided,) = await decisions(any_store, job_id)
     assert decided.data["action_id"] == "approve" and decided.data["via"] == "test"
     assert (await any_store.get_job(job_id)).pending is None
 
 
-async def test_twin_attempts_under_one_token_apply_one_decision(any_store: Store) -> None:
+async def test_twin_attempts_under_one_token_apply_one_decision(any_store: Store, carried: bool) -> None:
     """A lost workflow task's local activity still running beside the one that runs it again:
     both win the token's claim, both apply; one record is written, the other finds it."""
     for _ in range(5):
         job_id, request_id, state = await paused_run(any_store)
-        outcomes = await asyncio.gather(*(attempt(any_store, job_id, request_id, state, "t") for _ in range(2)))
+        outcomes = await asyncio.gather(*(attempt(any_store, job_id, request_id, state, "t", carried=carried)
+                                          for _ in range(2)))
         assert sorted(o.outcome for o in outcomes) == ["applied", "recorded"], outcomes
         assert len(await decisions(any_store, job_id)) == 1
 
 
-async def test_tokens_racing_apply_one_decision(any_store: Store) -> None:
+async def test_tokens_racing_apply_one_decision(any_store: Store, carried: bool) -> None:
     job_id, request_id, state = await paused_run(any_store)
-    outcomes = await asyncio.gather(*(attempt(any_store, job_id, request_id, state, f"t{i}") for i in range(6)))
+    outcomes = await asyncio.gather(*(attempt(any_store, job_id, request_id, state, f"t{i}", carried=carried)
+                                      for i in range(6)))
     assert sorted(o.outcome for o in outcomes) == ["applied"] + ["not_claimed"] * 5
     assert len(await decisions(any_store, job_id)) == 1
 
 
-async def test_a_stop_after_the_claim_leaves_the_decision_not_applied(any_store: Store) -> None:
+async def test_a_stop_after_the_claim_leaves_the_decision_not_applied(any_store: Store, carried: bool) -> None:
     job_id, request_id, state = await paused_run(any_store)
     assert (await any_store.claim_decision(job_id, request_id, "t1")).won  # the attempt's claim ...
     assert (await end_run(any_store, job_id, RunEnd(JobStatus.cancelled))).won  # ... then a stop ends the job
-    out = await attempt(any_store, job_id, request_id, state, "t1")  # the attempt goes on under its claim
+    out = await attempt(any_store, job_id, request_id, state, "t1", carried=carried)  # goes on under its claim
     assert out.outcome == "not_applied" and out.job.status == JobStatus.cancelled
     assert await decisions(any_store, job_id) == []
+
+
+async def test_a_carried_job_costs_one_commit_for_the_claim_and_the_decision(any_store: Store) -> None:
+    """Issue 33: the job the activity read, still waiting for the request, is claimed in the
+    decision's own write: one transaction for the claim and every record (two without it)."""
+    job_id, request_id, state = await paused_run(any_store)
+    job = await any_store.get_job(job_id)
+    before = COUNTS["commit"]
+    out = await attempt(any_store, job_id, request_id, state, "t1", carried=True, job=job)
+    assert out.outcome == "applied" and out.job.status == JobStatus.in_progress
+    if getattr(any_store, "dialect", ""):  # the SQL stores count their transactions
+        assert COUNTS["commit"] - before == 1
+    stored = await any_store.get_job(job_id)
+    assert stored.status == JobStatus.in_progress and stored.pending is None
+    assert (await any_store.claim_decision(job_id, request_id, "t1", claim=False)).won  # the claim is the token's
+
+
+async def test_a_carried_job_that_moved_on_gets_nothing_applied(any_store: Store) -> None:
+    """What the caller read is checked in the claim's WHERE: a stop, or another decision, that got
+    in after the read leaves this attempt not claimed, nothing written by it."""
+    job_id, request_id, state = await paused_run(any_store)
+    read = await any_store.get_job(job_id)
+    assert (await end_run(any_store, job_id, RunEnd(JobStatus.cancelled), from_suspended=True)).won  # a stop
+    out = await attempt(any_store, job_id, request_id, state, "t1", carried=True, job=read)
+    assert out.outcome == "not_claimed" and out.job.status == JobStatus.cancelled
+    assert await decisions(any_store, job_id) == []
+    other, other_request, other_state = await paused_run(any_store)
+    read = await any_store.get_job(other)
+    assert (await attempt(any_store, other, other_request, other_state, "t2", carried=True)).outcome == "applied"
+    late = await attempt(any_store, other, other_request, other_state, "t3", action="reject", carried=True, job=read)
+    assert late.outcome == "not_claimed"
+    (decided,) = await decisions(any_store, other)
+    assert decided.data["action_id"] == "approve"

@@ -31,10 +31,12 @@ from .test_stop_races import replayer
 
 
 class Refusing(StoreProxy):
-    """The store, refusing the calls of ``method`` that ``which(args)`` picks, the first ``times``
-    of them, with ``error`` (by default a retryable error it could not take), then itself again."""
+    """The store, refusing the calls of ``method`` (a name, or a tuple of them) that ``which(args)``
+    picks, the first ``times`` of them, with ``error`` (by default a retryable error it could not
+    take), then itself again."""
 
-    def __init__(self, store, method: str, times: int, which=lambda args: True, error=StoreError) -> None:
+    def __init__(self, store, method: str | tuple[str, ...], times: int, which=lambda args: True,
+                 error=StoreError) -> None:
         super().__init__(store)
         self.method, self.left, self.which, self.error = method, times, which, error
 
@@ -42,7 +44,8 @@ class Refusing(StoreProxy):
         inner = getattr(self._store, name)
 
         async def call(*args, **kwargs):
-            if name == self.method and self.left > 0 and self.which(args):
+            if name in ((self.method,) if isinstance(self.method, str) else self.method) and self.left > 0 \
+                    and self.which(args):
                 self.left -= 1
                 raise self.error(f"{name} could not be written")
             return await inner(*args, **kwargs)
@@ -132,9 +135,11 @@ async def test_a_failed_decision_whose_look_fails_before_any_claim_leaves_the_ru
         client, store, settings, user, make_flow):
     """The store cannot answer the attempt's claim nor the look after it: nothing was claimed,
     nothing recorded. The rollback finds nothing of the claim's to undo, and that is not taken for
-    a recorded decision: the run is not failed, it waits for its request as it was."""
+    a recorded decision: the run is not failed, it waits for its request as it was. (The
+    attempt's claim rides in its record_decision when the job it read waits for the request,
+    issue 33: that write is refused first, then the look.)"""
     service = RunService(settings, store, client)
-    refusing = Refusing(store, "claim_decision", 2, error=NotResumable)
+    refusing = Refusing(store, ("record_decision", "claim_decision"), 2, error=NotResumable)
     async with build_worker(client, store, settings, activities=FlowActivities(refusing, settings).all()):
         job = await paused(service, user, await make_flow())
         with pytest.raises(SignoffError):

@@ -258,19 +258,23 @@ async def test_two_runs_of_one_attempt_go_on_from_the_one_decision_recorded(
     """A lost task's local activity (Update A, approve) is still running when the attempt runs
     again for Update B (reject): both hold the attempt's claim. B records first; A's record then
     writes nothing, and A must go on from B's decision, not build its own (the log said reject
-    and the run approved)."""
+    and the run approved). A's claim rides in its record (issue 33: the job it read waits for
+    the request), so B claims and records first, and A's write finds the token's claim held and
+    every key used."""
     job = await paused(service, user, await make_flow())
     handle = service.client.get_workflow_handle(job.job_id)
     token = f"wf-{(await handle.describe()).run_id}-d0"
+    a_waits = asyncio.Event()
 
     async def once_b_recorded(args, kwargs):
+        a_waits.set()
         await eventually_async(lambda: any_decision(store, job.job_id), what="B's decision recorded")
 
     stalled = FlowActivities(Before(store, {"record_decision": once_b_recorded}), settings)
     a = asyncio.ensure_future(stalled.resume_run(ResumeRunInput(
         job_id=job.job_id, token=token, request_id=job.pending.request_id, decision=Decision(action_id="approve"),
         decided_by=user.id, now=utcnow(), update_id="u-A", client_identity="", persist=True)))
-    await wait_status(store, job.job_id, JobStatus.in_progress)  # A claimed, and waits before its record
+    await asyncio.wait_for(a_waits.wait(), 30)  # A applied the decision, and waits before its record
     b = await handle.execute_update("resume", ResumeInput(request_id=job.pending.request_id,
                                                           decision=Decision(action_id="reject"),
                                                           decided_by=user.id), id="u-B")

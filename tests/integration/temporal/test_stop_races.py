@@ -289,7 +289,8 @@ async def test_a_stop_racing_a_pause_being_persisted_still_stops(client, store, 
 
 class HoldBeforeRecord(StoreProxy):
     """The store, whose first ``record_decision`` waits until ``release``: the decision was
-    claimed (the job runs under its claim) and is about to be recorded while a stop ends the job."""
+    applied and is about to be written, its claim with it (issue 33: the job the attempt read
+    waits for the request, so the claim rides in the record), while a stop ends the job."""
 
     def __init__(self, store) -> None:
         super().__init__(store)
@@ -312,8 +313,9 @@ class HoldBeforeRecord(StoreProxy):
 @pytest.mark.both_stores  # a stop raced through the whole stack
 async def test_a_stop_between_the_claim_and_the_record_refuses_the_decision(client, service, store, settings,
                                                                             user, make_flow, cancel, monkeypatch):
-    """The decision claimed the job, then the stop ended it before the decision was recorded: the
-    store records no decision after ``run_cancelled``, and the resume is refused (409
+    """The decision was applied, then the stop ended the job before the decision's write (its
+    claim and its record, one transaction) reached the store: the store records no decision
+    after ``run_cancelled``, and the resume is refused (409
     NOT_RESUMABLE), never answered as applied: the decision never took effect. The stop's cancel
     of the workflow reaches it at once (while the decision's task runs), or ``later`` (the API
     process between the end it wrote and the cancel, or Temporal away meanwhile: the release
@@ -338,8 +340,8 @@ async def test_a_stop_between_the_claim_and_the_record_refuses_the_decision(clie
             go.set()
         resume = asyncio.create_task(service.resume(user, job.job_id, f"gate:{job.job_id}",
                                                     Decision(action_id="approve")))
-        await asyncio.wait_for(held.claimed.wait(), 60)  # claimed; the record not written yet
-        assert (await store.get_job(job.job_id)).status == JobStatus.in_progress
+        await asyncio.wait_for(held.claimed.wait(), 60)  # applied; its claim and record not written yet
+        assert (await store.get_job(job.job_id)).status == JobStatus.suspended  # the claim rides in the record
         stop = asyncio.create_task(service.stop(user, job.job_id))
         await wait_status(store, job.job_id, JobStatus.cancelled)  # the stop wrote the end
         held.release.set()

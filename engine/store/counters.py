@@ -1,0 +1,20 @@
+"""What the SQL stores send to their database, counted in this process (plain integers, no
+locking: one event loop per process, and a count off by one under threads is still a count).
+``signoff_store_transactions_total{kind}`` and ``signoff_store_statements_total`` expose them
+(engine/metrics.py); bench/resume_profile.py divides them by the decisions it made (issue 33:
+the round trips and commits a decision costs).
+
+- ``commit``: a write transaction ended (committed or rolled back: each is one durable round
+  trip of the database's own, a FULL-synchronous fsync on SQLite when it wrote);
+- ``read``: a read connection used;
+- ``statements``: statements sent inside either (one round trip each on PostgreSQL)."""
+
+from __future__ import annotations
+
+__all__ = ["COUNTS", "count"]
+
+COUNTS: dict[str, int] = {"commit": 0, "read": 0, "statements": 0}
+
+
+def count(kind: str, n: int = 1) -> None:
+    COUNTS[kind] += n
