@@ -17,7 +17,7 @@ from signoff.engine.models import Decision, utcnow
 from signoff.service import RunService, batch
 from signoff.service.backend import Resumed
 
-from signoff.api.pages import formatting, live, rules, waiting
+from signoff.api.pages import formatting, live, queue, rules, waiting
 from signoff.api.errors import InvalidRequest
 from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
 from signoff.api.ratelimit import paced_writes
@@ -40,7 +40,7 @@ def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
 
 @router.get("/")
 async def inbox(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                kind: str | None = None, p: int = 1, decided: int | None = None, refused: int | None = None
+                kind: str | None = None, p: int = 1, decided: str | None = None, refused: int | None = None
                 ) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
@@ -66,12 +66,15 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
     # the bulk action's buttons: the options of the rows that can be decided from the list
     bulk = list({o.action_id: o.label for i in shown if i.quick for o in i.request.options}.items())[:4]
-    notice = _bulk_notice(decided, refused)
+    # ``decided``: the bulk action's count, or the request a decision was just sent on
+    bulk_count = int(decided) if decided and decided.isdigit() and len(decided) < 6 else None
+    notice = _bulk_notice(bulk_count, refused)
+    done = None if bulk_count is not None else await queue.done(page, decided)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
     voted = [i for i in shown if i.standing is not None and i.standing.voted]  # waiting on others
     return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total, page_no=p, pages=pages, older=older, flows=flows,
-                  bulk=bulk, notice=notice,
+                  bulk=bulk, notice=notice, done=done,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
 
