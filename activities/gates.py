@@ -54,6 +54,9 @@ class GateActivities(NotifyActivities):
                     return RecordVoteOutput(vote=mine)
                 data = {**vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
                         **sender(inp)}
+                # the participant first: whoever the vote's event wakes (the header's live count,
+                # RunService.voted_waiting) finds it recorded (a decider may see the run anyway)
+                await self.store.add_participants(job.job_id, [person.id])
                 if await self.store.append_event_if_waiting(job.job_id, inp.request_id, "human_input_vote", data,
                                                             dedupe_key=f"vote:{inp.request_id}:{person.id}") is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)

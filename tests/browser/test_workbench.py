@@ -14,7 +14,7 @@ from signoff.engine.models import JobStatus
 from tests.browser.conftest import Site, person
 from tests.browser.test_card import shoot
 from tests.browser.test_pages import decision_events, pause
-from tests.browser.test_rules import gate_flow, people
+from tests.browser.test_rules import card, gate_flow, people, vote
 
 pytestmark = pytest.mark.temporal
 
@@ -138,3 +138,34 @@ async def test_without_javascript_a_quick_action_is_sent_at_once_and_the_list_st
         await expect(page.get_by_role("heading", name="Inbox")).to_be_visible()
         await site.h.wait_status(job_id, JobStatus.completed)
         noa.clean()
+
+
+async def test_votes_and_the_header_count_are_live(browser: Browser, site: Site) -> None:
+    """On an open card, another approver's vote shows in the rules line without a reload; the
+    person's own vote from elsewhere turns the buttons into "You approved · waiting for 1 more";
+    the header's Inbox count, on a card page, follows without a reload and leaves out what the
+    person voted on."""
+    who = await people(site, "dave", "erin", "carol")
+    flow_id = await gate_flow(site, approvers=[who["dave"], who["erin"], who["carol"]], required_approvals=3)
+    resp = await pause(site, flow=flow_id, input_value="New laptops, 12,000 EUR")
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    async with person(browser, site, who["dave"]) as dave:
+        page = dave.page
+        await page.goto(card(site, job_id, request_id))
+        pill = page.locator("[data-inbox-count]")
+        await expect(pill).to_have_text("1")
+        await expect(page.locator("[data-rules]")).to_contain_text("3 approvals")
+        await vote(site, who["carol"], job_id, request_id)
+        await expect(page.locator("[data-rules]")).to_contain_text(f"1 of 3 approvals · {who['carol']} approved")
+        await expect(page.get_by_role("button", name="Approve")).to_be_visible()
+        await vote(site, who["dave"], job_id, request_id)  # dave votes elsewhere (the API, another tab)
+        await expect(page.locator("[data-rules]")).to_contain_text("2 of 3 approvals")
+        await expect(page.locator("[data-voted]")).to_have_text("You approved · waiting for 1 more")
+        await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+        await expect(pill).to_have_text("0")  # it waits on others now: not counted
+        other = await gate_flow(site, approvers=[who["dave"]])
+        await pause(site, flow=other, input_value="Printer toner, 80 EUR")
+        await expect(pill).to_have_text("1")  # a new request for dave, counted live
+        await page.reload()
+        await expect(pill).to_have_text("1")  # the server says the same
+        dave.clean()

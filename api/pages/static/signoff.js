@@ -87,6 +87,18 @@
     es.addEventListener("count", function (e) { var d = JSON.parse(e.data); setCount(d.count, d.total); });
   }
 
+  // ---- the header's Inbox count, live on every page (the inbox's own stream carries it there) ----
+  function setHeaderCount(total) {
+    document.querySelectorAll("[data-inbox-count]").forEach(function (el) {
+      el.textContent = String(total);
+      el.setAttribute("aria-label", total + " waiting");
+    });
+  }
+  function headerCount() {
+    var es = new EventSource("/inbox/count/live");
+    es.addEventListener("count", function (e) { setHeaderCount(JSON.parse(e.data).total); });
+  }
+
   // ---- a run: its regions are fetched again when its log grows -------------------------------------
   function run(root) {
     var timer = null;
@@ -127,7 +139,10 @@
       var fresh = doc.getElementById("card-region");
       if (!fresh) return;
       var state = fresh.querySelector("[data-state]");
-      if (!final && state && state.dataset.state === "open") return; // keep what the person typed
+      if (!final && state && state.dataset.state === "open") { // keep what the person typed: only
+        votes(fresh);                                           // the rules line and where they stand
+        return;
+      }
       var current = document.getElementById("card-region");
       if (current) current.replaceWith(fresh);
       enhance(fresh);
@@ -136,6 +151,24 @@
       if (fresh.hasAttribute("data-live-card") && !final) {
         es.close();
         card(fresh);
+      }
+    }
+    function votes(fresh) {
+      var now = document.querySelector("#card-region [data-rules]");
+      var line = fresh.querySelector("[data-rules]");
+      if (now && line) {
+        if (now.textContent !== line.textContent) announce(line.textContent.trim());
+        now.replaceWith(line);
+      } else if (line) {
+        var prompt = document.querySelector("#card-region .prompt");
+        if (prompt) prompt.after(line);
+      }
+      // the person voted elsewhere (another tab, a link): no buttons again, as the page would say
+      var stand = fresh.querySelector(".card-actions [data-voted], .card-actions [data-may-not]");
+      var actions = document.querySelector("#card-region .card-actions");
+      var freshActions = fresh.querySelector(".card-actions");
+      if (stand && actions && freshActions && !actions.querySelector("[data-voted], [data-may-not]")) {
+        actions.replaceWith(freshActions);
       }
     }
     es.addEventListener("change", function () { refresh(false); });
@@ -431,6 +464,8 @@
   function start() {
     var list = document.querySelector("[data-live-inbox]");
     if (list && window.EventSource) inbox(list);
+    var pill = document.querySelector("[data-inbox-count]");
+    if (pill && !list && window.EventSource) headerCount();
     var runRoot = document.querySelector("[data-live-run]");
     if (runRoot && window.EventSource) run(runRoot);
     var region = document.querySelector("[data-live-card]");
