@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
@@ -26,16 +26,13 @@ from signoff.api.errors import STATUS_BY_CODE, InvalidRequest, printable
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
 from signoff.api.pages import context, forms, live, queue, rules, views
+from signoff.api.pages.queue import card_url
 from signoff.api.pages.page import Page, PageContext, live_response, page_router, read_form, text, with_count
 from signoff.api.pages.render import render
 
 router = page_router()
 
 SETTLE_SECONDS = 5.0  # how long a card waits for a decision in flight to be recorded
-
-
-def card_url(job_id: str, request_id: str) -> str:
-    return f"/runs/{quote(job_id, safe='')}/requests/{quote(request_id, safe=':')}"
 
 
 async def _request(page: PageContext, job_id: str, request_id: str, *, settle: bool = False,

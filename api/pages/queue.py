@@ -8,6 +8,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import quote
 
 from signoff.engine.errors import JobNotFound
 from signoff.engine.models import as_utc
@@ -29,6 +30,11 @@ class Done:
     url: str  # its card
 
 
+def card_url(job_id: str, request_id: str) -> str:
+    """A request's card (its path)."""
+    return f"/runs/{quote(job_id, safe='')}/requests/{quote(request_id, safe=':')}"
+
+
 def done_value(job_id: str, request_id: str) -> str:
     return f"{job_id}|{request_id}"
 
@@ -37,8 +43,6 @@ async def next_waiting(page: PageContext, job_id: str, request_id: str, paused_a
     """The card of the request to decide next: the one after ``request_id`` in the inbox's order
     (newest first), else the newest; only requests the person may decide (not one they voted on,
     not one they may not decide). None when nothing else waits. Reads the inbox's first page."""
-    from signoff.api.pages.card import card_url  # (card imports this module)
-
     jobs = await page.service.inbox_page(page.user, limit=PAGE_SIZE)
     items = [i for i in await waiting.inbox_items(views.Names(page.store), jobs, page.user.id)
              if not (i.job.job_id == job_id and i.request.request_id == request_id)]
@@ -54,8 +58,6 @@ async def next_waiting(page: PageContext, job_id: str, request_id: str, paused_a
 async def done(page: PageContext, value: str | None) -> Done | None:
     """The ``decided`` parameter (``{job}|{request}``) as a line: what became of that request, if
     the person may see it (else nothing: the parameter is only ever a hint)."""
-    from signoff.api.pages.card import card_url
-
     if not value or len(value) > MAX_DONE or "|" not in value or "\x00" in value:
         return None
     job_id, request_id = value.split("|", 1)
