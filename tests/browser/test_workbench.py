@@ -56,8 +56,10 @@ async def test_ten_requests_decided_with_the_keyboard_alone(browser: Browser, si
             await page.wait_for_load_state("load")
             approve = page.locator(".card-actions").get_by_role("button", name="Approve", exact=True)
             await expect(approve).to_be_focused()  # the primary action, for Enter or a
-            if i == 1 and site.backend == "sqlite":
+            if i == 1:
                 await expect(page.locator("[data-done]")).to_contain_text("Approve by")
+                if site.backend == "sqlite":
+                    await shoot(page, "card-next")
             before = page.url
             await page.keyboard.press("a")
             await page.wait_for_url(lambda url, before=before: url != before)
@@ -169,3 +171,46 @@ async def test_votes_and_the_header_count_are_live(browser: Browser, site: Site)
         await page.reload()
         await expect(pill).to_have_text("1")  # the server says the same
         dave.clean()
+
+
+async def test_history_exports_what_is_filtered_as_csv(browser: Browser, site: Site) -> None:
+    """The History's CSV: the filtered rows, every voter, the channel, the values; quoted as CSV
+    quotes, and a cell that a spreadsheet would run as a formula starts with a quote."""
+    import csv
+    import io
+
+    who = await people(site, "ola")
+    flow_id = await gate_flow(site, owner=who["ola"])
+    hostile = '=HYPERLINK("http://evil.example","click"), "quoted" and a\nsecond line'
+    resp = await pause(site, user=who["ola"], flow=flow_id, input_value=hostile)
+    job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
+    async with site.api(who["ola"]) as c:
+        r = await c.post(f"/api/v2/workflows/{job_id}/resume",
+                         json={"request_id": request_id, "decision": {"action_id": "reject"}})
+        assert r.status_code == 200, r.text
+    await site.h.wait_status(job_id, JobStatus.completed)
+    other = await gates(site, who["ola"], 1)  # another flow, filtered out below
+    async with site.api(who["ola"]) as c:
+        r = await c.post(f"/api/v2/workflows/{other[0][0]}/resume",
+                         json={"request_id": other[0][1], "decision": {"action_id": "approve"}})
+        assert r.status_code == 200, r.text
+    async with person(browser, site, who["ola"]) as ola:
+        page = ola.page
+        await page.goto(f"{site.url}/history?flow={flow_id}")
+        link = page.get_by_role("link", name="Export CSV")
+        assert await link.get_attribute("href") == f"/history.csv?flow={flow_id}"
+        r = await page.request.get(site.url + (await link.get_attribute("href")))
+        assert r.status == 200 and r.headers["content-type"].startswith("text/csv")
+        rows = list(csv.reader(io.StringIO(await r.text())))
+        assert rows[0][:3] == ["decided_at", "flow", "run"]
+        assert [row[2] for row in rows[1:]] == [job_id]  # only the filtered flow
+        row = dict(zip(rows[0], rows[1]))
+        assert row["question"].startswith("'=HYPERLINK(")  # never a formula
+        assert '"quoted"' in row["question"]
+        assert row["outcome"] == "reject" and row["decision"] == "Reject"
+        assert row["decided_by"] == who["ola"] and row["via"] == "api"
+        signed_out = await browser.new_context()
+        r = await signed_out.request.get(site.url + "/history.csv")
+        assert r.status in (200, 303, 401, 404) and "text/csv" not in r.headers.get("content-type", "")
+        await signed_out.close()
+        ola.clean()
