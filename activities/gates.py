@@ -58,6 +58,9 @@ class GateActivities(NotifyActivities):
                 data = {**vote_data(inp.request_id, mine, len(votes) + 1, pending.required_approvals),
                         **sender(inp)}
                 key = f"vote:{inp.request_id}:{person.id}"
+                # the participant first: whoever the vote's event wakes (the header's live count,
+                # RunService.voted_waiting) finds it recorded (a decider may see the run anyway)
+                await self.store.add_participants(job.job_id, [person.id])
                 signing = await self.receipt_keys.signing()
                 draft = ReceiptDraft.of(job_id=job.job_id, flow_id=job.flow_id, flow_version=job.flow_version,
                                         pending=pending, key=key, action_id=mine.action_id, values=mine.values,

@@ -46,6 +46,7 @@ from signoff.service.temporal import TemporalBackend
 PENDING_MAX = 100_000
 # The most an inbox count counts before it says "1000+"
 INBOX_COUNT_CAP = 1000
+VOTED_SCAN = 50  # the jobs read for the requests a person voted on (RunService.voted_waiting)
 
 # the most a decision that lost waits for the winner's decision to be recorded, to name it
 WHO_WON_WAIT = 5.0
@@ -280,6 +281,27 @@ class RunService:
         n = await self.store.inbox_count(user.id, flow_id=flow_id, session_id=session_id, kind=kind,
                                          cap=INBOX_COUNT_CAP + 1)
         return f"{INBOX_COUNT_CAP}+" if n > INBOX_COUNT_CAP else n
+
+    async def voted_waiting(self, user: User) -> set[str]:
+        """The ids of the requests waiting for ``user`` that they already voted on (a quorum
+        that waits for others): the header's count leaves them out. Read from the jobs the user
+        last took part in (at most VOTED_SCAN, newest first), so its cost is bounded whatever
+        their history; only a waiting request needing several approvals has its votes read."""
+        voted: set[str] = set()
+        for job in await self.store.participated_jobs(user.id, limit=VOTED_SCAN):
+            pending = job.pending
+            if job.status != JobStatus.suspended or pending is None or pending.required_approvals < 2:
+                continue
+            if any(v.user == user.id for v in await self.access.votes(job.job_id, pending.request_id)):
+                voted.add(pending.request_id)
+        return voted
+
+    async def header_count(self, user: User) -> int | str:
+        """What the header's Inbox count says: :meth:`inbox_count` without the requests the
+        user voted on (they wait on others; issue 29)."""
+        n = await self.inbox_count(user)
+        voted = len(await self.voted_waiting(user))
+        return n if isinstance(n, str) else max(0, n - voted)
 
     async def inbox_flows(self, user: User) -> list[str]:
         """The flows of what waits for ``user`` (Store.inbox_flows)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
@@ -25,17 +25,14 @@ from signoff.service.access import asked_job, visible_job
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest, printable
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
-from signoff.api.pages import context, forms, live, rules, views
+from signoff.api.pages import context, forms, live, queue, rules, views
+from signoff.api.pages.queue import card_url
 from signoff.api.pages.page import Page, PageContext, live_response, page_router, read_form, text, with_count
 from signoff.api.pages.render import render
 
 router = page_router()
 
 SETTLE_SECONDS = 5.0  # how long a card waits for a decision in flight to be recorded
-
-
-def card_url(job_id: str, request_id: str) -> str:
-    return f"/runs/{quote(job_id, safe='')}/requests/{quote(request_id, safe=':')}"
 
 
 async def _request(page: PageContext, job_id: str, request_id: str, *, settle: bool = False,
@@ -158,13 +155,14 @@ async def _seen(page: PageContext, view: views.RequestView) -> dict[str, Any]:
 
 @router.get("/runs/{job_id}/requests/{request_id}")
 async def card(request: Request, job_id: str, request_id: str, page: PageContext = Page,
-               voted: str | None = None) -> Response:
+               voted: str | None = None, decided: str | None = None) -> Response:
     view = await _request(page, job_id, request_id, settle=True)
     await with_count(request, page)
     notice = None
     if voted and view.is_open and len(voted) < 20:
         notice = f"Your vote is recorded ({voted} approvals)."
-    return render(request, "card.html", **card_context(view, notice=notice, **await _seen(page, view)))
+    return render(request, "card.html", done=await queue.done(page, decided),
+                  **card_context(view, notice=notice, **await _seen(page, view)))
 
 
 @router.get("/runs/{job_id}/requests/{request_id}/live")
@@ -267,7 +265,7 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
         except ValidationError as e:
             raise InvalidRequest("; ".join(f"{'.'.join(str(p) for p in x['loc'])}: {x['msg']}" for x in e.errors()[:5]))
         check_body(body, request.app.state.settings, text=("decision",))
-        resumed = await page.service.resume(page.user, job_id, request_id, body.decision, via="page")
+        await page.service.resume(page.user, job_id, request_id, body.decision, via="page")
     except (EditNotSent, NoChoice) as refused:
         await with_count(request, page)
         return render(request, "card.html", 422, **card_context(
@@ -293,11 +291,11 @@ async def decide(request: Request, job_id: str, request_id: str, page: PageConte
                                                                         **shown))
             return render(request, "card.html", 409, **card_context(settled, conflict=True, **shown))
         raise
-    if resumed.status == "vote_recorded":
-        target = card_url(job_id, request_id) + "?" + urlencode({"voted": f"{resumed.votes}/{resumed.required}"})
-        return RedirectResponse(target, status_code=303)
-    if view.job.user_id != page.user.id:  # an approver: the card of a run that is not theirs, once
-        settled = await _request(page, job_id, request_id, settle=True, decided=True)
-        await with_count(request, page)
-        return render(request, "card.html", **card_context(settled, **await _seen(page, settled)))
-    return RedirectResponse(card_url(job_id, request_id), status_code=303)
+    # on to the next request (issue 29): a quick action from the list goes back to the list; a
+    # decision on a card goes to the next request waiting for the person, or to the list; either
+    # says what became of this one (``decided``)
+    done = urlencode({"decided": queue.done_value(job_id, request_id)})
+    if text(form.get("back")) == "inbox":
+        return RedirectResponse("/?" + done, status_code=303)
+    following = await queue.next_waiting(page, job_id, request_id, view.request.paused_at)
+    return RedirectResponse((following or "/") + "?" + done, status_code=303)

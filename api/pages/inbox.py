@@ -17,7 +17,7 @@ from signoff.engine.models import Decision, utcnow
 from signoff.service import RunService, batch
 from signoff.service.backend import Resumed
 
-from signoff.api.pages import formatting, live, rules, waiting
+from signoff.api.pages import formatting, live, queue, rules, waiting
 from signoff.api.errors import InvalidRequest
 from signoff.api.pages.page import PAGE_SIZE, Page, PageContext, clean, live_response, page_router, read_form, text
 from signoff.api.ratelimit import paced_writes
@@ -40,7 +40,7 @@ def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
 
 @router.get("/")
 async def inbox(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                kind: str | None = None, p: int = 1, decided: int | None = None, refused: int | None = None
+                kind: str | None = None, p: int = 1, decided: str | None = None, refused: int | None = None
                 ) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
@@ -48,7 +48,7 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     # whole waiting set: the store's indexed reads cost the page, not the number waiting
     # (docs/pages.md); past 1,000 a count says "1000+" and the pager no longer counts pages
     everything = await page.service.inbox_count(page.user)
-    request.state.inbox_count = everything
+    request.state.inbox_count = await page.service.header_count(page.user)
     total = await page.service.inbox_count(page.user, flow_id=flow, session_id=session, kind=kind) \
         if flow or session or kind else everything
     p = max(1, min(p, MAX_PAGE))
@@ -66,12 +66,17 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
     # the bulk action's buttons: the options of the rows that can be decided from the list
     bulk = list({o.action_id: o.label for i in shown if i.quick for o in i.request.options}.items())[:4]
-    notice = _bulk_notice(decided, refused)
+    # ``decided``: the bulk action's count, or the request a decision was just sent on
+    bulk_count = int(decided) if decided and decided.isdigit() and len(decided) < 6 else None
+    notice = _bulk_notice(bulk_count, refused)
+    done = None if bulk_count is not None else await queue.done(page, decided)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
-    live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since})
     voted = [i for i in shown if i.standing is not None and i.standing.voted]  # waiting on others
+    # the stream is told which rows the page shows: it sends their changes, never the waiting set
+    live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since,
+                                           "ids": ",".join(i.request.request_id for i in shown)})
     return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total, page_no=p, pages=pages, older=older, flows=flows,
-                  bulk=bulk, notice=notice,
+                  bulk=bulk, notice=notice, done=done,
                   filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
 
 
@@ -104,7 +109,7 @@ async def decide_many(request: Request, page: PageContext = Page) -> Response:
 
 @router.get("/inbox/live")
 async def inbox_live(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                     kind: str | None = None, rows: str = "1", since: str | None = None) -> Response:
+                     kind: str | None = None, rows: str = "1", since: str | None = None, ids: str = "") -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
     csrf = page.session.csrf
@@ -118,8 +123,19 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
     page.service.feed.check(page.user.id)
+    shown = [i for i in (clean(x) for x in ids[:live.MAX_SHOWN * 210].split(",")[:live.MAX_SHOWN]) if i]
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
-                               kind=kind, add_rows=rows == "1", render_row=row, since=after)
+                               kind=kind, add_rows=rows == "1", render_row=row, since=after, shown_ids=shown,
+                               header_count=functools.partial(page.service.header_count, page.user))
+    return live_response(request, page, stream)
+
+
+@router.get("/inbox/count/live")
+async def count_live(request: Request, page: PageContext = Page) -> Response:
+    """The header's Inbox count, live on every page (the inbox page's own stream carries it there)."""
+    page.service.feed.check(page.user.id)
+    stream = live.count_stream(inbox_watcher(request, page.service), page.user,
+                               functools.partial(page.service.header_count, page.user))
     return live_response(request, page, stream)
 
 

@@ -152,6 +152,9 @@ class InboxWatcher:
                 except Exception:  # the store is away for a moment: read everyone's next time
                     log.warning("inbox watcher: finding whom events concern failed", exc_info=True)
                     continue
+                # a vote changes no inbox's set, but the header's count leaves out what its person
+                # voted on: the streams of anyone whose inbox shows that run are given it again
+                voted = {n.job_id for n in notes if n.event == "human_input_vote"}
                 for user_id in concerned:
                     entry = self._people.get(user_id)
                     if entry is None or not entry[1]:
@@ -163,7 +166,7 @@ class InboxWatcher:
                         log.warning("inbox watcher: reading %s's inbox failed", user_id, exc_info=True)
                         continue
                     mark = tuple((i.request_id, i.job_id) for i in items)
-                    if self._last.get(user_id) == mark:
+                    if self._last.get(user_id) == mark and not voted & self._shows.get(user_id, set()):
                         continue  # nothing changed for this person: their streams sleep on
                     self._last[user_id] = mark
                     for queue in list(queues):
@@ -172,16 +175,27 @@ class InboxWatcher:
                         queue.put_nowait(items)
 
 
+MAX_SHOWN = 60  # the ids a page says it shows (a page's rows and those waiting on others)
+
+
 async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, session: str | None, kind: str | None,
                        add_rows: bool, render_row: Callable[[waiting.InboxItem], Awaitable[str]],
-                       since: datetime | None = None) -> AsyncIterator[bytes]:
-    """``since``: when the page read what it shows (less a margin); the first snapshot adds only
-    rows paused after it, not every row of every page of the inbox. The set is compared by its
-    keys; only a row to add is read and drawn."""
+                       since: datetime | None = None, shown_ids: list[str] | None = None,
+                       header_count: Callable[[], Awaitable[int | str]] | None = None) -> AsyncIterator[bytes]:
+    """What changes on one open inbox page, never the whole waiting set (issue 29: at 10,000
+    waiting the first snapshot was ~0.5 MB of ids): ``shown_ids`` are the rows the page shows
+    (at most MAX_SHOWN); the snapshot says which of them still wait, with the counts; ``add``
+    brings a request paused since (``since``: when the page read its rows, less a margin; only on
+    the first page, ``add_rows``), ``remove`` a shown or added row that left (with why), ``count``
+    the counts when they change. The set is compared by its keys, here in the process; only a
+    row to add is read and drawn. ``header_count``: the header's count (without what the person
+    voted on), sent as ``total``."""
     store = watcher.service.store
-    shown: dict[str, str] = {}  # request id -> job id
+    wanted = list(dict.fromkeys((shown_ids or [])[:MAX_SHOWN]))  # in the page's order
+    visible: dict[str, str] = {}  # request id -> job id: the rows the page has now
+    seen: set[str] = set()  # every waiting id of the last read (kept here, never sent)
     first = True
-    total = -1
+    last_counts: tuple[Any, Any] | None = None
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(watcher.service.feed.slot(user.id))  # one of the person's live streams
         # what changes after the read below reaches the queue
@@ -190,27 +204,49 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
         while True:
             items = waiting.filter_inbox(everything, flow=flow, session=session, kind=kind)
             current = {i.request_id: i for i in items}
-            changed = set(current) != set(shown) or len(everything) != total
+            total = await header_count() if header_count is not None else len(everything)
+            counts = (len(current), total)
             if first:
-                yield sse("snapshot", {"ids": list(current), "count": len(current), "total": len(everything)})
+                visible = {k: current[k].job_id for k in wanted if k in current}
+                yield sse("snapshot", {"ids": list(visible), "count": counts[0], "total": counts[1]})
             names = views.Names(store)
             for key, entry in current.items():
-                if key not in shown and add_rows and (not first or since is None or
-                                                      (formatting.aware(entry.paused_at) or since) >= since):
-                    row = await waiting.inbox_item(names, store, entry, user.id)
-                    if row is not None:  # (decided since the read: its removal comes with the next one)
-                        yield sse("add", {"id": key, "paused_at": formatting.iso(entry.paused_at),
-                                          "html": await render_row(row)})
-            for key, job_id in shown.items():
+                if key in seen or key in visible or not add_rows:
+                    continue
+                if first and since is not None and (formatting.aware(entry.paused_at) or since) < since:
+                    continue  # on a later page of the inbox, or shown: not this page's change
+                row = await waiting.inbox_item(names, store, entry, user.id)
+                if row is not None:  # (decided since the read: its removal comes with the next one)
+                    visible[key] = entry.job_id
+                    yield sse("add", {"id": key, "paused_at": formatting.iso(entry.paused_at),
+                                      "html": await render_row(row)})
+            for key, job_id in list(visible.items()):
                 if key not in current:
+                    del visible[key]
                     why = await removal_reason(store, names, job_id, key)
                     yield sse("remove", {"id": key, "why": why})
-            if changed and not first:
-                yield sse("count", {"count": len(current), "total": len(everything)})
-            total = len(everything)
-            shown = {k: i.job_id for k, i in current.items()}
+            if counts != last_counts and not first:
+                yield sse("count", {"count": counts[0], "total": counts[1]})
+            last_counts = counts
+            seen = set(current)
             first = False
             everything = await updates.get()
+
+
+async def count_stream(watcher: InboxWatcher, user: User,
+                       header_count: Callable[[], Awaitable[int | str]]) -> AsyncIterator[bytes]:
+    """The header's Inbox count on any page (issue 29): ``count`` at once and whenever it changes,
+    woken by the same watcher as the inbox (one read per person however many pages are open)."""
+    last: Any = None
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(watcher.service.feed.slot(user.id))
+        updates = await stack.enter_async_context(watcher.subscribe(user))
+        while True:
+            total = await header_count()
+            if total != last:
+                last = total
+                yield sse("count", {"total": total})
+            await updates.get()
 
 
 async def run_stream(store: Store, feed: EventFeed, job_id: str, *, after_seq: int, status: str | None,

@@ -120,7 +120,8 @@ Page = Depends(signed_in)
 
 async def with_count(request: Request, page: PageContext) -> None:
     """The inbox count every page's frame shows."""
-    request.state.inbox_count = await page.service.inbox_count(page.user)  # a number, or "1000+"
+    # a number, or "1000+"; without what the person voted on (it waits on others)
+    request.state.inbox_count = await page.service.header_count(page.user)
 
 
 # ---- live streams -----------------------------------------------------------------------------------

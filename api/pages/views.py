@@ -61,6 +61,7 @@ class Outcome:
     timed_out: bool = False
     superseded_by: str | None = None
     votes: list[dict[str, Any]] = field(default_factory=list)
+    via: str | None = None  # the channel the decision came through (page, api, link, slack, ...)
 
     @property
     def mark(self) -> tuple[str, str]:
@@ -191,7 +192,7 @@ async def _outcome(names: Names, job: Job, request: PendingRequest, after: list[
             return Outcome("decided", title, action_id=action, action_label=label, decided_by=who,
                            decided_at=decided_at or ev.created_at, values=d.get("values"), rerouted=rerouted,
                            requested_label=label_of(request, requested) if requested else None,
-                           timed_out=timed_out, votes=vote_list)
+                           timed_out=timed_out, votes=vote_list, via=d.get("via"))
         if ev.event == "human_input_required" and ev.data.get("request_id") != rid:
             break  # the run asked something else: this one was answered before (its event is above)
     for ev in after:

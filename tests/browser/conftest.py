@@ -135,3 +135,23 @@ async def shoot(page: Page, name: str) -> list[Path]:
     if size:
         await page.set_viewport_size(size)
     return paths
+
+
+async def decided_card(page: Page) -> None:
+    """After a decision on a card the page moves on (the next waiting request, or the list) and
+    says what became of the one decided (``[data-done]``): its link opens the decided card. A
+    refused decision (409) stays on the card, which then shows its outcome."""
+    done = page.locator("[data-done] a")
+    closed = page.locator("article.is-closed [data-outcome]")
+    await expect(done.or_(closed).first).to_be_visible()
+    if await done.count():
+        await done.click()
+        await expect(closed).to_be_visible()
+
+
+async def send_held(page: Page) -> None:
+    """A quick action from the list is held 5 s (the Undo) before it is sent: the test's clock
+    (``page.clock.install()`` before the page loaded) runs past it."""
+    await expect(page.locator("[data-undo-bar]")).to_be_visible()
+    await page.clock.fast_forward(5_100)
+    await expect(page.locator("[data-undo-bar]")).to_be_hidden()

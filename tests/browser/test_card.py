@@ -17,7 +17,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from signoff.engine.models import JobStatus
-from tests.browser.conftest import NARROW, SHOTS, Site, person
+from tests.browser.conftest import NARROW, SHOTS, Site, decided_card, person
 from tests.browser.test_pages import decision_events, pause, session
 
 pytestmark = pytest.mark.temporal
@@ -131,6 +131,7 @@ async def test_an_edited_argument_reaches_the_tool_as_typed(browser: Browser, si
             if site.backend == "sqlite":
                 await shoot(page, "card-tool-edited")
             await primary.click()
+            await decided_card(page)
             await expect(page.locator("[data-outcome]")).to_contain_text("Approve edited call by alice")
             await site.h.wait_status(job_id, JobStatus.completed)
             assert [h["body"] for h in target.hits] == [typed]
@@ -168,6 +169,7 @@ async def test_without_javascript_a_plain_approve_never_drops_an_edit(browser: B
             if site.backend == "sqlite":
                 await shoot(page, "card-tool-edit-nojs")
             await form.locator(".btn-primary").click()
+            await decided_card(page)
             await expect(page.locator("[data-outcome]")).to_contain_text("by alice")
             await site.h.wait_status(job_id, JobStatus.completed)
             assert [h["body"] for h in target.hits] == ["45 EUR to order 1234"]
@@ -267,6 +269,7 @@ async def test_a_values_card_asks_for_the_decision_first(browser: Browser, site:
         await approve.get_by_label("Amount").fill("45.5")
         await approve.get_by_label("Channel").select_option("card")
         await page.locator("[data-choose-submit]").click()
+        await decided_card(page)
         await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
         values = page.locator("[data-decided-values]")
         await expect(values).to_contain_text("Amount")
@@ -304,6 +307,7 @@ async def test_a_values_card_without_javascript(browser: Browser, site: Site) ->
         await reject.get_by_label("Reason").fill("Cracked on arrival")
         await reject.get_by_label("Note for the file").fill("photo in ticket 9")
         await form.get_by_role("button", name="Send decision").click()
+        await decided_card(page)
         await expect(page.locator("[data-outcome]")).to_contain_text("Reject by alice")
         await expect(page.locator("[data-decided-values]")).to_contain_text("Note for the file")
         decisions = await decision_events(site, job_id)

@@ -18,7 +18,7 @@ from playwright.async_api import Browser, expect
 from signoff.devserver import temporal_binary
 from signoff.engine.models import JobStatus
 from signoff.workflows.types import RESUME
-from tests.browser.conftest import NARROW, Site, person, shoot
+from tests.browser.conftest import NARROW, Site, decided_card, person, send_held, shoot
 
 pytestmark = pytest.mark.temporal
 
@@ -48,6 +48,7 @@ async def test_approve_from_the_inbox(browser: Browser, site: Site) -> None:
     job_id, request_id = resp["job_id"], resp["human_request"]["request_id"]
     async with person(browser, site, "alice") as alice:
         page = alice.page
+        await page.clock.install()  # the quick action's 5 s hold runs on the test's clock
         await page.reload()
         row = page.locator("li.req", has=page.locator(f'[data-request-id="{request_id}"]')).or_(
             page.locator(f'li.req[data-request-id="{request_id}"]'))
@@ -58,6 +59,10 @@ async def test_approve_from_the_inbox(browser: Browser, site: Site) -> None:
         if site.backend == "sqlite":
             await shoot(page, "inbox")
         await row.get_by_role("button", name="Approve").click()
+        await send_held(page)  # held 5 s with an Undo, then sent; the list stays
+        await expect(row).to_have_count(0)
+        await expect(page).to_have_url(f"{site.url}/")
+        await page.goto(f"{site.url}/runs/{job_id}/requests/{request_id}")
 
         # the card: only the chosen action remains, with who and when
         await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
@@ -158,6 +163,7 @@ async def test_two_people_click_at_once(browser: Browser, site: Site) -> None:
         await expect(reject).to_be_enabled()
         await asyncio.gather(approve.click(), reject.click())
         for p in (one.page, two.page):
+            await decided_card(p)
             await expect(p.locator("[data-outcome]")).to_contain_text(re.compile(r"(Approve|Reject) by alice"))
         decisions = await decision_events(site, job_id)
         assert len(decisions) == 1, decisions
@@ -324,6 +330,7 @@ async def test_hostile_text_is_text(browser: Browser, site: Site) -> None:
             await check(page, f"Agent {HOSTILE}")
             await page.get_by_label("Message (optional)").fill(HOSTILE)  # the rejection's message too
             await page.get_by_role("button", name="Reject call").click()
+            await decided_card(page)
             await expect(page.locator("[data-outcome]")).to_contain_text("Reject by alice")
             await check(page, HOSTILE)
             await site.h.wait_status(tool["job_id"], JobStatus.completed)
@@ -332,6 +339,7 @@ async def test_hostile_text_is_text(browser: Browser, site: Site) -> None:
             # the gate decided from its card
             await page.goto(f"{site.url}/runs/{gate['job_id']}/requests/{gate['human_request']['request_id']}")
             await page.get_by_role("button", name="Approve").click()
+            await decided_card(page)
             await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
             await site.h.wait_status(gate["job_id"], JobStatus.completed)
 
@@ -373,6 +381,7 @@ async def test_approve_with_the_keyboard(browser: Browser, site: Site) -> None:
         else:
             raise AssertionError("Tab never reached the Approve button")
         await page.keyboard.press("Enter")
+        await decided_card(page)
         await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
         await site.h.wait_status(job_id, JobStatus.completed)
         alice.clean()
@@ -429,6 +438,7 @@ async def test_values_form_refusal_keeps_what_was_typed(browser: Browser, site: 
         await approve_form.get_by_label("Amount").fill("45.5")
         await approve_form.get_by_label("Channel").select_option("card")
         await form.get_by_role("button", name="Approve").click()
+        await decided_card(page)
         await expect(page.locator("[data-outcome]")).to_contain_text("Approve by alice")
         await expect(page.locator("[data-outcome]")).to_contain_text("45.5")
         decisions = await decision_events(site, job_id)
@@ -484,6 +494,7 @@ edges:
         await site.h.wait_status(first, JobStatus.cancelled)
         await page.get_by_role("link", name="Decide").click()
         await page.get_by_role("button", name="Refuse").click()
+        await decided_card(page)
         await expect(page.locator("[data-outcome]")).to_contain_text("Refuse by alice")
         await site.h.wait_status(second, JobStatus.completed)
 
@@ -549,6 +560,7 @@ async def test_tool_approval_edit_the_arguments(browser: Browser, site: Site) ->
                 await shoot(page, "card-tool")
             await body.fill("40 EUR to order 1234")
             await page.get_by_role("button", name="Approve edited call").click()
+            await decided_card(page)
             await expect(page.locator("[data-outcome]")).to_contain_text("Approve edited call by alice")
             await expect(page.locator("[data-decided-args] ins")).to_have_text("40 EUR to order 1234")
             await site.h.wait_status(job_id, JobStatus.completed)
@@ -581,9 +593,14 @@ async def test_an_approver_decides_in_a_run_that_is_not_theirs(browser: Browser,
     async with person(browser, site, "alice") as alice:
         await expect(alice.page.locator(f'li.req[data-request-id="{request_id}"]')).to_have_count(0)
     async with person(browser, site, "bob") as bob:
+        await bob.page.clock.install()
+        await bob.page.reload()
         row = bob.page.locator(f'li.req[data-request-id="{request_id}"]')
         await expect(row).to_contain_text("assigned to you")
         await row.get_by_role("button", name="Approve").click()
+        await send_held(bob.page)
+        await expect(row).to_have_count(0)
+        await bob.page.goto(f"{site.url}/runs/{job_id}/requests/{request_id}")
         await expect(bob.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob_name}")
         await site.h.wait_status(job_id, JobStatus.completed)
         bob.clean()

@@ -16,7 +16,7 @@ from playwright.async_api import Browser, expect
 
 from signoff.engine.models import JobStatus
 
-from tests.browser.conftest import Site, person
+from tests.browser.conftest import Site, decided_card, person, send_held
 from tests.browser.test_card import shoot
 from tests.browser.test_pages import pause
 
@@ -124,6 +124,7 @@ async def test_the_owner_without_self_approval_never_sees_an_approve_button(brow
         await approver.page.goto(card(site, job_id, request_id))
         await expect(approver.page.locator("[data-may-not]")).to_have_count(0)
         await approver.page.get_by_role("button", name="Approve").click()
+        await decided_card(approver.page)
         await expect(approver.page.locator("[data-outcome]")).to_contain_text(f"Approve by {bob}")
         approver.clean()
 
@@ -140,6 +141,7 @@ async def test_a_request_you_voted_on_waits_on_others(browser: Browser, site: Si
         await expect(dave.page.locator("[data-rules]")).to_contain_text("1 of 2 approvals")
         await dave.page.get_by_role("button", name="Approve").click()
         # the quorum of 2 is complete with dave: the card is decided
+        await decided_card(dave.page)
         await expect(dave.page.locator("[data-outcome]")).to_contain_text("Approve")
         dave.clean()
     flow_id = await gate_flow(site, approvers=[who["dave"], who["erin"], who["carol"]], required_approvals=3)
@@ -148,8 +150,13 @@ async def test_a_request_you_voted_on_waits_on_others(browser: Browser, site: Si
     await vote(site, who["carol"], job_id, request_id)
     async with person(browser, site, who["dave"]) as dave:
         page = dave.page
+        await page.clock.install()
+        await page.reload()
         row = page.locator(f'[data-live-inbox] > li.req[data-request-id="{request_id}"]')
         await row.get_by_role("button", name="Approve").click()
+        await send_held(page)
+        await expect(row).to_have_count(0)
+        await page.goto(card(site, job_id, request_id))
         await expect(page.locator("[data-voted]")).to_have_text("You approved · waiting for 1 more")
         await expect(page.get_by_role("heading", level=1)).to_have_text("Waiting on others")
         await expect(page.locator("form.decide")).to_have_count(0)

@@ -296,3 +296,32 @@ def test_a_follower_of_every_job_not_taking_its_notes_keeps_a_bounded_number_and
         follower.tell([EventNote("c", n + 1, "x")])
     notes, missed = follower.take()
     assert missed and len(notes) <= 3  # the watcher reads every open inbox instead
+
+
+async def test_an_inbox_stream_sends_the_page_s_rows_never_the_waiting_set() -> None:
+    """At 10,000 waiting the first snapshot was every id (~0.5 MB): now it names only the rows the
+    page said it shows, with the counts; a request leaving that the page does not show sends a
+    count, not a ``remove``; one it shows sends its ``remove``."""
+    from datetime import datetime, timedelta, timezone
+
+    from signoff.engine.models import InboxEntry
+
+    service = FakeService()
+    alice = await service.store.create_user("alice")
+    job_id = await new_job(service.store, alice.id)
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    everything = [InboxEntry(job_id=f"job-{i}", request_id=f"req-{i}", paused_at=t0 - timedelta(seconds=i),
+                             flow_id="f", session_id=None, kind="node_input") for i in range(10_000)]
+    service.inbox_entries = lambda user: asyncio.sleep(0, result=list(everything))  # type: ignore[method-assign]
+    watcher = live.InboxWatcher(service, safety=60)  # type: ignore[arg-type]
+    stream = inbox(watcher, alice, shown_ids=["req-0", "req-1", "req-gone"], since=t0 + timedelta(seconds=1))
+    first = await stream.__anext__()
+    assert event(first) == ("snapshot", {"ids": ["req-0", "req-1"], "count": 10_000, "total": 10_000})
+    assert len(first) < 200
+
+    everything[:] = [e for e in everything if e.request_id not in ("req-1", "req-500")]  # one shown, one not
+    await service.store.append_event(job_id, "human_input_decision", {})  # wakes alice's inbox
+    got = [event(await asyncio.wait_for(stream.__anext__(), 5)) for _ in range(2)]
+    assert got == [("remove", {"id": "req-1", "why": "Gone"}), ("count", {"count": 9_998, "total": 9_998})]
+    await stream.aclose()
+    await service.feed.close()

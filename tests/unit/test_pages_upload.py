@@ -40,7 +40,8 @@ async def signed_in(tmp_path, **settings):
     async def nothing_counted(user, **filters):
         return 0
 
-    app.state.service = SimpleNamespace(pending_for=nothing_waits, inbox_count=nothing_counted)
+    app.state.service = SimpleNamespace(pending_for=nothing_waits, inbox_count=nothing_counted,
+                                        header_count=nothing_counted)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page, \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
                               headers={"x-api-key": key}) as api:

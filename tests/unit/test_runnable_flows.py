@@ -44,7 +44,8 @@ async def test_the_api_the_flows_page_and_run_flow_agree_on_the_flows_a_person_m
     async def nothing_counted(user, **filters):
         return 0
 
-    app.state.service = SimpleNamespace(pending_for=nothing_waits, inbox_count=nothing_counted)  # the page's inbox count
+    app.state.service = SimpleNamespace(pending_for=nothing_waits, inbox_count=nothing_counted,
+                                        header_count=nothing_counted)  # the page's inbox count
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t",
                                  headers={"x-api-key": key}) as api, \
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as page:

@@ -87,6 +87,18 @@
     es.addEventListener("count", function (e) { var d = JSON.parse(e.data); setCount(d.count, d.total); });
   }
 
+  // ---- the header's Inbox count, live on every page (the inbox's own stream carries it there) ----
+  function setHeaderCount(total) {
+    document.querySelectorAll("[data-inbox-count]").forEach(function (el) {
+      el.textContent = String(total);
+      el.setAttribute("aria-label", total + " waiting");
+    });
+  }
+  function headerCount() {
+    var es = new EventSource("/inbox/count/live");
+    es.addEventListener("count", function (e) { setHeaderCount(JSON.parse(e.data).total); });
+  }
+
   // ---- a run: its regions are fetched again when its log grows -------------------------------------
   function run(root) {
     var timer = null;
@@ -127,7 +139,10 @@
       var fresh = doc.getElementById("card-region");
       if (!fresh) return;
       var state = fresh.querySelector("[data-state]");
-      if (!final && state && state.dataset.state === "open") return; // keep what the person typed
+      if (!final && state && state.dataset.state === "open") { // keep what the person typed: only
+        votes(fresh);                                           // the rules line and where they stand
+        return;
+      }
       var current = document.getElementById("card-region");
       if (current) current.replaceWith(fresh);
       enhance(fresh);
@@ -136,6 +151,24 @@
       if (fresh.hasAttribute("data-live-card") && !final) {
         es.close();
         card(fresh);
+      }
+    }
+    function votes(fresh) {
+      var now = document.querySelector("#card-region [data-rules]");
+      var line = fresh.querySelector("[data-rules]");
+      if (now && line) {
+        if (now.textContent !== line.textContent) announce(line.textContent.trim());
+        now.replaceWith(line);
+      } else if (line) {
+        var prompt = document.querySelector("#card-region .prompt");
+        if (prompt) prompt.after(line);
+      }
+      // the person voted elsewhere (another tab, a link): no buttons again, as the page would say
+      var stand = fresh.querySelector(".card-actions [data-voted], .card-actions [data-may-not]");
+      var actions = document.querySelector("#card-region .card-actions");
+      var freshActions = fresh.querySelector(".card-actions");
+      if (stand && actions && freshActions && !actions.querySelector("[data-voted], [data-may-not]")) {
+        actions.replaceWith(freshActions);
       }
     }
     es.addEventListener("change", function () { refresh(false); });
@@ -241,9 +274,184 @@
     });
   }
 
+  // ---- a quick action from the list: held here for 5 s with an Undo, then sent (without this
+  // script it is sent at once). Nothing already sent is ever "undone": Undo only cancels a send
+  // that has not happened; leaving the page sends what is held. -------------------------------------
+  var HOLD_MS = 5000;
+  var held = null; // {form, action, label, row, timer}
+  var undoBar = function () { return document.querySelector("[data-undo-bar]"); };
+
+  function hideUndo() { var bar = undoBar(); if (bar) bar.hidden = true; }
+
+  function sendHeld(q, leaving) {
+    if (held === q) held = null;
+    window.clearTimeout(q.timer);
+    hideUndo();
+    var body = new URLSearchParams(new FormData(q.form));
+    body.set("action_id", q.action);
+    var sent = fetch(q.form.action, { method: "POST", body: body, credentials: "same-origin", redirect: "manual",
+                                     keepalive: !!leaving });
+    if (leaving) return;
+    sent.then(function (r) {
+      if (r.type === "opaqueredirect" || (r.status >= 300 && r.status < 400) || r.redirected) {
+        q.row.remove();
+        announce(q.label + " sent");
+      } else {
+        q.row.hidden = false;
+        q.row.classList.add("is-refused");
+        announce(q.label + " was not applied: open the request to see why");
+      }
+    }, function () {
+      q.row.hidden = false;
+      announce(q.label + " was not sent (no connection)");
+    });
+  }
+
+  function holdQuick(form, submitter) {
+    var row = form.closest("li.req");
+    if (!row || !window.fetch) return false;
+    if (held) sendHeld(held); // one held at a time: the earlier goes now
+    var title = row.querySelector(".req-title");
+    var label = submitter ? submitter.textContent.trim() : "Decision";
+    var next = row.nextElementSibling;
+    while (next && next.hidden) next = next.nextElementSibling;
+    var q = { form: form, action: submitter ? submitter.value : "", label: label, row: row };
+    q.timer = window.setTimeout(function () { sendHeld(q); }, HOLD_MS);
+    held = q;
+    row.hidden = true;
+    var bar = undoBar();
+    if (bar) {
+      bar.querySelector("[data-undo-text]").textContent = label + ": " + (title ? title.textContent.trim() : "") +
+        " (sent in 5 s)";
+      bar.hidden = false;
+    }
+    announce(label + " in 5 seconds. Undo with the Undo button or u.");
+    if (next) select(next); else { var main = document.getElementById("main"); if (main) main.focus(); }
+    return true;
+  }
+
+  function undo() {
+    if (!held) return;
+    var q = held;
+    held = null;
+    window.clearTimeout(q.timer);
+    hideUndo();
+    q.row.hidden = false;
+    select(q.row);
+    announce(q.label + " undone: nothing was sent");
+  }
+  document.addEventListener("click", function (e) {
+    if (e.target.closest && e.target.closest("[data-undo]")) undo();
+  });
+  window.addEventListener("pagehide", function () { if (held) sendHeld(held, true); });
+
+  // ---- keyboard: j/k through the inbox's rows, o opens, a/r/e on a card, ? for help -------------
+  function inboxRows() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-live-inbox] > li.req, [data-waiting-others] > li.req"))
+      .filter(function (li) { return !li.hidden; });
+  }
+  function current() {
+    var rows = inboxRows();
+    return rows.find(function (li) { return li.classList.contains("is-current"); }) ||
+      rows.find(function (li) { return li.contains(document.activeElement); });
+  }
+  function select(li) {
+    inboxRows().forEach(function (r) { r.classList.remove("is-current"); });
+    if (!li) return;
+    li.classList.add("is-current");
+    var link = li.querySelector(".req-title a");
+    if (link) link.focus();
+    if (li.scrollIntoView) li.scrollIntoView({ block: "nearest" });
+  }
+  function move(step) {
+    var rows = inboxRows();
+    if (!rows.length) return;
+    var i = rows.indexOf(current());
+    select(rows[i < 0 ? 0 : Math.max(0, Math.min(rows.length - 1, i + step))]);
+  }
+  function visible(el) { return el && !el.hidden && !el.disabled && el.offsetParent !== null; }
+  function optionButton(root, which) {
+    var buttons = Array.prototype.slice.call(root.querySelectorAll("button[name=action_id]")).filter(visible);
+    var words = which === "approve" ? /approv|accept|allow|yes/i : /reject|deny|decline|no\b/i;
+    return buttons.find(function (b) { return b.value === which; }) ||
+      buttons.find(function (b) { return words.test(b.value + " " + b.textContent); });
+  }
+  function decideKey(which) {
+    var row = current();
+    if (row) { // a quick action on the selected row
+      var quick = row.querySelector("form[data-quick]");
+      var b = quick && optionButton(quick, which);
+      if (b) b.click();
+      return;
+    }
+    var cardEl = document.querySelector("[data-live-card] article.is-open");
+    if (!cardEl) return;
+    if (which === "approve") {
+      var edited = cardEl.querySelector("[data-edit-approve].btn-primary");
+      var target = (edited && visible(edited)) ? edited : optionButton(cardEl, "approve");
+      if (target) { target.focus(); target.click(); return; }
+      var radio = cardEl.querySelector("input[name=action_id][value=approve]");
+      if (radio) { radio.click(); radio.focus(); }
+      return;
+    }
+    var reject = optionButton(cardEl, "reject");
+    if (reject) { reject.focus(); reject.click(); return; }
+    var rradio = cardEl.querySelector("input[name=action_id][value=reject]");
+    if (rradio) { rradio.click(); rradio.focus(); }
+  }
+  function editKey() {
+    var cardEl = document.querySelector("[data-live-card] article.is-open");
+    if (!cardEl) return false;
+    var field = Array.prototype.slice.call(cardEl.querySelectorAll(
+      "form.decide textarea:not([readonly]), form.decide input:not([type=hidden]):not([readonly]), form.decide select"))
+      .filter(visible)[0];
+    if (field) { field.focus(); return true; }
+    return false;
+  }
+  function typing(el) {
+    if (!el) return false;
+    var tag = el.tagName;
+    return el.isContentEditable || tag === "TEXTAREA" || tag === "SELECT" ||
+      (tag === "INPUT" && !/^(checkbox|radio|button|submit|reset)$/i.test(el.type));
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return;
+    var help = document.getElementById("shortcuts");
+    if (help && help.open) return;
+    var key = e.key;
+    if (key === "?") { if (help && help.showModal) { help.showModal(); e.preventDefault(); } return; }
+    if (key === "u" && held) { undo(); e.preventDefault(); return; }
+    var inInbox = !!document.querySelector("[data-live-inbox]");
+    if (inInbox && (key === "j" || key === "k")) { move(key === "j" ? 1 : -1); e.preventDefault(); return; }
+    if (inInbox && key === "o") {
+      var row = current() || inboxRows()[0];
+      var link = row && row.querySelector(".req-title a");
+      if (link) { try { window.sessionStorage.setItem("signoff-keys", "1"); } catch (err) { /* private mode */ } link.click(); }
+      e.preventDefault();
+      return;
+    }
+    if (key === "a" || key === "r") { decideKey(key === "a" ? "approve" : "reject"); e.preventDefault(); return; }
+    if (key === "e" && editKey()) e.preventDefault();
+  });
+
+  // an open card reached from the keyboard (o) or after a decision: focus on its primary action
+  function focusPrimary() {
+    var arrived = /[?&]decided=/.test(window.location.search);
+    try { arrived = arrived || window.sessionStorage.getItem("signoff-keys") === "1"; window.sessionStorage.removeItem("signoff-keys"); }
+    catch (err) { /* private mode */ }
+    if (!arrived) return;
+    var primary = Array.prototype.slice.call(document.querySelectorAll("[data-live-card] article.is-open .card-actions .btn-primary"))
+      .filter(visible)[0];
+    if (primary) primary.focus();
+  }
+
   // ---- a form is sent once ------------------------------------------------------------------------
   document.addEventListener("submit", function (e) {
     var form = e.target;
+    if (form.hasAttribute("data-quick") && !e.defaultPrevented && holdQuick(form, e.submitter)) {
+      e.preventDefault();
+      return;
+    }
     if (form.method.toLowerCase() !== "post") return;
     if (form.dataset.busy) { e.preventDefault(); return; }
     form.dataset.busy = "1";
@@ -256,12 +464,15 @@
   function start() {
     var list = document.querySelector("[data-live-inbox]");
     if (list && window.EventSource) inbox(list);
+    var pill = document.querySelector("[data-inbox-count]");
+    if (pill && !list && window.EventSource) headerCount();
     var runRoot = document.querySelector("[data-live-run]");
     if (runRoot && window.EventSource) run(runRoot);
     var region = document.querySelector("[data-live-card]");
     if (region && window.EventSource) card(region);
     if (document.querySelector("time[data-deadline]")) window.setInterval(tick, 15000);
     enhance(document);
+    focusPrimary();
   }
   function enhance(root) {
     root.querySelectorAll("form[data-tool-form]").forEach(toolForm);
