@@ -93,12 +93,19 @@ async def test_the_sql_store_counts_its_commits_reads_and_statements(tmp_path) -
                     got[("signoff_store_transactions_total", (("kind", "read"),))],
                     got[("signoff_store_statements_total", ())])
 
-        before = now()
-        user = await store.create_user(f"counted-{uuid.uuid4()}")  # one write transaction
-        after_write = now()
-        assert after_write[0] == before[0] + 1 and after_write[1] == before[1] and after_write[2] > before[2]
-        assert await store.get_user(user.id) is not None  # one read connection, one statement
-        after_read = now()
-        assert after_read[:2] == (after_write[0], after_write[1] + 1) and after_read[2] == after_write[2] + 1
+        async def counted() -> list[bool]:
+            before = now()
+            user = await store.create_user(f"counted-{uuid.uuid4()}")  # one write transaction
+            after_write = now()
+            assert await store.get_user(user.id) is not None  # one read connection, one statement
+            after_read = now()
+            return [after_write[0] == before[0] + 1, after_write[1] == before[1], after_write[2] > before[2],
+                    after_read[:2] == (after_write[0], after_write[1] + 1), after_read[2] == after_write[2] + 1]
+
+        # the counts are the process's: another test's store working in the background (the
+        # parallel suite) may add to them in the window; a window of its own comes within a few
+        # tries, while a miscount would show in every one
+        tries = [await counted() for _ in range(5)]
+        assert any(all(t) for t in tries), tries
     finally:
         await store.close()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from cryptography.fernet import Fernet
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from signoff.commands.audit import check_receipts
@@ -21,7 +20,9 @@ from signoff.engine.settings import Settings
 from signoff.engine.store import Store
 from tests.store_conformance import pending, suspended_job
 
-BOX = SecretBox(Fernet.generate_key())
+# the test session's deployment key (tests/conftest.py): the session's PostgreSQL database holds the
+# keys other tests' workers made, sealed with it, as replicas of one deployment share it
+BOX = SecretBox.for_settings(Settings())
 
 
 def _keys(store: Store) -> ReceiptKeys:
