@@ -17,15 +17,21 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
 from signoff.api.pages import card, flows, history, inbox, link, run, signin, standing
+from signoff.api.pages.page import not_found_pages
 from signoff.api.pages.security import PageHeaders
 
 STATIC = Path(__file__).resolve().parent / "static"
 
 
 def install(app: FastAPI) -> None:
-    """Add the pages, their static files and their security headers to ``app``."""
+    """Add the pages, their static files and their security headers to ``app``; an unknown
+    path outside the API's (``/api``, ``/mcp``, ``/a2a``) is the pages' 404 page, not JSON."""
     for page in (signin, inbox, card, link, run, flows, history, standing):
         app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(PageHeaders)
+    app.add_exception_handler(StarletteHTTPException,
+                              not_found_pages(app.exception_handlers[StarletteHTTPException]))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from signoff.engine.langflow.importer import META
+from signoff.engine.langflow.kinds import BY_LANGFLOW_TYPE
 from signoff.engine.models import Job, JobStatus, SpanRecord
 
 NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 168, 56, 56, 20, 12
@@ -54,9 +56,18 @@ class Graph:
     height: int
 
 
-def _node_label(node: dict[str, Any]) -> str:
+def _node_label(node: dict[str, Any], langflow: dict[str, Any]) -> str:
+    """What a vertex is called on the graph: its ``display_name``; for a node imported from
+    Langflow whose name was its type's own ("OpenAI", not kept in params: engine/langflow), that
+    type's display name; else its id ("OpenAIModel-Rr8Tu", which the node's tooltip always shows)."""
     params = node.get("params") if isinstance(node.get("params"), dict) else {}
-    return str(params.get("display_name") or node.get("id"))
+    shown = params.get("display_name")
+    if isinstance(shown, str) and shown.strip():
+        return shown.strip()
+    meta = langflow.get(node.get("id"))
+    lf_type = meta.get("type") if isinstance(meta, dict) else None
+    kind = BY_LANGFLOW_TYPE.get(lf_type) if isinstance(lf_type, str) else None
+    return kind.types[lf_type] if kind is not None else str(node.get("id"))
 
 
 def node_states(job: Job, spans: list[SpanRecord]) -> dict[str, tuple[str, str]]:
@@ -92,6 +103,8 @@ def layout(spec: dict[str, Any], states: dict[str, tuple[str, str]]) -> Graph:
     nodes = [n for n in spec.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("id"), str)]
     ids = [n["id"] for n in nodes]
     known = set(ids)
+    meta = spec.get(META) if isinstance(spec.get(META), dict) else {}
+    langflow = meta.get("nodes") if isinstance(meta.get("nodes"), dict) else {}
     edges = []
     for e in spec.get("edges") or []:
         if not isinstance(e, dict):
@@ -116,7 +129,7 @@ def layout(spec: dict[str, Any], states: dict[str, tuple[str, str]]) -> Graph:
         row = rows.get(col, 0)
         rows[col] = row + 1
         state, note = states.get(n["id"], ("not_reached", ""))
-        out_nodes[n["id"]] = GraphNode(id=n["id"], type=str(n.get("type", "")), label=_node_label(n), state=state,
+        out_nodes[n["id"]] = GraphNode(id=n["id"], type=str(n.get("type", "")), label=_node_label(n, langflow), state=state,
                                        note=note, x=PAD + col * (NODE_W + GAP_X), y=PAD + row * (NODE_H + GAP_Y))
     out_edges = []
     for src, dst in edges:

@@ -33,7 +33,7 @@ from signoff.engine.models import DecisionLink, Job, User, utcnow
 from signoff.api.errors import STATUS_BY_CODE, InvalidRequest
 from signoff.api.limits import check_body
 from signoff.api.models import ResumeRequest
-from signoff.api.pages import card, context, forms, views
+from signoff.api.pages import card, context, forms, rules, views
 from signoff.api.pages.page import page_router, text
 from signoff.api.pages.render import render
 from signoff.api.pages.session import CsrfRefused, check_same_origin
@@ -81,7 +81,10 @@ async def _page(request: Request, found: _Found, token: str, status: int = 200, 
     if view.is_open and not usable and link_note is None:
         link_note = ("This link was used already." if link.used_at is not None else "This link has expired.") + \
             " Open signoff and sign in to see the request."
-    ctx = card.card_context(view, facts=await _facts(request, found, view), **card_kw)
+    # while it waits, its rules in words, as the card says them (api/pages/rules.py)
+    line = await rules.rules_line(views.Names(request.app.state.store), view.job, view.request,
+                                  view.outcome.votes) if view.is_open else None
+    ctx = card.card_context(view, facts=await _facts(request, found, view), rules_line=line, **card_kw)
     ctx["card_url"] = f"/d/{quote(token, safe='')}"
     ctx["offer_remember"] = False  # a standing approval is made signed in, on the card (DESIGN §17)
     if not usable:  # nothing to decide from here: the card shows the request and what became of it

@@ -7,7 +7,7 @@ card.py, run.py, flows.py, history.py, signin.py) is made by :func:`page_router`
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 from urllib.parse import urlencode
@@ -25,6 +25,7 @@ from signoff.engine.store.base import Store
 from signoff.service import RunService
 from signoff.service.access import visible_job
 
+from signoff.api.auth import guarded
 from signoff.api.deps import get_service
 from signoff.api.errors import STATUS_BY_CODE, printable, retry_headers
 from signoff.api.pages.render import render
@@ -77,6 +78,26 @@ class PageRoute(APIRoute):
                 return render(request, "error.html", e.status_code, title="Refused", message=str(e.detail))
 
         return handler
+
+
+def not_found_pages(api_handler: Callable[[Request, Any], Awaitable[Response]]) \
+        -> Callable[[Request, Any], Awaitable[Response]]:
+    """The app's handler of HTTP errors with one change: a 404 for a path outside the API's
+    (``/api``, ``/mcp``, ``/a2a``: api/auth.py, ``guarded``) is the pages' "Not found" page, in
+    their frame (the signed-in person's, when a page session stands) with a link home. The API's
+    own 404s keep their JSON with a ``code``; so does every other status."""
+    async def handler(request: Request, exc: Any) -> Response:
+        if getattr(exc, "status_code", None) != 404 or guarded(request.url.path):
+            return await api_handler(request, exc)
+        try:
+            found = await sessions_of(request).load(request)
+        except Exception:  # the frame only: a store away for a moment still gets its 404 page
+            found = None
+        session, user = found if found else (None, None)
+        return render(request, "error.html", 404, title="Not found", message=NOT_FOUND_TEXT,
+                      user=user, csrf=session.csrf if session else "")
+
+    return handler
 
 
 def page_router() -> APIRouter:

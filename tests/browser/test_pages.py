@@ -651,3 +651,27 @@ async def test_the_owner_deletes_an_ended_run_from_its_page(browser: Browser, si
             assert (await api.get("/api/v1/users/me")).json()["stored_bytes"] == before
         alice.clean()
         bob.clean()
+
+
+async def test_the_run_graph_scrolls_on_a_phone_instead_of_shrinking(browser: Browser, site: Site) -> None:
+    """Issue 29: at 390x844 the run graph keeps its size and scrolls sideways in its own box: its
+    text is never drawn below 12px (the node labels' font size times the SVG's scale)."""
+    resp = await pause(site)
+    async with person(browser, site, "alice", viewport=NARROW) as alice:
+        page = alice.page
+        await page.goto(f"{site.url}/runs/{resp['job_id']}")
+        svg = page.locator("#run-graph svg.graph")
+        await expect(svg).to_be_visible()
+        seen = await svg.evaluate("""svg => {
+            const box = svg.parentElement, label = svg.querySelector('.node-label');
+            return {overflow: getComputedStyle(box).overflowX, boxWidth: box.clientWidth,
+                    scrollWidth: box.scrollWidth, drawn: svg.getBoundingClientRect().width,
+                    viewBox: svg.viewBox.baseVal.width, font: parseFloat(getComputedStyle(label).fontSize),
+                    page: document.documentElement.scrollWidth, screen: window.innerWidth};
+        }""")
+        assert seen["overflow"] in ("auto", "scroll"), seen
+        assert seen["viewBox"] > seen["boxWidth"], seen  # the flow is wider than a phone: the test means something
+        assert seen["scrollWidth"] > seen["boxWidth"], seen  # so its box scrolls...
+        assert seen["font"] * seen["drawn"] / seen["viewBox"] >= 12, seen  # ...rather than shrinking the text
+        assert seen["page"] <= seen["screen"], seen  # and only the graph's box scrolls, not the page
+        alice.clean()

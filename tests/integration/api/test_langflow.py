@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import io
 import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -39,6 +41,7 @@ from tests.fixtures.langflow import (
     text_output,
 )
 from tests.integration.api.conftest import Harness
+from tests.integration.api.test_inbox_pages import signed_in
 
 pytestmark = pytest.mark.temporal
 
@@ -177,6 +180,32 @@ async def test_pause_and_resume_on_an_imported_human_input_by_its_langflow_id(ap
         await api.wait_status(rejected["job_id"], JobStatus.completed)
         done = (await c.get(f"/api/v2/workflows/{rejected['job_id']}")).json()
     assert done["output"]["text"] == "Refused, urgently"  # If-Else (contains, not case-sensitive) and its Case True
+
+
+async def test_the_run_graph_names_imported_nodes_by_their_langflow_display_names(api: Harness) -> None:
+    """Issue 29: a Langflow node is drawn by its display name (``data.node.display_name``: the
+    type's own, or one the person gave it), never its id; the id stays in the node's tooltip."""
+    ci = chat_input("ChatInput-Rr8Tu")
+    gate = human_input("HumanInput-Qm2Zx", "", ["Approve", "Reject"])
+    gate["data"]["node"]["display_name"] = "Finance sign-off"
+    ok = lf_node("ChatOutput-Kp9Lw", "ChatOutput", {"input_value": "", "sender_name": "Bot"},
+                 display="Refund <sent>")
+    flow = await upload(api, lf_flow(unique("Named nodes"), [ci, gate, ok], [
+        lf_edge(ci, "message", gate, "prompt"), lf_edge(gate, "branch_approve", ok, "input_value")]))
+    paused = await run(api, flow["id"], "refund 42 EUR")
+    assert paused["status"] == "suspended", paused
+    async for _, page in signed_in(api, "alice"):
+        r = await page.get(f"/runs/{paused['job_id']}")
+    assert r.status_code == 200, r.text
+    graph = r.text[r.text.index('<svg class="graph"'):]
+    graph = graph[:graph.index("</svg>")]
+    labels = [html.unescape(x) for x in re.findall(r'class="node-label">([^<]*)</text>', graph)]
+    assert sorted(labels) == ["Chat Input", "Finance sign-off", "Refund <sent>"]
+    titles = [html.unescape(x) for x in re.findall(r"<title>([^<]*)</title>", graph)]
+    for label, nid in (("Chat Input", "ChatInput-Rr8Tu"), ("Finance sign-off", "HumanInput-Qm2Zx"),
+                       ("Refund <sent>", "ChatOutput-Kp9Lw")):
+        assert any(t.startswith(f"{label} ({nid}, ") for t in titles), titles
+    assert "Rr8Tu" not in "".join(labels) and "<sent>" not in graph  # escaped
 
 
 async def test_tweaks_by_langflow_node_id_with_langflows_field_names(api: Harness) -> None:
