@@ -83,6 +83,7 @@ async def test_the_sql_store_counts_its_commits_reads_and_statements(tmp_path) -
     33): a write transaction is one commit, a read one read connection, each statement counted."""
     from signoff.engine.metrics import exposition
     from signoff.engine.store import open_store
+    from signoff.engine.store.counters import tallying
 
     store = open_store(f"sqlite:///{tmp_path / 'counts.db'}")
     await store.setup()
@@ -93,19 +94,17 @@ async def test_the_sql_store_counts_its_commits_reads_and_statements(tmp_path) -
                     got[("signoff_store_transactions_total", (("kind", "read"),))],
                     got[("signoff_store_statements_total", ())])
 
-        async def counted() -> list[bool]:
-            before = now()
+        # the metric counts the process's work (the parallel suite's other tests too); the tally
+        # counts this task's alone, exactly
+        before = now()
+        with tallying() as wrote:
             user = await store.create_user(f"counted-{uuid.uuid4()}")  # one write transaction
-            after_write = now()
+        assert wrote["commit"] == 1 and wrote["read"] == 0 and wrote["statements"] >= 1
+        with tallying() as read:
             assert await store.get_user(user.id) is not None  # one read connection, one statement
-            after_read = now()
-            return [after_write[0] == before[0] + 1, after_write[1] == before[1], after_write[2] > before[2],
-                    after_read[:2] == (after_write[0], after_write[1] + 1), after_read[2] == after_write[2] + 1]
-
-        # the counts are the process's: another test's store working in the background (the
-        # parallel suite) may add to them in the window; a window of its own comes within a few
-        # tries, while a miscount would show in every one
-        tries = [await counted() for _ in range(5)]
-        assert any(all(t) for t in tries), tries
+        assert read == {"commit": 0, "read": 1, "statements": 1}
+        after = now()
+        assert all(a - b >= w + r for a, b, w, r in zip(after, before, (wrote["commit"], wrote["read"], wrote["statements"]),
+                                                           (read["commit"], read["read"], read["statements"])))
     finally:
         await store.close()
