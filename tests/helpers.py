@@ -5,16 +5,19 @@ for "no second HTTP call")."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from signoff.engine.models import Job, JobStatus
+from signoff.engine.models import Job, JobStatus, NewJob, utcnow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,12 +44,26 @@ def gate_flow(name: str = "Refund approval", **gate: Any) -> dict[str, Any]:
     return {**GATE_FLOW, "name": name, "nodes": nodes}
 
 
-def rounds(backend: str, n: int) -> int:
-    """How many times a race through the whole stack runs on ``backend``: ``n`` on PostgreSQL,
-    half on SQLite. SQLite has one writer, so racing claims queue in the database and meet fewer
-    interleavings than PostgreSQL's row locks and concurrent transactions give; the rounds that
-    find more are spent where there is more to find (the suite's time: docs/testing.md)."""
-    return n if backend == "postgres" else max(1, n // 2)
+# How much of each race's full count a run spends (SIGNOFF_TEST_RACE_SCALE): `make test` (CI, a
+# change's check) a quarter, `make test-deep` all of it. A race's rounds look for a rare
+# interleaving; the quick count keeps every race and every assertion, the deep one looks harder
+# (docs/testing.md: before a release, after touching a claim, a lock or the decision path).
+RACE_SCALE = float(os.environ.get("SIGNOFF_TEST_RACE_SCALE", "0.25"))
+
+
+def scaled(n: int, *, least: int = 4) -> int:
+    """A race's full count ``n`` as this run spends it: times :data:`RACE_SCALE`, never under
+    ``least`` (nor over ``n`` when ``n`` is that small already)."""
+    return n if n <= least else max(least, round(n * RACE_SCALE))
+
+
+def rounds(backend: str, n: int, *, least: int = 4) -> int:
+    """How many times a race through the whole stack runs on ``backend``: its full count ``n`` on
+    PostgreSQL, half on SQLite, then :func:`scaled`. SQLite has one writer, so racing claims queue
+    in the database and meet fewer interleavings than PostgreSQL's row locks and concurrent
+    transactions give; the rounds that find more are spent where there is more to find (the
+    suite's time: docs/testing.md)."""
+    return scaled(n if backend == "postgres" else max(1, n // 2), least=least)
 
 
 class EgressAllow:
@@ -142,6 +159,28 @@ async def eventually(fn: Callable[[], Any], *, timeout: float = 60.0, what: str 
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(delay)
         delay = min(delay * 1.5, 0.2)
+
+
+async def settle_leftovers(store) -> None:
+    """Cancel the runs an earlier test left ``queued`` without a workflow, so that the sweep
+    (``start_unstarted``) this test calls sees this test's runs alone. On SQLite a test has its
+    own file and there are none; the session's PostgreSQL database is shared by the tests of one
+    worker (tests/fixtures/db.py), one after another, and a sweep would start every earlier
+    test's leftovers on this test's task queue (and list at most 100 of them)."""
+    while left := await store.list_unstarted(utcnow() + timedelta(seconds=1), limit=100):
+        for job in left:
+            await store.set_status(job.job_id, JobStatus.cancelled, event=("run_cancelled", {"reason": "stopped"}))
+
+
+async def queued_without_workflow(store, user, flow, **fields) -> str:
+    """What a submit that died right after its insert leaves: a ``queued`` job without its
+    workflow (and none of an earlier test's beside it: :func:`settle_leftovers`)."""
+    await settle_leftovers(store)
+    job, created = await store.create_job(NewJob(
+        job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id,
+        request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "runner": "temporal"}, **fields))
+    assert created and job.status == JobStatus.queued
+    return job.job_id
 
 
 async def wait_status(store, job_id: str, *statuses: JobStatus, timeout: float = 60.0) -> Job:

@@ -27,6 +27,7 @@ from aiosmtpd.controller import Controller
 from signoff.devserver import free_port
 from signoff.engine import links
 from signoff.engine.models import DecisionLink, JobStatus, utcnow
+from tests.helpers import scaled
 from tests.integration.api.conftest import Harness, harness
 from tests.integration.decisions.conftest import (
     PEOPLE,
@@ -454,12 +455,13 @@ async def test_who_is_told(h: Harness, inbox) -> None:
 
 
 async def test_a_link_racing_the_api_decides_exactly_once(h: Harness, inbox) -> None:
-    """The link's POST (bob) and an HTTP resume (carol) at once, 20 times: one decision each
+    """The link's POST (bob) and an HTTP resume (carol) at once, 20 times (tests/helpers.scaled): one decision each
     time, whoever is first; the loser is told who won."""
     flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")],
                                          "notify": []}))
     won = {"email": 0, "api": 0}
-    for _ in range(20):
+    n = scaled(20)
+    for _ in range(n):
         job_id = (await run_suspended(h, flow_id))["job_id"]
         job = await h.store.get_job(job_id)
         assert job is not None and job.pending is not None
@@ -477,7 +479,7 @@ async def test_a_link_racing_the_api_decides_exactly_once(h: Harness, inbox) -> 
             assert status == 200 and api.status_code == 409, (status, api.text)
         else:
             assert api.status_code == 200 and status == 409 and await user_name(h, "carol") in body, (status, body)
-    assert sum(won.values()) == 20
+    assert sum(won.values()) == n
 
 
 async def test_a_request_answered_elsewhere_is_closed_by_mail(h: Harness, inbox) -> None:

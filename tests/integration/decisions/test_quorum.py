@@ -47,13 +47,13 @@ from signoff.engine.secrets import deployment_key
 from signoff.engine.models import Decision, JobStatus
 from signoff.service import RunService
 from signoff.workflows.types import ResumeInput, ResumeResult
-from tests.helpers import gate_flow, rounds
+from tests.helpers import gate_flow, rounds, scaled
 from tests.integration.api.conftest import Harness, harness
 
 ROOT = Path(__file__).resolve().parents[3]
 RACES = 100  # runs of the 2-of-3 race on PostgreSQL (half on SQLite: tests/helpers.rounds)
 BATCH = 25  # runs raced side by side
-STOP_RACES = 24  # runs of votes racing a stop, and as many racing a supersede, per backend
+STOP_RACES = 24  # runs of votes racing a stop, and as many racing a supersede, per backend (tests/helpers.scaled)
 
 
 def quorum_flow(approvers: list[str], required: int = 2) -> dict[str, Any]:
@@ -418,7 +418,7 @@ async def test_votes_racing_a_stop_or_a_supersede_stay_consistent(quorum: Quorum
                 answers["bob"] = got[1]
             return await _check_end_race(q, job_id, answers, got[-1], end, i)
 
-    outcomes = Counter(await asyncio.gather(*(one(i, end) for i in range(STOP_RACES)
+    outcomes = Counter(await asyncio.gather(*(one(i, end) for i in range(scaled(STOP_RACES))
                                               for end in ("stop", "supersede"))))
     print(f"\nvotes racing an end: {dict(outcomes)}")
     assert any(o.endswith("completed") for o in outcomes) and any(o.endswith("cancelled") for o in outcomes), outcomes

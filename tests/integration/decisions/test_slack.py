@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 
 from signoff.engine.models import JobStatus
-from tests.helpers import LocalHTTPServer, eventually
+from tests.helpers import LocalHTTPServer, eventually, scaled
 from tests.integration.api.conftest import Harness, harness
 from tests.integration.decisions.conftest import PEOPLE, gate_flow, resume, run_suspended, uid, upload, user_name
 
@@ -282,12 +282,13 @@ async def test_a_request_answered_elsewhere_updates_the_message(h: Harness, fake
 
 
 async def test_a_slack_press_racing_the_api_decides_exactly_once(h: Harness, fake: FakeSlack) -> None:
-    """bob's button and carol's HTTP resume at once, 15 times: one decision each time."""
+    """bob's button and carol's HTTP resume at once, 15 times (tests/helpers.scaled): one decision each time."""
     flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")],
                                          "notify": ["slack"]}))
     bob = await _slack_id(h, "bob")
     won: dict[str, int] = {"slack": 0, "api": 0}
-    for _ in range(15):
+    n = scaled(15)
+    for _ in range(n):
         before = len(fake.sent("chat.postMessage", bob))
         job_id = (await run_suspended(h, flow_id))["job_id"]
         message = (await _posted(fake, bob, before + 1))[-1]
@@ -299,7 +300,7 @@ async def test_a_slack_press_racing_the_api_decides_exactly_once(h: Harness, fak
         assert len(decided) == 1, decided
         won[decided[0]["via"]] += 1
         assert api.status_code == (200 if decided[0]["via"] == "api" else 409), api.text
-    assert sum(won.values()) == 15
+    assert sum(won.values()) == n
 
 
 async def test_the_press_is_answered_before_its_decision_is_made(h: Harness, fake: FakeSlack,

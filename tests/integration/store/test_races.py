@@ -15,6 +15,7 @@ import pytest_asyncio
 from signoff.engine.audit.events import verify_chain
 from signoff.engine.models import JobStatus, NewJob
 from signoff.engine.store import Store, open_store
+from tests.helpers import scaled
 from tests.store_conformance import new_job, new_user, suspended_job, uid
 
 REPO = Path(__file__).resolve().parents[3]
@@ -89,7 +90,8 @@ async def test_concurrent_appends_with_one_dedupe_key_write_one_event(stores: li
 async def test_resume_claim_against_cancel_claim_never_both_win(stores: list[Store]) -> None:
     resumer, canceller = stores[1], stores[2]
     outcomes = {"resume": 0, "cancel": 0}
-    for _ in range(200):
+    n = scaled(200)
+    for _ in range(n):
         job_id, request_id = await suspended_job(stores[0])
         token, cancelled = await asyncio.gather(
             resumer.claim_suspended_for_resume(job_id, request_id), canceller.claim_suspended_for_cancel(job_id)
@@ -102,7 +104,7 @@ async def test_resume_claim_against_cancel_claim_never_both_win(stores: list[Sto
         else:
             outcomes["cancel"] += 1
             assert job.status == JobStatus.cancelled and job.pending is None
-    assert outcomes["resume"] + outcomes["cancel"] == 200
+    assert outcomes["resume"] + outcomes["cancel"] == n
 
 
 async def test_concurrent_idempotency_collisions_make_one_job(stores: list[Store]) -> None:
@@ -129,7 +131,7 @@ async def test_concurrent_get_or_create_user_makes_one_user(stores: list[Store])
 
 
 async def test_votes_racing_a_stop_across_store_instances_never_come_after_it(stores: list[Store]) -> None:
-    for _ in range(30):
+    for _ in range(scaled(30)):
         job_id, request_id = await suspended_job(stores[0])
         votes = [stores[i % len(stores)].append_event_if_waiting(
             job_id, request_id, "human_input_vote", {"i": i}, dedupe_key=f"v:{i % 6}") for i in range(12)]

@@ -12,19 +12,10 @@ from datetime import timedelta
 import pytest
 
 from signoff.engine.errors import NotResumable, Unavailable
-from signoff.engine.models import Decision, JobStatus, NewJob, utcnow
+from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.service import RunService
 from signoff.worker import build_worker
-from tests.helpers import event_names, wait_status
-
-
-async def queued_without_workflow(store, user, flow, **fields) -> str:
-    """What a submit that died right after the insert leaves behind."""
-    job, created = await store.create_job(NewJob(
-        job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id,
-        request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "runner": "temporal"}, **fields))
-    assert created and job.status == JobStatus.queued
-    return job.job_id
+from tests.helpers import event_names, queued_without_workflow, settle_leftovers, wait_status
 
 
 async def test_a_retried_submit_starts_the_workflow_the_first_one_never_started(worker, service, store, user, make_flow):
@@ -93,6 +84,7 @@ async def test_the_sweep_deletes_checkpoints_past_their_time_to_live(worker, ser
     run = f"expired-{uuid.uuid4()}"
     expired = await store.save_checkpoint(run, {"x": 1}, expires_at=utcnow() - timedelta(seconds=1))
     forever = await store.save_checkpoint(f"forever-{uuid.uuid4()}", {"x": 2}, expires_at=None)
+    await settle_leftovers(store)  # the sweep starts queued runs too: none of earlier tests'
     await service.recover()
     assert await store.load_checkpoint(expired) is None and await store.load_latest_checkpoint(run) is None
     assert await store.load_checkpoint(forever) is not None

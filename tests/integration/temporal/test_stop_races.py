@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from signoff.activities.flow import FlowActivities
 from signoff.engine.errors import SignoffError
-from signoff.engine.models import Decision, JobStatus, NewJob
+from signoff.engine.models import Decision, JobStatus
 from signoff.engine.store.proxy import StoreProxy
 from signoff.service import RunService
 from signoff.worker import STRICT_SANDBOX, build_worker
@@ -27,21 +27,13 @@ from signoff.workflows.flow_run import FlowRun
 from signoff.workflows.types import SA_STATUS
 from signoff.activities.types import FinishInput, FinishOutput, ResumeRunInput, ResumeRunOutput
 from signoff.workflows.types import ResumeInput, ResumeResult
-from tests.helpers import event_names, eventually, wait_status
+from tests.helpers import event_names, eventually, queued_without_workflow, wait_status
 
 
 
 def replayer() -> Replayer:
     return Replayer(workflows=[FlowRun], data_converter=pydantic_data_converter, workflow_runner=SandboxedWorkflowRunner(
         restrictions=STRICT_SANDBOX))
-
-
-async def queued_without_workflow(store, user, flow) -> str:
-    job, created = await store.create_job(NewJob(
-        job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id,
-        request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "runner": "temporal"}))
-    assert created
-    return job.job_id
 
 
 @pytest.mark.both_stores

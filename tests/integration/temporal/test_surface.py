@@ -17,7 +17,7 @@ from signoff.engine.models import Decision, JobStatus
 from signoff.devserver import temporal_binary
 from signoff.workflows.types import ResumeInput
 
-from tests.helpers import event_names, eventually, wait_status
+from tests.helpers import event_names, eventually, settle_leftovers, wait_status
 
 
 def temporal_cli(server, *args: str) -> subprocess.CompletedProcess:
@@ -218,6 +218,7 @@ async def test_a_submit_that_died_before_superseding_is_finished_by_its_retry_or
         older = await service.wait_for_pause_or_end((await submit(service, user, flow, session_id=finish)).job_id, 30)
         # what the dead submit left: its job, queued, nothing superseded, nothing started
         key = f"died-{finish}-{uuid.uuid4()}"
+        await settle_leftovers(store)
         left, _ = await store.create_job(NewJob(
             job_id=str(uuid.uuid4()), flow_id=flow.id, flow_version=flow.version, user_id=user.id, session_id=finish,
             request={"input_value": "refund 42", "tweaks": {}, "mode": "background", "session_id": finish,
