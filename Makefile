@@ -26,7 +26,7 @@ $(TESTING): $(RUNTIME)
 	@$(PIP) -e '.[test]' > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@touch $(TESTING)
 
-.PHONY: install dev test bench
+.PHONY: install dev test test-deep bench
 install: $(TESTING)
 
 dev: $(RUNTIME)
@@ -37,6 +37,11 @@ test: $(TESTING)
 	./scripts/ensure-agui-client
 	./scripts/ensure-chromium
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+
+# The races at their full counts (a quarter in `make test`: docs/testing.md), before a release or
+# after a change to a claim, a lock or the decision path.
+test-deep:
+	SIGNOFF_TEST_RACE_SCALE=1 $(MAKE) test
 
 bench: $(TESTING)
 	./scripts/ensure-postgres
