@@ -31,7 +31,8 @@ async def _world(tmp_path: Path, **settings_kw):
     for name in ("alice", "bob", "carol", "dave", "erin"):
         user = await store.create_user(name)
         if name != "erin":  # erin has no contact
-            await store.set_contacts(user.id, {"email": f"{name}@example.com", "slack": f"U0{name.upper()}"})
+            await store.set_contacts(user.id, {"email": f"{name}@example.com", "slack": f"U0{name.upper()}"},
+                                     verified=True)
         people[name] = user.id
     job, _ = await store.create_job(NewJob(job_id="j1", flow_id="f", flow_version=1, user_id=people["alice"]))
     settings = Settings(home=tmp_path, **{"smtp_url": "smtp://127.0.0.1:1", "smtp_from": "s@example.com",

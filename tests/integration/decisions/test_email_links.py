@@ -90,7 +90,8 @@ async def h(store_backend, tmp_path_factory, temporal_client, inbox) -> AsyncIte
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))
         for name in ("alice", "bob", "carol"):  # dave and erin have no address
-            await hx.store.set_contacts(uid(hx, name), {"email": f"{name}-{uuid.uuid4().hex[:6]}@example.com"})
+            await hx.store.set_contacts(uid(hx, name), {"email": f"{name}-{uuid.uuid4().hex[:6]}@example.com"},
+                                        verified=True)
         yield hx
 
 

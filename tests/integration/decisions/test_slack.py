@@ -96,7 +96,8 @@ async def h(store_backend, tmp_path_factory, temporal_client, fake) -> AsyncIter
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))
         for name in ("alice", "bob", "carol"):
-            await hx.store.set_contacts(uid(hx, name), {"slack": "U" + uuid.uuid4().hex[:10].upper()})
+            await hx.store.set_contacts(uid(hx, name), {"slack": "U" + uuid.uuid4().hex[:10].upper()},
+                                        verified=True)
         yield hx
 
 
