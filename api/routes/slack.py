@@ -7,9 +7,11 @@ nothing is read or decided. The API key middleware lets this one path through fo
 (api/auth.py: SIGNED_PATHS); the body limit holds.
 
 Who decides is the Slack user Slack names (``user.id``), as the signoff user with that ``slack``
-contact, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP resume. A
-Slack user with no signoff user, or one who may not decide, is told so (an ephemeral message)
-and nothing is decided. Slack wants its answer within 3 seconds, so the press is answered (200)
+contact verified, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP
+resume. A Slack user with no signoff user, one whose Slack id is still pending (set by the
+person, not confirmed), or one who may not decide, is told so (an ephemeral message) and nothing
+is decided. A "This is me" press (engine/verify.py) verifies the Slack id its message was sent
+to, only when pressed by that very Slack user. Slack wants its answer within 3 seconds, so the press is answered (200)
 once it is verified and mapped to the person, and the decision is made in the background (at
 most ``MAX_DECIDING`` at once): the message is then updated to the outcome (``chat.update``),
 also when another decision won, or the person is told why nothing was decided.
