@@ -336,6 +336,7 @@ async def test_every_route_answers_what_the_document_declares(api: Harness) -> N
         await A("POST", "/api/v1/users/me/verify", 202, json={"contact": "email"})
         await A("POST", "/api/v1/users/me/verify", 422, json={"contact": "slack"})
         await A("POST", "/api/v1/users/me/verify", 422, json={"contact": "phone"})
+        await A("POST", "/api/v1/users/me/verify", 413, content=b"x" * (api.settings.max_body_bytes + 1))
         await A("GET", "/api/v2/workflows/{job_id}/notifications", 200, path={"job_id": theirs["job_id"]})
         await B("GET", "/api/v2/workflows/{job_id}/notifications", 403, path={"job_id": theirs["job_id"]})
         await A("GET", "/api/v2/workflows/{job_id}/notifications", 404, path={"job_id": str(uuid.uuid4())})

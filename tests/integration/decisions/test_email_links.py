@@ -463,7 +463,9 @@ async def test_a_request_answered_elsewhere_is_closed_by_mail(h: Harness, inbox)
     assert f"approve by {await user_name(h, 'bob')}" in text and "/d/" not in text and "/d/" not in html
     await h.wait_status(job_id, JobStatus.completed)
     deadline = time.monotonic() + 30
-    while not [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]:
+    # (the row is claimed before the mail is sent and marked delivered once the server took it)
+    while not [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"
+               and n["delivered"]]:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
     closed = [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]
