@@ -5,6 +5,7 @@ add a header or a recipient to a mail is refused (422 INVALID_CONTACT), nothing 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -107,3 +108,22 @@ def test_cli_create_set_and_list_contacts(tmp_path: Path) -> None:
     assert cli("set", "carol").returncode == 1  # nothing to set
     assert cli("create", "dave", "--email", "not an address").returncode == 1
     assert "dave" not in cli("list").stdout  # refused before anything was made
+
+
+async def test_cli_contacts_sets_ones_own_pending_and_shows_the_state(api, live: str, capsys) -> None:
+    from signoff.cli import main as cli
+
+    def run(*args: str) -> tuple[int, str]:
+        code = cli(["contacts", *args, "--api-url", live, "--api-key", api.users["alice"][1]])
+        return code, capsys.readouterr().out
+
+    code, out = await asyncio.to_thread(run, "--email", "alice-cli@example.com")
+    assert code == 0 and "email: alice-cli@example.com (pending)" in out, out
+    assert "does not send email" in out  # no SMTP here: nothing was sent, it stays pending
+    await api.store.set_contacts(api.users["alice"][0], {"email": "alice-cli@example.com"}, verified=True)
+    code, out = await asyncio.to_thread(run)
+    assert code == 0 and "email: alice-cli@example.com (verified)" in out, out
+    code, _ = await asyncio.to_thread(run, "confirm", "email")  # verified already: nothing to confirm
+    assert code != 0
+    code, out = await asyncio.to_thread(run, "--email", "")
+    assert code == 0 and "email: -" in out
