@@ -18,7 +18,8 @@ Every confirmation is a row (Store.create_contact_token), and at most
 SIGNOFF_VERIFY_MAX_PER_HOUR are made in an hour per user and per address (or Slack id), so the
 confirmation itself cannot be turned into a flood at someone. Each is sent in the background,
 retried with backoff, its attempts and outcome recorded on its row (``attempts``,
-``delivered``, ``error``: shown by ``GET /api/v1/users/me``).
+``delivered``, ``error``: its delivery log, the newest shown by ``GET /api/v1/users/me`` while the
+contact is pending).
 """
 
 from __future__ import annotations

@@ -106,6 +106,13 @@ async def test_a_contact_token_verifies_its_users_address_once(store: Store) -> 
     await store.finish_contact_token(token.token_hash, attempts=2, delivered=True, error=None)
     got = await store.get_contact_token(token.token_hash)
     assert got is not None and (got.attempts, got.delivered) == (2, True)
+    # the newest of a user's channel
+    assert (await store.last_contact_token(alice.id, "email")).token_hash == token.token_hash  # type: ignore[union-attr]
+    newer = _contact_token(alice.id, address, at=utcnow() + timedelta(seconds=1))
+    assert await store.create_contact_token(newer, since=since, max_per_user=5, max_per_address=5)
+    assert (await store.last_contact_token(alice.id, "email")).token_hash == newer.token_hash  # type: ignore[union-attr]
+    assert await store.last_contact_token(alice.id, "slack") is None
+    assert (await store.last_contact_token(bob.id, "email")) is None
     assert await store.use_contact_token(hashlib.sha256(b"guess").hexdigest(), utcnow()) is None
     now = utcnow()
     verified = await store.use_contact_token(token.token_hash, now)

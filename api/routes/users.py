@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from fastapi import APIRouter, Request
@@ -11,11 +12,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from signoff.engine.contacts import MAX_EMAIL_CHARS, MAX_SLACK_CHARS, checked
 from signoff.engine.models import User
 from signoff.engine.settings import Settings
+from signoff.engine.store.base import Store
 
 from signoff.api.deps import CurrentUser, SettingsDep, StoreDep
 from signoff.api.models import error_responses
 
 router = APIRouter(prefix="/api/v1/users", tags=["users"])
+
+
+class Confirmation(BaseModel):
+    """A pending contact's newest confirmation (docs/channels.md, "Verified contacts")."""
+
+    sent_at: datetime
+    expires_at: datetime
+    used: bool
+    attempts: int = Field(description="sends tried so far (at most 5, 1 to 8 s apart)")
+    delivered: bool = Field(description="the SMTP server or Slack took it")
+    error: str | None = Field(None, description="the last attempt's error")
 
 
 class MePublic(BaseModel):
@@ -32,6 +45,10 @@ class MePublic(BaseModel):
     slack_state: Literal["verified", "pending"] | None = Field(
         None, description="pending: nothing is sent to the Slack id, and its presses are not yours, until you press "
                           "\"This is me\" in the Slack message signoff sent it")
+    email_confirmation: Confirmation | None = Field(
+        None, description="while the address is pending: its newest confirmation and how its sending went")
+    slack_confirmation: Confirmation | None = Field(
+        None, description="while the Slack id is pending: its newest confirmation and how its sending went")
     verification: dict[str, str] | None = Field(
         None, description="after a change: per contact made pending, what became of its confirmation: sent, limited "
                           "(SIGNOFF_VERIFY_MAX_PER_HOUR reached: ask again later), unconfigured (the channel is not)")
@@ -58,16 +75,28 @@ class VerifySent(BaseModel):
     verification: Literal["sent", "unconfigured"]
 
 
-def _me(user: User, stored: int, settings: Settings, verification: dict[str, str] | None = None) -> MePublic:
-    return MePublic(id=user.id, name=user.name, stored_bytes=stored, max_stored_bytes=settings.user_max_stored_bytes,
-                    email=user.email, slack=user.slack, email_state=user.contact_state("email"),  # type: ignore[arg-type]
-                    slack_state=user.contact_state("slack"), verification=verification)  # type: ignore[arg-type]
+async def _confirmation(store: Store, user: User, channel: str) -> Confirmation | None:
+    if user.contact_state(channel) != "pending":
+        return None
+    row = await store.last_contact_token(user.id, channel)
+    if row is None or row.address != getattr(user, channel):
+        return None
+    return Confirmation(sent_at=row.created_at, expires_at=row.expires_at, used=row.used_at is not None,
+                        attempts=row.attempts, delivered=row.delivered, error=row.error)
+
+
+async def _me(store: Store, user: User, settings: Settings, verification: dict[str, str] | None = None) -> MePublic:
+    return MePublic(id=user.id, name=user.name, stored_bytes=await store.stored_bytes(user.id),
+                    max_stored_bytes=settings.user_max_stored_bytes, email=user.email, slack=user.slack,
+                    email_state=user.contact_state("email"), slack_state=user.contact_state("slack"),  # type: ignore[arg-type]
+                    email_confirmation=await _confirmation(store, user, "email"),
+                    slack_confirmation=await _confirmation(store, user, "slack"), verification=verification)
 
 
 @router.get("/me", response_model=MePublic, responses=error_responses({}))
 async def me(store: StoreDep, settings: SettingsDep, user: CurrentUser) -> MePublic:
     """You, your contacts and their state, and the bytes you keep in signoff against your budget."""
-    return _me(user, await store.stored_bytes(user.id), settings)
+    return await _me(store, user, settings)
 
 
 @router.patch("/me", response_model=MePublic, responses=error_responses({422: "`INVALID_CONTACT`: an address "
@@ -81,7 +110,7 @@ async def set_my_contacts(body: ContactsPatch, request: Request, store: StoreDep
     fields sent change. A new contact is pending until you confirm it (a mail with a link, a
     Slack message with a button): nothing is sent to it before."""
     changed, sent = await request.app.state.contacts.set_own(user, checked(body.model_dump(exclude_unset=True)))
-    return _me(changed, await store.stored_bytes(user.id), settings, sent or None)
+    return await _me(store, changed, settings, sent or None)
 
 
 @router.post("/me/verify", response_model=VerifySent, status_code=202,

@@ -466,6 +466,10 @@ class Store(CheckpointStore, HistoryStore):
     async def get_contact_token(self, token_hash: str) -> ContactToken | None: ...
 
     @abc.abstractmethod
+    async def last_contact_token(self, user_id: str, channel: str) -> ContactToken | None:
+        """``user_id``'s newest confirmation on ``channel`` (by ``created_at``), None when none is kept."""
+
+    @abc.abstractmethod
     async def use_contact_token(self, token_hash: str, now: datetime) -> User | None:
         """Verify the contact the token was sent to, at ``now``, in one write: only when the token
         is unused, ``expires_at`` is after ``now`` and its user's contact of its channel is still

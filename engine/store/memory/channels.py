@@ -61,6 +61,10 @@ class MemoryChannels(MemoryUsers):
         token = self._tables().contact_tokens.get(token_hash)
         return token.model_copy() if token is not None else None
 
+    async def last_contact_token(self, user_id: str, channel: str) -> ContactToken | None:
+        mine = [t for t in self._tables().contact_tokens.values() if t.user_id == user_id and t.channel == channel]
+        return max(mine, key=lambda t: (t.created_at, [-ord(c) for c in t.token_hash])).model_copy() if mine else None
+
     async def use_contact_token(self, token_hash: str, now: datetime) -> User | None:
         t = self._tables()
         token = t.contact_tokens.get(token_hash)

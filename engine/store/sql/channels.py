@@ -90,6 +90,11 @@ class SQLChannels(SQLUsers):
             row = await tx.fetchone(Q.contact_token, (token_hash,))
         return self._contact_token(row) if row else None
 
+    async def last_contact_token(self, user_id: str, channel: str) -> ContactToken | None:
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.last_contact_token, (user_id, channel))
+        return self._contact_token(row) if row else None
+
     async def use_contact_token(self, token_hash: str, now: datetime) -> User | None:
         async with self._tx(write=True) as tx:
             row = await tx.fetchone(Q.contact_token, (token_hash,))

@@ -195,6 +195,9 @@ class Q:
     contact_tokens_of_user = "SELECT COUNT(*) AS n FROM contact_tokens WHERE user_id = ? AND created_at > ?"
     contact_tokens_to_address = "SELECT COUNT(*) AS n FROM contact_tokens WHERE address = ? AND created_at > ?"
     contact_token = "SELECT * FROM contact_tokens WHERE token_hash = ?"
+    last_contact_token = (
+        "SELECT * FROM contact_tokens WHERE user_id = ? AND channel = ? ORDER BY created_at DESC, token_hash LIMIT 1"
+    )
     use_contact_token = (
         "UPDATE contact_tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND expires_at > ? "
         "RETURNING *"

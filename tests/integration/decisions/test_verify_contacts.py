@@ -6,7 +6,7 @@ A contact a person sets for themselves is pending: confirmed by the mail's link 
 page and verifies nothing; the page's POST verifies) or by the Slack id's owner pressing "This is
 me"; until then nothing is sent to it and its Slack presses are nobody's. Refused: an expired,
 used, forged or stale token, a press by another Slack user; the confirmations are capped per
-user and per address an hour.
+user and per address an hour. One the SMTP server refuses is retried, its outcome shown.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tests.integration.decisions.conftest import (
 VERIFY = re.compile(r"https://signoff\.example\.com(/verify/([A-Za-z0-9_-]{43}))")
 CSRF = re.compile(r'name="csrf" value="([^"]*)"')
 LINK = re.compile(r"https://signoff\.example\.com/d/[A-Za-z0-9_-]{43}")
-PEOPLE = ("carol", "dave", "erin", "frank", "mallory")
+PEOPLE = ("carol", "dave", "erin", "frank", "grace", "mallory")
 CAP = 3  # SIGNOFF_VERIFY_MAX_PER_HOUR here
 
 
@@ -278,3 +278,20 @@ async def test_confirmations_are_capped_per_user_and_per_address(h: Harness, inb
     async with h.client("dave") as c:
         assert (await c.post("/api/v1/users/me/verify", json={"contact": "email"})).status_code == 429
     assert len(inbox.to(address)) == CAP
+
+
+async def test_a_confirmation_the_smtp_server_refuses_is_retried_and_its_outcome_shown(h: Harness,
+                                                                                     inbox: Inbox) -> None:
+    address = _address("grace")
+    inbox.refuse = 1  # the first attempt: 451, the second (a second later) is taken
+    me = await _patch(h, "grace", email=address)
+    assert me["verification"] == {"email": "sent"} and me["email_confirmation"]["delivered"] is False
+    await _confirmation(inbox, address)
+
+    async def shown() -> dict[str, Any] | None:
+        confirmation = (await _me(h, "grace"))["email_confirmation"]
+        return confirmation if confirmation and confirmation["delivered"] else None
+
+    confirmation = await eventually(shown, what="the confirmation shown delivered")
+    assert confirmation["attempts"] == 2 and confirmation["error"] is None and not confirmation["used"]
+    assert inbox.refuse == 0 and len(inbox.to(address)) == 1
