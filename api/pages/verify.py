@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from signoff.engine import verify
 from signoff.engine.errors import JobNotFound
@@ -27,6 +28,7 @@ from signoff.api.pages.session import CsrfRefused, check_same_origin
 from signoff.api.ratelimit import check_write
 
 router = page_router()
+MAX_FORM_BYTES = 4096  # the form holds its token alone
 
 
 async def _found(request: Request, token: str) -> tuple[ContactToken, User | None]:
@@ -73,8 +75,11 @@ async def show(request: Request, token: str) -> Response:
 async def confirm(request: Request, token: str) -> Response:
     row, person = await _found(request, token)
     check_same_origin(request, request.app.state.settings.public_url)
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+        raise StarletteHTTPException(413, f"The form is larger than {MAX_FORM_BYTES} bytes")
     check_write(request.app.state.write_buckets, row.user_id)
-    form = await request.form(max_files=0, max_fields=10, max_part_size=4096)
+    form = await request.form(max_files=0, max_fields=10, max_part_size=MAX_FORM_BYTES)
     sent = text(form.get("csrf"))
     if not sent or not hmac.compare_digest(row.csrf.encode(), sent.encode()):
         raise CsrfRefused("This confirmation was not sent from its page; open the link in the mail and confirm there")

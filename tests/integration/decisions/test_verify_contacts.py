@@ -192,6 +192,9 @@ async def test_expired_used_forged_and_stale_tokens_verify_nothing(h: Harness, i
     for bad in ("/verify/" + "A" * 43, "/verify/short", "/verify/" + "x" * 200):
         assert (await _get(h, bad)).status_code == 404
         assert (await _post(h, bad, {"csrf": csrf})).status_code == 404
+    # a body past the form's bound: 413, nothing verified
+    assert (await _post(h, path, {"csrf": csrf, "pad": "x" * 10_000})).status_code == 413
+    assert (await _me(h, "dave"))["email_state"] == "pending"
     # expired: shown, refused
     token = "e" * 43
     now = utcnow()
