@@ -6,7 +6,8 @@ in the run's notification log).
 Who: the request's approvers (groups expanded; with none named, the run's owner), but the owner
 when ``allow_self_approval`` is false, anyone who muted the owner, and at a reminder anyone who
 voted already; at an escalation only the people it added. Which channels: the Human Input's
-``notify`` (default every channel the operator configured), to the people with that contact.
+``notify`` (default every channel the operator configured), to the people with that contact
+verified (a pending one, set by the person and not confirmed, gets nothing: engine/verify.py).
 A notification is sent only while the request still waits: one that comes after the decision
 sends nothing. When the request is answered (``human_input_decision``; ``human_input_expired``
 with nothing to apply), everyone who was told of it is told how it ended (``_closing``): a
@@ -67,7 +68,7 @@ class NotifyActivities(WebhookActivities):
         for user_id in sorted(people):
             user = await self.store.get_user(user_id)
             for channel in channels:
-                if user is not None and getattr(user, channel, None):
+                if user is not None and user.reach(channel):  # set and verified (docs/channels.md)
                     out.append(Delivery(job_id=job.job_id, seq=seq, channel=channel, user_id=user_id))
         return out
 
@@ -128,10 +129,10 @@ class NotifyActivities(WebhookActivities):
         pending = await self.access.current_request(job, request_id)
         if pending is None or not job.waits_for(pending.request_id) or inp.channel not in self.channels(pending):
             return
-        if inp.channel == "email" and user.email:
-            await self._email(job, pending, user.id, user.email, event.event, event.seq)
-        elif inp.channel == "slack" and user.slack:
-            await self._slack(job, pending, user.id, user.slack, event.event, event.seq)
+        if inp.channel == "email" and (address := user.reach("email")):  # verified only
+            await self._email(job, pending, user.id, address, event.event, event.seq)
+        elif inp.channel == "slack" and (slack_id := user.reach("slack")):
+            await self._slack(job, pending, user.id, slack_id, event.event, event.seq)
 
     async def _once(self, job: Job, request_id: str, seq: int, event: str, channel: str, user_id: str,
                     send: Callable[[], Awaitable[str | None]]) -> None:
@@ -188,11 +189,12 @@ class NotifyActivities(WebhookActivities):
         else:
             outcome = f"{data.get('action_id')} by {who.name if who else decider or 'someone'}."
         flow_name, owner_name = await self._names(job)
-        if inp.channel == "email" and user.email and self.settings.email_enabled and user.id != decider:
+        address = user.reach("email")  # (an address changed since the request was mailed is pending)
+        if inp.channel == "email" and address and self.settings.email_enabled and user.id != decider:
             assert self.settings.smtp_url is not None and self.settings.smtp_from is not None
             msg = mail.closing(flow_name=flow_name, owner_name=owner_name, outcome=outcome,
-                               sender=self.settings.smtp_from, to=user.email, now=utcnow(), word=word)
-            smtp_url, sender, to = self.settings.smtp_url, self.settings.smtp_from, user.email
+                               sender=self.settings.smtp_from, to=address, now=utcnow(), word=word)
+            smtp_url, sender, to = self.settings.smtp_url, self.settings.smtp_from, address
 
             async def send_note() -> None:
                 await mail.send(mail.parse_smtp_url(smtp_url), msg, sender=sender, to=to,

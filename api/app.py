@@ -61,6 +61,11 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
                 the_service = RunService(settings, the_store, client)
             the_service.public_owner = app.state.public_owner_id
             app.state.service = the_service
+            # a person's own contacts, their confirmations sent in the background (service/contacts.py)
+            from signoff.service.contacts import ContactService
+
+            app.state.contacts = ContactService(settings, the_store)
+            stack.push_async_callback(app.state.contacts.drain)
             stack.push_async_callback(the_service.feed.close)  # the process's tail of the store's events
             app.state.temporal_client = the_service.client
             # now and periodically: inline runs of a dead API process end as failed (docs/inline.md),

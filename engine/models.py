@@ -152,6 +152,23 @@ class User(BaseModel):
     # contacts (DESIGN §14, engine/contacts.py): where a request reaches the person
     email: str | None = None
     slack: str | None = None  # a Slack user id (U..., W...)
+    # whether each contact is verified (docs/channels.md, "Verified contacts"): one a person sets
+    # for themselves is pending until its confirmation link or Slack button is used; an
+    # operator's (``signoff users create/set``) is verified. Changing a contact makes it pending.
+    email_verified: bool = False
+    slack_verified: bool = False
+
+    def reach(self, channel: str) -> str | None:
+        """The contact a request may be sent to on ``channel`` (``email``, ``slack``): set and
+        verified, else None (nothing is sent to a pending contact)."""
+        value = getattr(self, channel, None) if channel in ("email", "slack") else None
+        return value if value and getattr(self, f"{channel}_verified", False) else None
+
+    def contact_state(self, channel: str) -> str | None:
+        """``verified``, ``pending``, or None when the contact is not set."""
+        if not getattr(self, channel, None):
+            return None
+        return "verified" if getattr(self, f"{channel}_verified", False) else "pending"
 
 
 class DecisionLink(BaseModel):
@@ -167,6 +184,25 @@ class DecisionLink(BaseModel):
     created_at: UTCDateTime
     expires_at: UTCDateTime
     used_at: UTCDateTime | None = None
+
+
+class ContactToken(BaseModel):
+    """A contact's verification as stored (engine/verify.py): only the token's hash, bound to one
+    user and the address (or Slack id) it was sent to, valid until ``expires_at``, used once.
+    ``attempts``, ``delivered``, ``error``: how its sending went (the verification's delivery
+    log). Rows are kept until they expire: they are also what the re-send cap counts."""
+
+    token_hash: str
+    user_id: str
+    channel: str  # email, slack
+    address: str
+    csrf: str  # the confirmation page's form token (email)
+    created_at: UTCDateTime
+    expires_at: UTCDateTime
+    used_at: UTCDateTime | None = None
+    attempts: int = 0
+    delivered: bool = False
+    error: str | None = None
 
 
 class StandingApproval(BaseModel):

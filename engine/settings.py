@@ -247,6 +247,16 @@ class Settings(BaseSettings):
         7 * 24 * 3600.0, gt=0, le=90 * 24 * 3600,
         description="How long a decision link works at most (it also stops at the request's deadline and once used).",
     )
+    verify_ttl_seconds: float = Field(
+        24 * 3600.0, gt=0, le=7 * 24 * 3600,
+        description="How long a contact's confirmation link (or Slack button) works (docs/channels.md, \"Verified "
+        "contacts\").",
+    )
+    verify_max_per_hour: int = Field(
+        5, ge=1, le=100,
+        description="Confirmations sent in an hour at most, per user and per address or Slack id: more is 429 "
+        "RATE_LIMITED (the confirmation itself cannot be turned into a flood at someone).",
+    )
 
     # Being asked cannot be turned into a flood (docs/security.md, "Fan-out and approvers")
     max_webhooks_per_user: int = Field(

@@ -516,6 +516,7 @@ class RunService:
         # decision links expired for LINK_KEEP_DAYS: until then an expired link still shows its
         # person what became of the request (never a bare 404)
         await self.store.delete_expired_links(utcnow() - timedelta(days=LINK_KEEP_DAYS))
+        await self.store.delete_expired_contact_tokens(utcnow())  # (kept past the re-send cap's hour)
         await self.delete_expired_runs()
 
     async def release_due(self, *, older_than: float = 10.0) -> list[str]:

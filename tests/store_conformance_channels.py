@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from signoff.engine.models import DecisionLink, JobStatus, utcnow
+from signoff.engine.models import ContactToken, DecisionLink, JobStatus, utcnow
 from signoff.engine.store import Store, StoreConflict
 from tests.store_conformance import new_job, new_user, uid
 
@@ -26,33 +26,156 @@ async def test_contacts_are_set_kept_cleared_and_listed(store: Store) -> None:
     alice, bob = await new_user(store), await new_user(store)
     assert (alice.email, alice.slack) == (None, None)
     slack = "U" + uid().replace("-", "")[:20].upper()
-    done = await store.set_contacts(alice.id, {"email": "alice@example.com", "slack": slack})
+    done = await store.set_contacts(alice.id, {"email": "alice@example.com", "slack": slack}, verified=True)
     assert done is not None and (done.email, done.slack) == ("alice@example.com", slack)
     assert (await store.get_user(alice.id)).email == "alice@example.com"  # type: ignore[union-attr]
     assert (await store.get_user_by_name(alice.name)).slack == slack  # type: ignore[union-attr]
     listed = {u.id: u for u in await store.list_users(limit=100000)}
     assert listed[alice.id].email == "alice@example.com" and listed[bob.id].email is None
     # only the keys given change
-    done = await store.set_contacts(alice.id, {"email": "a2@example.com"})
+    done = await store.set_contacts(alice.id, {"email": "a2@example.com"}, verified=True)
     assert done is not None and (done.email, done.slack) == ("a2@example.com", slack)
     assert (await store.user_by_slack(slack)).id == alice.id  # type: ignore[union-attr]
     assert await store.user_by_slack("U" + uid()) is None
-    done = await store.set_contacts(alice.id, {"slack": None})
+    done = await store.set_contacts(alice.id, {"slack": None}, verified=True)
     assert done is not None and done.slack is None and done.email == "a2@example.com"
     assert await store.user_by_slack(slack) is None
     assert (await store.get_user(bob.id)).email is None  # type: ignore[union-attr]
-    assert await store.set_contacts(uid(), {"email": "x@example.com"}) is None  # no such user
-    # a Slack id is one user's: another who claims it is refused, nothing of theirs changed
+    assert await store.set_contacts(uid(), {"email": "x@example.com"}, verified=False) is None  # no such user
+    # a Slack id is one user's: another who claims one verified is refused, nothing of theirs changed
     theirs = "U" + uid().replace("-", "")[:20].upper()
-    assert await store.set_contacts(bob.id, {"slack": theirs})
-    with pytest.raises(StoreConflict):
-        await store.set_contacts(alice.id, {"email": "x@example.com", "slack": theirs})
+    assert await store.set_contacts(bob.id, {"slack": theirs}, verified=True)
+    for verified in (False, True):
+        with pytest.raises(StoreConflict):
+            await store.set_contacts(alice.id, {"email": "x@example.com", "slack": theirs}, verified=verified)
     assert (await store.get_user(alice.id)).email == "a2@example.com"  # type: ignore[union-attr]
     assert (await store.user_by_slack(theirs)).id == bob.id  # type: ignore[union-attr]
-    assert await store.set_contacts(bob.id, {"slack": theirs})  # setting one's own again is fine
+    assert await store.set_contacts(bob.id, {"slack": theirs}, verified=False)  # one's own again is fine
+    assert (await store.get_user(bob.id)).slack_verified  # type: ignore[union-attr]  # (and stays verified)
     with pytest.raises(ValueError):
-        await store.set_contacts(alice.id, {"email": "z@example.com", "phone": "1"})
+        await store.set_contacts(alice.id, {"email": "z@example.com", "phone": "1"}, verified=True)
     assert (await store.get_user(alice.id)).email == "a2@example.com"  # type: ignore[union-attr]
+
+
+async def test_a_contact_set_unverified_is_pending_and_a_change_makes_it_pending_again(store: Store) -> None:
+    alice, squatter = await new_user(store), await new_user(store)
+    slack = "U" + uid().replace("-", "")[:20].upper()
+    done = await store.set_contacts(alice.id, {"email": "alice@example.com", "slack": slack}, verified=False)
+    assert done is not None and (done.email_verified, done.slack_verified) == (False, False)
+    assert done.reach("email") is None and done.contact_state("email") == "pending"
+    # set again unverified: still pending; by an operator (verified): verified
+    done = await store.set_contacts(alice.id, {"email": "alice@example.com"}, verified=True)
+    assert done is not None and done.email_verified and done.reach("email") == "alice@example.com"
+    assert not done.slack_verified  # only the contacts given change
+    # the same value again, unverified, keeps it verified; another value is pending
+    done = await store.set_contacts(alice.id, {"email": "alice@example.com"}, verified=False)
+    assert done is not None and done.email_verified
+    done = await store.set_contacts(alice.id, {"email": "other@example.com"}, verified=False)
+    assert done is not None and not done.email_verified and done.contact_state("email") == "pending"
+    got = await store.get_user(alice.id)
+    assert got is not None and not got.email_verified
+    assert [u for u in await store.list_users(limit=100000) if u.id == alice.id][0].email_verified is False
+    # cleared: not verified, no state
+    done = await store.set_contacts(alice.id, {"email": None}, verified=True)
+    assert done is not None and done.email is None and not done.email_verified and done.contact_state("email") is None
+    # a pending Slack claim holds nothing: another user takes it (the first loses it)
+    taken = await store.set_contacts(squatter.id, {"slack": slack}, verified=False)
+    assert taken is not None and taken.slack == slack and not taken.slack_verified
+    assert (await store.get_user(alice.id)).slack is None  # type: ignore[union-attr]
+    assert (await store.user_by_slack(slack)).id == squatter.id  # type: ignore[union-attr]
+
+
+def _contact_token(user_id: str, address: str, *, channel: str = "email", expires_in: float = 3600,
+                   at: datetime | None = None) -> ContactToken:
+    now = at or utcnow()
+    return ContactToken(token_hash=hashlib.sha256(uid().encode()).hexdigest(), user_id=user_id, channel=channel,
+                        address=address, csrf=uid(), created_at=now, expires_at=now + timedelta(seconds=expires_in))
+
+
+async def test_a_contact_token_verifies_its_users_address_once(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    address = f"a-{uid()}@example.com"
+    await store.set_contacts(alice.id, {"email": address}, verified=False)
+    await store.set_contacts(bob.id, {"email": address}, verified=False)  # the same address: bob's stays pending
+    token = _contact_token(alice.id, address)
+    since = utcnow() - timedelta(hours=1)
+    assert await store.create_contact_token(token, since=since, max_per_user=5, max_per_address=5)
+    got = await store.get_contact_token(token.token_hash)
+    assert got is not None and got.used_at is None and (got.attempts, got.delivered, got.error) == (0, False, None)
+    assert got.model_dump(exclude={"used_at"}) == token.model_dump(exclude={"used_at"})
+    await store.finish_contact_token(token.token_hash, attempts=2, delivered=True, error=None)
+    got = await store.get_contact_token(token.token_hash)
+    assert got is not None and (got.attempts, got.delivered) == (2, True)
+    # the newest of a user's channel
+    assert (await store.last_contact_token(alice.id, "email")).token_hash == token.token_hash  # type: ignore[union-attr]
+    newer = _contact_token(alice.id, address, at=utcnow() + timedelta(seconds=1))
+    assert await store.create_contact_token(newer, since=since, max_per_user=5, max_per_address=5)
+    assert (await store.last_contact_token(alice.id, "email")).token_hash == newer.token_hash  # type: ignore[union-attr]
+    assert await store.last_contact_token(alice.id, "slack") is None
+    assert (await store.last_contact_token(bob.id, "email")) is None
+    assert await store.use_contact_token(hashlib.sha256(b"guess").hexdigest(), utcnow()) is None
+    now = utcnow()
+    verified = await store.use_contact_token(token.token_hash, now)
+    assert verified is not None and verified.id == alice.id and verified.email_verified
+    assert (await store.get_user(alice.id)).reach("email") == address  # type: ignore[union-attr]
+    assert not (await store.get_user(bob.id)).email_verified  # type: ignore[union-attr]
+    assert await store.use_contact_token(token.token_hash, now + timedelta(seconds=1)) is None  # once
+    assert (await store.get_contact_token(token.token_hash)).used_at == now  # type: ignore[union-attr]
+
+
+async def test_a_contact_token_is_refused_expired_or_once_the_address_changed(store: Store) -> None:
+    alice = await new_user(store)
+    slack = "U" + uid().replace("-", "")[:20].upper()
+    address = f"a-{uid()}@example.com"
+    await store.set_contacts(alice.id, {"email": address, "slack": slack}, verified=False)
+    since = utcnow() - timedelta(hours=1)
+    expired = _contact_token(alice.id, address, expires_in=-1)
+    assert await store.create_contact_token(expired, since=since, max_per_user=5, max_per_address=5)
+    assert await store.use_contact_token(expired.token_hash, utcnow()) is None
+    # the Slack id changed after the token was sent: it verifies nothing, not even the new one
+    stale = _contact_token(alice.id, slack, channel="slack")
+    assert await store.create_contact_token(stale, since=since, max_per_user=5, max_per_address=5)
+    other = "U" + uid().replace("-", "")[:20].upper()
+    await store.set_contacts(alice.id, {"slack": other}, verified=False)
+    assert await store.use_contact_token(stale.token_hash, utcnow()) is None
+    user = await store.get_user(alice.id)
+    assert user is not None and not user.slack_verified and not user.email_verified
+    assert (await store.get_contact_token(stale.token_hash)).used_at is None  # type: ignore[union-attr]
+    # swept once expired
+    assert await store.delete_expired_contact_tokens(utcnow()) >= 1
+    assert await store.get_contact_token(expired.token_hash) is None
+    assert await store.get_contact_token(stale.token_hash) is not None
+    # deleting the user deletes their tokens
+    await store.delete_user(alice.id)
+    assert await store.get_contact_token(stale.token_hash) is None
+
+
+async def test_contact_tokens_are_capped_per_user_and_per_address(store: Store) -> None:
+    alice, bob = await new_user(store), await new_user(store)
+    victim = f"victim-{uid()}@example.com"
+    now = utcnow()
+    since = now - timedelta(hours=1)
+    old = _contact_token(alice.id, victim, at=now - timedelta(hours=2), expires_in=24 * 3600)
+    assert await store.create_contact_token(old, since=since, max_per_user=2, max_per_address=3)
+
+    async def make(user_id: str, address: str) -> bool:
+        return await store.create_contact_token(_contact_token(user_id, address), since=since, max_per_user=2,
+                                                max_per_address=3)
+
+    assert [await make(alice.id, victim) for _ in range(3)] == [True, True, False]  # alice's cap (the old one not counted)
+    assert await make(bob.id, victim)
+    # the address's cap holds across users: bob (or anyone) cannot add more mail to it this hour
+    assert not await make(bob.id, victim)
+    assert await make(bob.id, f"bob-{uid()}@example.com")
+
+
+async def test_concurrent_contact_tokens_stay_within_the_cap(store: Store) -> None:
+    alice = await new_user(store)
+    since = utcnow() - timedelta(hours=1)
+    made = await asyncio.gather(*(store.create_contact_token(_contact_token(alice.id, f"a{i}-{uid()}@example.com"),
+                                                             since=since, max_per_user=3, max_per_address=3)
+                                  for i in range(8)))
+    assert sum(made) == 3
 
 
 async def test_a_link_is_stored_by_its_hash_and_used_once(store: Store) -> None:

@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from signoff.api.pages import card, flows, history, inbox, link, run, signin, standing
+from signoff.api.pages import card, flows, history, inbox, link, run, signin, standing, verify
 from signoff.api.pages.page import not_found_pages
 from signoff.api.pages.security import PageHeaders
 
@@ -29,7 +29,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 def install(app: FastAPI) -> None:
     """Add the pages, their static files and their security headers to ``app``; an unknown
     path outside the API's (``/api``, ``/mcp``, ``/a2a``) is the pages' 404 page, not JSON."""
-    for page in (signin, inbox, card, link, run, flows, history, standing):
+    for page in (signin, inbox, card, link, run, flows, history, standing, verify):
         app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(PageHeaders)

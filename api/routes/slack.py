@@ -7,9 +7,11 @@ nothing is read or decided. The API key middleware lets this one path through fo
 (api/auth.py: SIGNED_PATHS); the body limit holds.
 
 Who decides is the Slack user Slack names (``user.id``), as the signoff user with that ``slack``
-contact, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP resume. A
-Slack user with no signoff user, or one who may not decide, is told so (an ephemeral message)
-and nothing is decided. Slack wants its answer within 3 seconds, so the press is answered (200)
+contact verified, through ``RunService.resume`` with ``via: "slack"``: every check of the HTTP
+resume. A Slack user with no signoff user, one whose Slack id is still pending (set by the
+person, not confirmed), or one who may not decide, is told so (an ephemeral message) and nothing
+is decided. A "This is me" press (engine/verify.py) verifies the Slack id its message was sent
+to, only when pressed by that very Slack user. Slack wants its answer within 3 seconds, so the press is answered (200)
 once it is verified and mapped to the person, and the decision is made in the background (at
 most ``MAX_DECIDING`` at once): the message is then updated to the outcome (``chat.update``),
 also when another decision won, or the person is told why nothing was decided.
@@ -26,9 +28,9 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from signoff.engine import slack
+from signoff.engine import slack, verify
 from signoff.engine.errors import SignoffError
-from signoff.engine.models import Decision, User
+from signoff.engine.models import Decision, User, utcnow
 
 from signoff.api.errors import STATUS_BY_CODE, Unauthorized, printable
 
@@ -73,19 +75,28 @@ async def interactions(request: Request) -> JSONResponse:
     if not isinstance(payload, dict) or payload.get("type") != "block_actions":
         return JSONResponse({})
     actions = payload.get("actions") or []
-    pressed = slack.parse_value(actions[0].get("value")) if actions and isinstance(actions[0], dict) else None
+    first = actions[0] if actions and isinstance(actions[0], dict) else {}
+    pressed = slack.parse_value(first.get("value"))
     user_id = (payload.get("user") or {}).get("id") if isinstance(payload.get("user"), dict) else None
     container = payload.get("container") if isinstance(payload.get("container"), dict) else {}
     channel, ts = container.get("channel_id"), container.get("message_ts")
+    client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
+    store = request.app.state.store
+    if first.get("action_id") == verify.ACTION and isinstance(user_id, str):
+        await _verify(client, store, channel, ts, user_id, first.get("value"))
+        return JSONResponse({})
     if pressed is None or not isinstance(user_id, str):
         return JSONResponse({})
     job_id, request_id, action_id, sent_to = pressed
-    client = slack.Slack(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout_seconds)
-    store = request.app.state.store
     person: User | None = await store.user_by_slack(user_id)
     if person is None:
         await _tell(client, channel, user_id, "Your Slack account is not linked to a signoff user (their `slack` "
                                               "contact), so nothing was decided.")
+        return JSONResponse({})
+    if not person.slack_verified:  # set by the person, not confirmed yet: its presses are nobody's
+        await _tell(client, channel, user_id, "This Slack account is not verified for a signoff user yet, so nothing "
+                                              "was decided. Verify it first: press \"This is me\" in the message "
+                                              "signoff sent you when it was set (or ask for a new one).")
         return JSONResponse({})
     if person.id != sent_to:  # a message sent to someone else (shared, forwarded): not this person's to press
         await _tell(client, channel, user_id, "This request was sent to someone else; nothing was decided. Open "
@@ -129,6 +140,32 @@ async def _decide(service: Any, store: Any, client: slack.Slack, person: User, c
         await _tell(client, channel, user_id, f"Your vote is recorded ({resumed.votes}/{resumed.required}).")
         return
     await _update(client, store, channel, ts, job_id, f"{action_id} by {person.name}")
+
+
+async def _verify(client: slack.Slack, store: Any, channel: Any, ts: Any, presser: str, token: Any) -> None:
+    """A "This is me" press (engine/verify.py): verifies the Slack id its message was sent to only
+    when the Slack user Slack vouches for is that very id, and the token is unused, unexpired and
+    that id is still the user's contact."""
+    row = await store.get_contact_token(verify.token_hash(token)) if verify.well_formed(token) else None
+    if row is None or row.channel != "slack":
+        await _tell(client, channel, presser, "This confirmation is not signoff's; nothing was verified.")
+        return
+    if row.address != presser:  # forwarded, shared, or a message built by hand: not this person's
+        await _tell(client, channel, presser, "This confirmation was sent to another Slack account; nothing was "
+                                              "verified.")
+        return
+    person = await store.use_contact_token(row.token_hash, utcnow())
+    if person is None:
+        await _tell(client, channel, presser, "This confirmation was used already, has expired, or the Slack id was "
+                                              "changed since; nothing was verified. Ask signoff for a new one.")
+        return
+    if isinstance(channel, str) and isinstance(ts, str):
+        text = f"Verified: signoff requests for {person.name} reach you here."
+        try:
+            await client.call("chat.update", channel=channel, ts=ts, text=text, blocks=[
+                {"type": "section", "text": {"type": "mrkdwn", "text": slack.escape(text)}}])
+        except slack.SlackFailed as err:
+            log.warning("Slack: could not update the confirmation of %s: %s", person.id, err)
 
 
 async def drain(app: Any, timeout: float = 30.0) -> None:

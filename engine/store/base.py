@@ -24,6 +24,7 @@ from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
     DecisionClaim,
+    ContactToken,
     DecisionLink,
     Event,
     EventNote,
@@ -439,16 +440,50 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- reaching the person (DESIGN §14): contacts, one-time decision links, notifications
     @abc.abstractmethod
-    async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
+    async def set_contacts(self, user_id: str, contacts: dict[str, str | None], *,
+                           verified: bool) -> User | None:
         """Set the contacts named in ``contacts`` (``email``, ``slack``; None clears one), the
         others kept; returns the user as it is then (None: no such user, nothing changed). An
-        unknown key raises ValueError before any change; a ``slack`` id another user has raises
-        StoreConflict, nothing changed (a Slack id is one user's: it says who pressed a button).
+        unknown key raises ValueError before any change. Each contact set is ``verified`` (an
+        operator vouches) or pending; one set to the value it has keeps its state unless
+        ``verified``; a cleared one is not verified. A ``slack`` id another user has verified
+        raises StoreConflict, nothing changed (a Slack id is one user's: it says who pressed a
+        button); another user's pending claim of it is released (it held nothing).
         The values are the caller's to check (engine/contacts.py)."""
 
     @abc.abstractmethod
     async def user_by_slack(self, slack_id: str) -> User | None:
-        """The one user whose ``slack`` contact is ``slack_id``."""
+        """The one user whose ``slack`` contact is ``slack_id`` (verified or not: the caller looks)."""
+
+    @abc.abstractmethod
+    async def create_contact_token(self, token: ContactToken, *, since: datetime, max_per_user: int,
+                                   max_per_address: int) -> bool:
+        """Store a contact's verification (``used_at`` and the delivery fields ignored) unless
+        ``token.user_id`` has ``max_per_user`` or more created after ``since``, or
+        ``token.address`` has ``max_per_address`` or more (the re-send cap); whether it did."""
+
+    @abc.abstractmethod
+    async def get_contact_token(self, token_hash: str) -> ContactToken | None: ...
+
+    @abc.abstractmethod
+    async def last_contact_token(self, user_id: str, channel: str) -> ContactToken | None:
+        """``user_id``'s newest confirmation on ``channel`` (by ``created_at``), None when none is kept."""
+
+    @abc.abstractmethod
+    async def use_contact_token(self, token_hash: str, now: datetime) -> User | None:
+        """Verify the contact the token was sent to, at ``now``, in one write: only when the token
+        is unused, ``expires_at`` is after ``now`` and its user's contact of its channel is still
+        its ``address``; then the token is used and that contact verified, and the user is
+        returned. None when it did nothing. Of concurrent callers at most one succeeds."""
+
+    @abc.abstractmethod
+    async def finish_contact_token(self, token_hash: str, *, attempts: int, delivered: bool,
+                                   error: str | None) -> None:
+        """How the sending of the verification went (attempts so far, delivered, the last error)."""
+
+    @abc.abstractmethod
+    async def delete_expired_contact_tokens(self, now: datetime) -> int:
+        """Forget the verifications whose ``expires_at`` is at or before ``now``; how many."""
 
     @abc.abstractmethod
     async def create_link(self, link: DecisionLink) -> None:

@@ -1,6 +1,7 @@
 """`signoff users create NAME | set NAME | list | revoke-key NAME | delete NAME` (talks to the
 database directly): create a user and print its API key (shown once), set a user's contacts
-(``--email``, ``--slack``: where requests reach them, DESIGN §14), list the users, revoke a
+(``--email``, ``--slack``: where requests reach them, DESIGN §14; verified: the operator vouches,
+where one a person sets for themselves is pending until confirmed), list the users, revoke a
 user's keys, delete a user.
 
 They open the database the server opens: SIGNOFF_DATABASE_URL, else the SQLite file in
@@ -69,7 +70,7 @@ async def _create(name: str, new_database: bool, contacts: dict[str, str | None]
             from signoff.engine.store.base import StoreConflict
 
             try:
-                await store.set_contacts(user.id, contacts)
+                await store.set_contacts(user.id, contacts, verified=True)  # the operator vouches
             except StoreConflict:
                 raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
         key = await store.create_api_key(user.id)
@@ -173,7 +174,8 @@ async def _set(name: str, contacts: dict[str, str | None]) -> User:
         await store.setup()
         user = await store.get_user_by_name(name)
         try:
-            changed = await store.set_contacts(user.id, contacts) if user is not None else None
+            # the operator vouches: verified (a pending one set again to the same value becomes verified)
+            changed = await store.set_contacts(user.id, contacts, verified=True) if user is not None else None
         except StoreConflict:
             raise LookupError("that Slack user id is another user's (a Slack id is one user's)") from None
         if changed is None:
@@ -195,8 +197,14 @@ def _handle_set(args: argparse.Namespace) -> int:
     except (LookupError, WrongDatabase, InvalidContact) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"{user.name}: email {user.email or '-'}, slack {user.slack or '-'}", file=sys.stderr)
+    print(f"{user.name}: email {_shown(user, 'email')}, slack {_shown(user, 'slack')}", file=sys.stderr)
     return 0
+
+
+def _shown(user: User, channel: str) -> str:
+    """A contact and its state: ``bob@example.com (verified)``, ``U024BE7LH (pending)``, ``-``."""
+    value = getattr(user, channel)
+    return f"{value} ({user.contact_state(channel)})" if value else "-"
 
 
 async def _list() -> list[User]:
@@ -215,10 +223,11 @@ def _handle_list(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps([u.model_dump(mode="json") for u in users], indent=2))
+        print(json.dumps([{**u.model_dump(mode="json"), "email_state": u.contact_state("email"),
+                            "slack_state": u.contact_state("slack")} for u in users], indent=2))
     else:
         for u in users:
-            print(f"{u.name}\t{u.id}\t{u.created_at:%Y-%m-%d %H:%M} UTC\t{u.email or '-'}\t{u.slack or '-'}")
+            print(f"{u.name}\t{u.id}\t{u.created_at:%Y-%m-%d %H:%M} UTC\t{_shown(u, 'email')}\t{_shown(u, 'slack')}")
         if not users:
             print("(no users)", file=sys.stderr)
     return 0
@@ -237,7 +246,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.set_defaults(handler=_handle_create)
     set_.add_argument("name", help="user name")
     set_.set_defaults(handler=_handle_set)
-    listed = sub.add_parser("list", help="list the users: name, id, when created, email, Slack id")
+    listed = sub.add_parser("list", help="list the users: name, id, when created, email, Slack id (each verified or "
+                                         "pending)")
     listed.add_argument("--json", action="store_true", help="print JSON")
     listed.set_defaults(handler=_handle_list)
     revoke = sub.add_parser("revoke-key", help="revoke a user's API keys (all, or --key KEY): they get 401 from now on")

@@ -20,7 +20,8 @@ def _whoami(args: argparse.Namespace) -> int:
     me = request(args, "GET", "/api/v1/users/me")
     limit = me["max_stored_bytes"]
     budget = f"of {_size(limit)} ({100 * me['stored_bytes'] / limit:.0f}%)" if limit else "(no limit)"
-    emit(args, me, f"{me['name']} ({me['id']})\nstored: {_size(me['stored_bytes'])} {budget}")
+    contacts = "".join(f"\n{k}: {me[k]} ({me.get(k + '_state')})" for k in ("email", "slack") if me.get(k))
+    emit(args, me, f"{me['name']} ({me['id']})\nstored: {_size(me['stored_bytes'])} {budget}{contacts}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Accessibility checked by axe-core (issue 29): every page a person meets — sign-in (signed out),
 inbox, a gate card, a tool-approval card, History, Flows, a run page, the standing approvals page,
-the decision link page (signed out) — has no axe violation of impact serious or critical, at
+the decision link page and a contact's confirmation page (signed out) — has no axe violation of impact serious or critical, at
 1440 x 900 and 390 x 844.
 
 axe-core is the npm package beside @ag-ui/client (tests/agui/package.json; installed by
@@ -10,6 +10,7 @@ content); every other browser test keeps the CSP on and fails on any violation o
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, expect
 
-from signoff.engine import links
-from signoff.engine.models import StandingApproval, utcnow
+from signoff.engine import links, verify
+from signoff.engine.models import ContactToken, StandingApproval, utcnow
 from tests.browser.conftest import NARROW, Site, person
 from tests.browser.test_card import _agent_run, refund_agent
 from tests.browser.test_pages import pause
@@ -40,6 +41,7 @@ class Pages:
     tool: str
     run: str
     link: str
+    confirmation: str
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -65,11 +67,20 @@ async def pages(site: Site) -> AsyncIterator[Pages]:
     assert job is not None and job.pending is not None
     token = await links.mint(site.h.store, job_id=job.job_id, pending=job.pending, user_id=alice_id, channel="email",
                              now=now, ttl_seconds=3600)
+    # a contact's confirmation page (docs/channels.md, "Verified contacts"): alice's pending address
+    await site.h.store.set_contacts(alice_id, {"email": f"alice-{uuid.uuid4().hex[:6]}@example.com"}, verified=False)
+    alice = await site.h.store.get_user(alice_id)
+    assert alice is not None and alice.email
+    confirm = secrets.token_urlsafe(32)
+    await site.h.store.create_contact_token(
+        ContactToken(token_hash=verify.token_hash(confirm), user_id=alice_id, channel="email", address=alice.email,
+                     csrf=secrets.token_urlsafe(24), created_at=now, expires_at=now + timedelta(hours=1)),
+        since=now - timedelta(hours=1), max_per_user=100, max_per_address=100)
     with refund_agent(site) as (_llm, _target, spec):
         tool_job, tool_request = await _agent_run(site, spec)
         yield Pages(gate=f"/runs/{gate['job_id']}/requests/{gate['human_request']['request_id']}",
                     tool=f"/runs/{tool_job}/requests/{tool_request}", run=f"/runs/{decided['job_id']}",
-                    link=links.link_url("", token, "approve"))
+                    link=links.link_url("", token, "approve"), confirmation=verify.verify_url("", confirm))
 
 
 async def violations(page: Page) -> list[dict[str, Any]]:
@@ -92,7 +103,9 @@ async def test_no_serious_or_critical_axe_violation(browser: Browser, site: Site
     try:
         page = await context.new_page()
         for name, path, ready in (("sign-in", "/sign-in", page.get_by_label("API key")),
-                                  ("decision link", pages.link, page.get_by_role("button", name="Approve"))):
+                                  ("decision link", pages.link, page.get_by_role("button", name="Approve")),
+                                  ("contact confirmation", pages.confirmation,
+                                   page.get_by_role("button", name="It is me: confirm"))):
             await page.goto(site.url + path)
             await expect(ready).to_be_visible()
             found[name] = await violations(page)

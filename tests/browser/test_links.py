@@ -53,7 +53,8 @@ async def site(store_backend, tmp_path_factory, temporal_client, inbox) -> Async
                        smtp_url=f"smtp://127.0.0.1:{inbox[1]}", smtp_from="signoff@example.com") as h:
         user = await h.store.create_user(f"bob-{uuid.uuid4().hex[:6]}")
         h.users["bob"] = (user.id, await h.store.create_api_key(user.id))
-        await h.store.set_contacts(user.id, {"email": f"bob-{uuid.uuid4().hex[:6]}@example.com"})
+        await h.store.set_contacts(user.id, {"email": f"bob-{uuid.uuid4().hex[:6]}@example.com"},
+                                     verified=True)
         async with serving(h.app, force_exit=True) as url:
             yield Site(h, url, store_backend)
 

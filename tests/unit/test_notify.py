@@ -1,5 +1,5 @@
 """Who is told of a request, on which channel (activities/notify.py, docs/channels.md), on the
-in-memory store: the approvers with the channel's contact (the owner when none is named), not
+in-memory store: the approvers with the channel's contact verified (the owner when none is named), not
 the owner with allow_self_approval false, not who muted the owner, not at a reminder who voted
 already, at an escalation only the people it added; notify [] none; a channel not configured
 none; the closing note to who was told (delivered). And the mail's and the Slack message's words
@@ -31,7 +31,8 @@ async def _world(tmp_path: Path, **settings_kw):
     for name in ("alice", "bob", "carol", "dave", "erin"):
         user = await store.create_user(name)
         if name != "erin":  # erin has no contact
-            await store.set_contacts(user.id, {"email": f"{name}@example.com", "slack": f"U0{name.upper()}"})
+            await store.set_contacts(user.id, {"email": f"{name}@example.com", "slack": f"U0{name.upper()}"},
+                                     verified=True)
         people[name] = user.id
     job, _ = await store.create_job(NewJob(job_id="j1", flow_id="f", flow_version=1, user_id=people["alice"]))
     settings = Settings(home=tmp_path, **{"smtp_url": "smtp://127.0.0.1:1", "smtp_from": "s@example.com",
@@ -69,6 +70,21 @@ async def test_who_is_told_of_a_request(tmp_path: Path) -> None:
     assert _told(await acts._notifications(job, "human_input_reminder", asked, 2)) == both("carol", "alice")
     # other events tell nobody
     assert await acts._notifications(job, "human_input_vote", asked, 3) == []
+
+
+async def test_a_pending_contact_is_told_nothing(tmp_path: Path) -> None:
+    store, p, job, acts = await _world(tmp_path)
+    refs = [f"user:{p['bob']}", f"user:{p['carol']}"]
+    asked = _pending(approver_refs=refs, approvers=["bob", "carol"])
+    # carol gave a new address herself (pending), and bob a new Slack id: neither is told there
+    await store.set_contacts(p["carol"], {"email": "someone-else@example.com"}, verified=False)
+    await store.set_contacts(p["bob"], {"slack": "U0SOMEONE"}, verified=False)
+    told = _told(await acts._notifications(job, "human_input_required", asked, 1))
+    assert told == {(p["bob"], "email"), (p["carol"], "slack")}
+    # the operator vouches for carol's: she is told there again
+    await store.set_contacts(p["carol"], {"email": "someone-else@example.com"}, verified=True)
+    told = _told(await acts._notifications(job, "human_input_required", asked, 1))
+    assert told == {(p["bob"], "email"), (p["carol"], "slack"), (p["carol"], "email")}
 
 
 async def test_an_escalation_tells_only_the_people_it_added(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from signoff.engine.models import DecisionLink, Notification, User, utcnow
+from signoff.engine.models import ContactToken, DecisionLink, Notification, User, utcnow
 from signoff.engine.store.base import StoreConflict
 from signoff.engine.store.encoding import as_utc
 from signoff.engine.store.memory.core import _first
@@ -16,7 +16,8 @@ from signoff.engine.store.memory.users import MemoryUsers
 class MemoryChannels(MemoryUsers):
     """Part of MemoryStore: contacts, decision links, notifications."""
 
-    async def set_contacts(self, user_id: str, contacts: dict[str, str | None]) -> User | None:
+    async def set_contacts(self, user_id: str, contacts: dict[str, str | None], *,
+                           verified: bool) -> User | None:
         for key in contacts:
             if key not in ("email", "slack"):
                 raise ValueError(f"unknown contact {key!r}")
@@ -25,15 +26,70 @@ class MemoryChannels(MemoryUsers):
         if user is None:
             return None
         slack = contacts.get("slack")
-        if slack is not None and any(u.slack == slack and u.id != user_id for u in t.users.values()):
-            raise StoreConflict("That Slack user id is another signoff user's.")
+        if slack is not None and slack != user.slack:
+            for other in t.users.values():
+                if other.slack == slack and other.id != user_id:
+                    if other.slack_verified:
+                        raise StoreConflict("That Slack user id is another signoff user's.")
+                    other.slack, other.slack_verified = None, False  # a pending claim holds nothing
         for key, value in contacts.items():
+            same = value is not None and value == getattr(user, key)
+            flag = value is not None and (verified or (same and getattr(user, f"{key}_verified")))
             setattr(user, key, value)
+            setattr(user, f"{key}_verified", flag)
         return user.model_copy()
 
     async def user_by_slack(self, slack_id: str) -> User | None:
         found = [u for u in self._tables().users.values() if u.slack == slack_id]
         return found[0].model_copy() if found else None
+
+    async def create_contact_token(self, token: ContactToken, *, since: datetime, max_per_user: int,
+                                   max_per_address: int) -> bool:
+        t = self._tables()
+        since = as_utc(since)
+        recent = [c for c in t.contact_tokens.values() if c.created_at > since]
+        if sum(c.user_id == token.user_id for c in recent) >= max_per_user or \
+                sum(c.address == token.address for c in recent) >= max_per_address:
+            return False
+        if token.token_hash in t.contact_tokens:
+            raise ValueError("a verification with that token hash exists")
+        t.contact_tokens[token.token_hash] = token.model_copy(
+            update={"used_at": None, "attempts": 0, "delivered": False, "error": None})
+        return True
+
+    async def get_contact_token(self, token_hash: str) -> ContactToken | None:
+        token = self._tables().contact_tokens.get(token_hash)
+        return token.model_copy() if token is not None else None
+
+    async def last_contact_token(self, user_id: str, channel: str) -> ContactToken | None:
+        mine = [t for t in self._tables().contact_tokens.values() if t.user_id == user_id and t.channel == channel]
+        return max(mine, key=lambda t: (t.created_at, [-ord(c) for c in t.token_hash])).model_copy() if mine else None
+
+    async def use_contact_token(self, token_hash: str, now: datetime) -> User | None:
+        t = self._tables()
+        token = t.contact_tokens.get(token_hash)
+        now = as_utc(now)
+        if token is None or token.used_at is not None or token.expires_at <= now:
+            return None
+        user = t.users.get(token.user_id)
+        if user is None or getattr(user, token.channel, None) != token.address:
+            return None
+        token.used_at = now
+        setattr(user, f"{token.channel}_verified", True)
+        return user.model_copy()
+
+    async def finish_contact_token(self, token_hash: str, *, attempts: int, delivered: bool,
+                                   error: str | None) -> None:
+        token = self._tables().contact_tokens.get(token_hash)
+        if token is not None:
+            token.attempts, token.delivered, token.error = int(attempts), delivered, error
+
+    async def delete_expired_contact_tokens(self, now: datetime) -> int:
+        t = self._tables()
+        gone = [k for k, token in t.contact_tokens.items() if token.expires_at <= as_utc(now)]
+        for k in gone:
+            del t.contact_tokens[k]
+        return len(gone)
 
     async def create_link(self, link: DecisionLink) -> None:
         t = self._tables()

@@ -11,6 +11,7 @@ from itertools import islice
 from typing import Any, TypeVar
 
 from signoff.engine.models import (
+    ContactToken,
     DecisionLink,
     EventNote,
     JobStatus,
@@ -207,6 +208,7 @@ class _Tables:
     blob_charges: dict[str, str] = field(default_factory=dict)  # key -> the user a run's blob counts to
     stored: dict[str, int] = field(default_factory=dict)  # user id -> bytes (Store.stored_bytes)
     links: dict[str, DecisionLink] = field(default_factory=dict)  # token hash -> link
+    contact_tokens: dict[str, ContactToken] = field(default_factory=dict)  # token hash -> verification
     notifications: list[Notification] = field(default_factory=list)  # in the order logged
     standing: dict[str, StandingApproval] = field(default_factory=dict)  # rule id -> rule
     receipts: dict[str, list[ReceiptRecord]] = field(default_factory=dict)  # job id -> receipts, seq 1, 2, ...

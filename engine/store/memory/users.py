@@ -105,6 +105,8 @@ class MemoryUsers(MemoryCore):
         t.stored.pop(user_id, None)
         for token_hash in [k for k, link in t.links.items() if link.user_id == user_id]:
             del t.links[token_hash]
+        for token_hash in [k for k, token in t.contact_tokens.items() if token.user_id == user_id]:
+            del t.contact_tokens[token_hash]
         t.notifications = [n for n in t.notifications if n.user_id != user_id]
         self._note_access(t, user_id)
         return user is not None

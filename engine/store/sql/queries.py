@@ -182,10 +182,30 @@ class Q:
     use_standing = "UPDATE standing_approvals SET uses = uses + 1, last_used_at = ? WHERE id = ?"
 
     # contacts, decision links, notifications (engine/store/sql/channels.py)
-    set_user_email = "UPDATE users SET email = ? WHERE id = ?"
-    set_user_slack = "UPDATE users SET slack = ? WHERE id = ?"
+    set_user_email = "UPDATE users SET email = ?, email_verified = ? WHERE id = ?"
+    set_user_slack = "UPDATE users SET slack = ?, slack_verified = ? WHERE id = ?"
+    slack_holder = "SELECT id, slack_verified FROM users WHERE slack = ? AND id <> ?"
+    release_slack = "UPDATE users SET slack = NULL, slack_verified = 0 WHERE id = ? AND slack_verified = 0"
+    verify_user_email = "UPDATE users SET email_verified = 1 WHERE id = ? AND email = ?"
+    verify_user_slack = "UPDATE users SET slack_verified = 1 WHERE id = ? AND slack = ?"
+    insert_contact_token = (
+        "INSERT INTO contact_tokens (token_hash, user_id, channel, address, csrf, created_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    )
+    contact_tokens_of_user = "SELECT COUNT(*) AS n FROM contact_tokens WHERE user_id = ? AND created_at > ?"
+    contact_tokens_to_address = "SELECT COUNT(*) AS n FROM contact_tokens WHERE address = ? AND created_at > ?"
+    contact_token = "SELECT * FROM contact_tokens WHERE token_hash = ?"
+    last_contact_token = (
+        "SELECT * FROM contact_tokens WHERE user_id = ? AND channel = ? ORDER BY created_at DESC, token_hash LIMIT 1"
+    )
+    use_contact_token = (
+        "UPDATE contact_tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL AND expires_at > ? "
+        "RETURNING *"
+    )
+    finish_contact_token = "UPDATE contact_tokens SET attempts = ?, delivered = ?, error = ? WHERE token_hash = ?"
+    delete_user_contact_tokens = "DELETE FROM contact_tokens WHERE user_id = ?"
+    delete_expired_contact_tokens = "DELETE FROM contact_tokens WHERE expires_at <= ?"
     user_by_slack = "SELECT * FROM users WHERE slack = ?"
-    slack_taken = "SELECT id FROM users WHERE slack = ? AND id <> ?"
     insert_link = (
         "INSERT INTO decision_links (token_hash, job_id, request_id, user_id, channel, csrf, created_at, expires_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"

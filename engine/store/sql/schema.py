@@ -408,6 +408,30 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (job_id, seq))""",
         "CREATE INDEX receipts_at ON receipts (at, job_id, seq)",
     ],
+    # 16: verified contacts (docs/channels.md, "Verified contacts"): whether each contact is
+    # verified (a contact set before this counts as pending: it was never checked; an operator
+    # vouches for one by setting it again with `signoff users set`), and the verifications sent:
+    # the token's hash only, bound to the user and the address, counted by user and by address
+    # for the re-send cap
+    [
+        "ALTER TABLE users ADD COLUMN email_verified INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE users ADD COLUMN slack_verified INTEGER NOT NULL DEFAULT 0",
+        """CREATE TABLE contact_tokens (
+            token_hash TEXT PRIMARY KEY,
+            user_id TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            address TEXT NOT NULL,
+            csrf TEXT NOT NULL,
+            created_at {ts} NOT NULL,
+            expires_at {ts} NOT NULL,
+            used_at {ts},
+            attempts INTEGER NOT NULL DEFAULT 0,
+            delivered INTEGER NOT NULL DEFAULT 0,
+            error TEXT)""",
+        "CREATE INDEX contact_tokens_user ON contact_tokens (user_id, created_at)",
+        "CREATE INDEX contact_tokens_address ON contact_tokens (address, created_at)",
+        "CREATE INDEX contact_tokens_expiry ON contact_tokens (expires_at)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -23,7 +23,8 @@ class SQLUsers(SQLCore):
 
     def _user(self, row: dict[str, Any]) -> User:
         return User(id=row["id"], name=row["name"], created_at=self._dec_dt(row["created_at"]),
-                    email=row.get("email"), slack=row.get("slack"))
+                    email=row.get("email"), slack=row.get("slack"),
+                    email_verified=bool(row.get("email_verified")), slack_verified=bool(row.get("slack_verified")))
 
     async def create_user(self, name: str) -> User:
         async with self._tx(write=True) as tx:
@@ -105,6 +106,7 @@ class SQLUsers(SQLCore):
             await tx.execute(Q.delete_user_mutes, (user_id, user_id))
             await tx.execute(Q.delete_user_storage, (user_id,))
             await tx.execute(Q.delete_user_links, (user_id,))
+            await tx.execute(Q.delete_user_contact_tokens, (user_id,))
             await tx.execute(Q.delete_user_notifications, (user_id,))
             await self._note_access(tx, user_id)
         return existed

@@ -8,7 +8,14 @@ what a component downstream of a gate received."""
 
 from __future__ import annotations
 
+import asyncio
+import email
+import email.policy
+import hashlib
+import hmac
 import json
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler
@@ -17,7 +24,9 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
+from aiosmtpd.controller import Controller
 
+from signoff.devserver import free_port
 from tests.helpers import LocalHTTPServer
 from tests.integration.api.conftest import Harness, harness, sse_frames
 
@@ -164,3 +173,111 @@ async def pending_ids(h: Harness, who: str) -> list[str]:
 
 def code(r: httpx.Response) -> str:
     return r.json()["detail"]["code"]
+
+
+# ---- the channels' real parts (docs/channels.md, "Tests"): Slack's Web API faked, a real SMTP server
+
+SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+TOKEN = "xoxb-test-token"
+
+
+class FakeSlack(LocalHTTPServer):
+    """Slack's Web API as far as signoff uses it: every call kept (method, JSON body, auth, status;
+    ``sent``: those answered ok);
+    ``fail``: the next chat.postMessage calls' answers (429, 500) before it answers ok again."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any], str, int]] = []
+        self.fail: list[int] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                method = self.path.rsplit("/", 1)[-1]
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = {"raw": raw.decode(errors="replace")}
+                with outer.lock:
+                    status = outer.fail.pop(0) if outer.fail and method == "chat.postMessage" else 200
+                    outer.calls.append((method, body, self.headers.get("authorization", ""), status))
+                answer = {"ok": True, "channel": body.get("channel", "D1"), "ts": f"{time.time():.6f}"} \
+                    if status == 200 else {"ok": False, "error": "ratelimited" if status == 429 else "internal_error"}
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("retry-after", "1")
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(Handler)
+
+    def sent(self, method: str, channel: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [b for m, b, _, status in self.calls
+                    if m == method and status == 200 and (channel is None or b.get("channel") == channel)]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeSlack]:
+    server = FakeSlack()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def signed(body: str, *, secret: str = SECRET, at: int | None = None) -> dict[str, str]:
+    """The headers Slack signs ``body`` with (v0, HMAC-SHA256 of ``v0:{timestamp}:{body}``)."""
+    ts = str(at if at is not None else int(time.time()))
+    sig = "v0=" + hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"x-slack-request-timestamp": ts, "x-slack-signature": sig,
+            "content-type": "application/x-www-form-urlencoded"}
+
+
+class Inbox:
+    """What the SMTP server received; ``refuse`` / ``hang``: that many next mails are refused
+    (451) / never answered."""
+
+    def __init__(self) -> None:
+        self.mails: list[tuple[list[str], email.message.EmailMessage]] = []
+        self.refuse = 0
+        self.hang = 0
+        self.refused = 0
+        self.port = 0
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.refused += 1
+            return "451 4.3.0 Try again later"
+        if self.hang > 0:
+            self.hang -= 1
+            await asyncio.sleep(60)  # longer than the client's SIGNOFF_NOTIFY_TIMEOUT_SECONDS
+            return "250 OK"
+        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        self.mails.append((list(envelope.rcpt_tos), msg))  # type: ignore[arg-type]
+        return "250 OK"
+
+    def to(self, address: str) -> list[email.message.EmailMessage]:
+        return [m for rcpts, m in self.mails if address in rcpts]
+
+
+@pytest.fixture(scope="module")
+def inbox() -> Iterator[Inbox]:
+    """A real SMTP server (aiosmtpd) on a free port (``inbox.port``), per module."""
+    box, port = Inbox(), free_port()
+    controller = Controller(box, hostname="127.0.0.1", port=port)
+    controller.start()
+    box.port = port
+    try:
+        yield box
+    finally:
+        controller.stop()

@@ -18,46 +18,23 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiosmtpd.controller import Controller
 from temporalio.testing import TimeSkipper, TimeSkippingConfig
 
-from signoff.devserver import free_port
 from signoff.engine.models import TERMINAL_STATUSES, JobStatus
 from signoff.service import with_converter
 from tests.integration.api.conftest import Harness, harness
+from tests.integration.decisions.conftest import SECRET, TOKEN, FakeSlack, Inbox
 from tests.integration.decisions.gate_world import fast_forward, gate_flow, name_of, resume, save_flow
-from tests.integration.decisions.test_email_links import CSRF, Inbox, _links, _parts
-from tests.integration.decisions.test_slack import SECRET, TOKEN, FakeSlack
+from tests.integration.decisions.test_email_links import CSRF, _links, _parts
 
 HOUR = timedelta(hours=1)
 PEOPLE = ("bob", "carol")
-
-
-@pytest.fixture(scope="module")
-def inbox() -> Iterator[Inbox]:
-    box, port = Inbox(), free_port()
-    controller = Controller(box, hostname="127.0.0.1", port=port)
-    controller.start()
-    box.port = port  # type: ignore[attr-defined]
-    try:
-        yield box
-    finally:
-        controller.stop()
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeSlack]:
-    server = FakeSlack()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -73,7 +50,7 @@ async def world(store_backend, tmp_path_factory, temporal_client, inbox, fake
             user = await h.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             h.users[name] = (user.id, await h.store.create_api_key(user.id))
             await h.store.set_contacts(user.id, {"email": f"{name}-{uuid.uuid4().hex[:6]}@example.com",
-                                                 "slack": "U" + uuid.uuid4().hex[:10].upper()})
+                                                 "slack": "U" + uuid.uuid4().hex[:10].upper()}, verified=True)
         yield h, skipper
 
 

@@ -16,21 +16,20 @@ import email.policy
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiosmtpd.controller import Controller
 
-from signoff.devserver import free_port
 from signoff.engine import links
 from signoff.engine.models import DecisionLink, JobStatus, utcnow
 from tests.helpers import scaled
 from tests.integration.api.conftest import Harness, harness
 from tests.integration.decisions.conftest import (
     PEOPLE,
+    Inbox,
     gate_flow,
     resume,
     run_suspended,
@@ -43,47 +42,9 @@ LINK = re.compile(r"https?://[^/\s\"]+(/d/([A-Za-z0-9_-]{43}))(?:\?action=([a-z_
 CSRF = re.compile(r'name="csrf" value="([^"]*)"')
 
 
-class Inbox:
-    """What the SMTP server received; ``refuse`` / ``hang``: that many next mails are refused
-    (451) / never answered."""
-
-    def __init__(self) -> None:
-        self.mails: list[tuple[list[str], email.message.EmailMessage]] = []
-        self.refuse = 0
-        self.hang = 0
-        self.refused = 0
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        if self.refuse > 0:
-            self.refuse -= 1
-            self.refused += 1
-            return "451 4.3.0 Try again later"
-        if self.hang > 0:
-            self.hang -= 1
-            await asyncio.sleep(60)  # longer than the client's SIGNOFF_NOTIFY_TIMEOUT_SECONDS
-            return "250 OK"
-        msg = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.mails.append((list(envelope.rcpt_tos), msg))  # type: ignore[arg-type]
-        return "250 OK"
-
-    def to(self, address: str) -> list[email.message.EmailMessage]:
-        return [m for rcpts, m in self.mails if address in rcpts]
-
-
-@pytest.fixture(scope="module")
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    box, port = Inbox(), free_port()
-    controller = Controller(box, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield box, port
-    finally:
-        controller.stop()
-
-
 @pytest_asyncio.fixture(scope="module")
 async def h(store_backend, tmp_path_factory, temporal_client, inbox) -> AsyncIterator[Harness]:
-    _, port = inbox
+    port = inbox.port
     async with harness(store_backend, tmp_path_factory.mktemp("mail"), temporal_client,
                        smtp_url=f"smtp://127.0.0.1:{port}", smtp_from="signoff@example.com",
                        notify_timeout_seconds=2, public_url="https://signoff.example.com") as hx:
@@ -91,7 +52,8 @@ async def h(store_backend, tmp_path_factory, temporal_client, inbox) -> AsyncIte
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))
         for name in ("alice", "bob", "carol"):  # dave and erin have no address
-            await hx.store.set_contacts(uid(hx, name), {"email": f"{name}-{uuid.uuid4().hex[:6]}@example.com"})
+            await hx.store.set_contacts(uid(hx, name), {"email": f"{name}-{uuid.uuid4().hex[:6]}@example.com"},
+                                        verified=True)
         yield hx
 
 
@@ -149,7 +111,7 @@ async def _assigned(h: Harness, box: Inbox, who: str = "bob", **params: Any) -> 
 
 
 async def test_the_mail_asks_and_its_link_decides_once_as_that_person(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     job_id, address, msg = await _assigned(h, box)
     assert msg["Subject"] == "[signoff] Refunds: Approve this refund?"
     assert msg["From"] == "signoff@example.com" and msg["To"] == address
@@ -191,7 +153,7 @@ async def test_the_mail_asks_and_its_link_decides_once_as_that_person(h: Harness
 
 
 async def test_a_post_without_its_page_token_or_from_another_site_decides_nothing(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     job_id, _, msg = await _assigned(h, box)
     path = _links(_parts(msg)[0])[None]
     _, page = await _page(h, path)
@@ -211,7 +173,7 @@ async def test_a_post_without_its_page_token_or_from_another_site_decides_nothin
 
 
 async def test_forged_and_malformed_tokens_are_one_404(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     job_id, _, msg = await _assigned(h, box)
     path = _links(_parts(msg)[0])[None]
     token = path.rsplit("/", 1)[1]
@@ -232,7 +194,7 @@ async def test_forged_and_malformed_tokens_are_one_404(h: Harness, inbox) -> Non
 
 
 async def test_a_link_of_a_request_decided_elsewhere_shows_who_decided(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     job_id, _, msg = await _assigned(h, box)
     path = _links(_parts(msg)[0])["approve"]
     _, page = await _page(h, path)
@@ -248,7 +210,6 @@ async def test_a_link_of_a_request_decided_elsewhere_shows_who_decided(h: Harnes
 
 
 async def test_an_expired_link_decides_nothing(h: Harness, inbox) -> None:
-    box, _ = inbox
     flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob")], "notify": []}))
     job_id = (await run_suspended(h, flow_id))["job_id"]
     token = "t" * 43
@@ -267,7 +228,7 @@ async def test_an_expired_link_decides_nothing(h: Harness, inbox) -> None:
 async def test_a_link_decides_with_that_persons_checks_and_a_refusal_keeps_it(h: Harness, inbox) -> None:
     """Values that break the schema: 422 on the page, the link still usable; a person who is no
     longer allowed (allow_self_approval false: the owner's own link) is refused."""
-    box, _ = inbox
+    box = inbox
     fields = {"Reject": {"type": "object", "required": ["reason"],
                          "properties": {"reason": {"type": "string", "minLength": 3}}}}
     job_id, _, msg = await _assigned(h, box, fields=fields)
@@ -299,7 +260,7 @@ async def test_a_link_decides_with_that_persons_checks_and_a_refusal_keeps_it(h:
 
 
 async def test_header_injection_and_html_in_what_the_flow_says_are_escaped(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     prompt = "Pay <b>now</b>?\r\n<script>alert(1)</script><img src=\"https://evil.example/p.png\">"
     spec = gate_flow({"approvers": [await user_name(h, "carol")], "prompt": prompt})
     spec["name"] = "Refunds\r\nBcc: everyone@evil.example\r\nX-Evil: 1"
@@ -327,7 +288,7 @@ async def _log(h: Harness, who: str, job_id: str) -> tuple[int, Any]:
 
 
 async def test_an_smtp_server_that_refuses_or_hangs_is_retried_and_logged(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     box.refuse, box.hang = 2, 1
     try:
         job_id, address, msg = await _assigned(h, box)  # refused twice, then no answer, then taken
@@ -362,7 +323,7 @@ async def test_a_mail_sent_whose_log_write_failed_is_not_sent_again(h: Harness, 
     """The SMTP server took the mail, then recording that failed: the activity fails and is
     retried, and the retry finds the claim of the attempt whose outcome is unknown and does not
     mail again (at most once, docs/channels.md "Once"); the mail that went works."""
-    box, _ = inbox
+    box = inbox
     flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob")]}, name="Once"))
     real_claim, real_finish = h.store.claim_notification, h.store.finish_notification
     ours: set[str] = set()
@@ -406,7 +367,7 @@ async def test_a_mail_sent_whose_log_write_failed_is_not_sent_again(h: Harness, 
 
 
 async def test_a_dead_smtp_server_never_holds_the_run(h: Harness, inbox) -> None:
-    box, _ = inbox
+    box = inbox
     box.refuse = 10_000
     try:
         flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob")]}))
@@ -427,7 +388,7 @@ async def test_a_dead_smtp_server_never_holds_the_run(h: Harness, inbox) -> None
 async def test_who_is_told(h: Harness, inbox) -> None:
     """No approvers: the run's owner; notify []: nobody; an approver without an address is
     skipped; a group's members are told."""
-    box, _ = inbox
+    box = inbox
     alice, carol = await _address(h, "alice"), await _address(h, "carol")
     before = len(box.to(alice))
     flow_id = await upload(h, gate_flow({}))
@@ -485,7 +446,7 @@ async def test_a_link_racing_the_api_decides_exactly_once(h: Harness, inbox) -> 
 async def test_a_request_answered_elsewhere_is_closed_by_mail(h: Harness, inbox) -> None:
     """bob and carol were mailed; bob decides through the API: carol is told how it ended (bob,
     who decided, is not)."""
-    box, _ = inbox
+    box = inbox
     bob, carol = await _address(h, "bob"), await _address(h, "carol")
     flow_id = await upload(h, gate_flow({"approvers": [await user_name(h, "bob"), await user_name(h, "carol")]},
                                         name="Closing"))
@@ -504,7 +465,9 @@ async def test_a_request_answered_elsewhere_is_closed_by_mail(h: Harness, inbox)
     assert f"approve by {await user_name(h, 'bob')}" in text and "/d/" not in text and "/d/" not in html
     await h.wait_status(job_id, JobStatus.completed)
     deadline = time.monotonic() + 30
-    while not [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]:
+    # (the row is claimed before the mail is sent and marked delivered once the server took it)
+    while not [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"
+               and n["delivered"]]:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.05)
     closed = [n for n in (await _log(h, "alice", job_id))[1] if n["event"] == "human_input_decision"]

@@ -16,7 +16,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,21 +29,20 @@ from signoff.engine import links, slack
 from signoff.engine.models import JobStatus, utcnow
 from tests.helpers import eventually, rounds
 from tests.integration.api.conftest import Harness, harness
-from tests.integration.decisions.conftest import gate_flow, run_suspended, upload, user_name
-from tests.integration.decisions.test_slack import SECRET, TOKEN, FakeSlack, _signed
+from tests.integration.decisions.conftest import (
+    SECRET,
+    TOKEN,
+    FakeSlack,
+    gate_flow,
+    run_suspended,
+    signed,
+    upload,
+    user_name,
+)
 
 PEOPLE = ("carol", "dave", "erin")
 CSRF = re.compile(r'name="csrf" value="([^"]*)"')
 BATCH = 5  # rounds at once (5 decisions each)
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeSlack]:
-    server = FakeSlack()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -54,7 +53,8 @@ async def h(store_backend, tmp_path_factory, temporal_client, fake) -> AsyncIter
         for name in PEOPLE:
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))
-        await hx.store.set_contacts(hx.users["dave"][0], {"slack": "U" + uuid.uuid4().hex[:10].upper()})
+        await hx.store.set_contacts(hx.users["dave"][0], {"slack": "U" + uuid.uuid4().hex[:10].upper()},
+                                    verified=True)
         yield hx
 
 
@@ -115,7 +115,7 @@ async def test_every_surface_at_once_decides_exactly_once_and_the_losers_are_tol
 
         async def by_slack() -> tuple[int, str]:
             async with h.client() as c:
-                r = await c.post("/api/v1/slack/interactions", content=press, headers=_signed(press))
+                r = await c.post("/api/v1/slack/interactions", content=press, headers=signed(press))
             return r.status_code, r.text
 
         async def by_api() -> tuple[int, str]:

@@ -11,14 +11,10 @@ retried, logged, the run unaffected.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,66 +22,21 @@ import pytest
 import pytest_asyncio
 
 from signoff.engine.models import JobStatus
-from tests.helpers import LocalHTTPServer, eventually, scaled
+from tests.helpers import eventually, scaled
 from tests.integration.api.conftest import Harness, harness
-from tests.integration.decisions.conftest import PEOPLE, gate_flow, resume, run_suspended, uid, upload, user_name
-
-SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-TOKEN = "xoxb-test-token"
-
-
-class FakeSlack(LocalHTTPServer):
-    """Slack's Web API as far as signoff uses it: every call kept (method, JSON body, auth, status;
-    ``sent``: those answered ok);
-    ``fail``: the next chat.postMessage calls' answers (429, 500) before it answers ok again."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any], str, int]] = []
-        self.fail: list[int] = []
-        self.lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                method = self.path.rsplit("/", 1)[-1]
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"raw": raw.decode(errors="replace")}
-                with outer.lock:
-                    status = outer.fail.pop(0) if outer.fail and method == "chat.postMessage" else 200
-                    outer.calls.append((method, body, self.headers.get("authorization", ""), status))
-                answer = {"ok": True, "channel": body.get("channel", "D1"), "ts": f"{time.time():.6f}"} \
-                    if status == 200 else {"ok": False, "error": "ratelimited" if status == 429 else "internal_error"}
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                if status == 429:
-                    self.send_header("retry-after", "1")
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(Handler)
-
-    def sent(self, method: str, channel: str | None = None) -> list[dict[str, Any]]:
-        with self.lock:
-            return [b for m, b, _, status in self.calls
-                    if m == method and status == 200 and (channel is None or b.get("channel") == channel)]
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeSlack]:
-    server = FakeSlack()
-    try:
-        yield server
-    finally:
-        server.close()
-
+from tests.integration.decisions.conftest import (
+    PEOPLE,
+    SECRET,
+    TOKEN,
+    FakeSlack,
+    gate_flow,
+    resume,
+    run_suspended,
+    signed,
+    uid,
+    upload,
+    user_name,
+)
 
 @pytest_asyncio.fixture(scope="module")
 async def h(store_backend, tmp_path_factory, temporal_client, fake) -> AsyncIterator[Harness]:
@@ -96,7 +47,8 @@ async def h(store_backend, tmp_path_factory, temporal_client, fake) -> AsyncIter
             user = await hx.store.create_user(f"{name}-{uuid.uuid4().hex[:6]}")
             hx.users[name] = (user.id, await hx.store.create_api_key(user.id))
         for name in ("alice", "bob", "carol"):
-            await hx.store.set_contacts(uid(hx, name), {"slack": "U" + uuid.uuid4().hex[:10].upper()})
+            await hx.store.set_contacts(uid(hx, name), {"slack": "U" + uuid.uuid4().hex[:10].upper()},
+                                        verified=True)
         yield hx
 
 
@@ -112,13 +64,6 @@ async def _posted(fake: FakeSlack, channel: str, n: int = 1, timeout: float = 60
         assert time.monotonic() < deadline, f"no message to {channel}"
         await asyncio.sleep(0.05)
     return fake.sent("chat.postMessage", channel)
-
-
-def _signed(body: str, *, secret: str = SECRET, at: int | None = None) -> dict[str, str]:
-    ts = str(at if at is not None else int(time.time()))
-    sig = "v0=" + hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
-    return {"x-slack-request-timestamp": ts, "x-slack-signature": sig,
-            "content-type": "application/x-www-form-urlencoded"}
 
 
 def _press(message: dict[str, Any], action: str, slack_user: str, **value: str) -> str:
@@ -163,7 +108,7 @@ async def test_a_button_decides_once_as_the_mapped_person(h: Harness, fake: Fake
     assert "Approve this refund?" in json.dumps(message["blocks"]) and "Refunds" in message["text"]
     assert [c[2] for c in fake.calls if c[0] == "chat.postMessage"][-1] == f"Bearer {TOKEN}"
     body = _press(message, "approve", await _slack_id(h, "bob"))
-    assert await _send(h, body, _signed(body)) == 200
+    assert await _send(h, body, signed(body)) == 200
     await h.wait_status(job_id, JobStatus.completed)
     decided = await _decisions(h, job_id)
     assert [(d["action_id"], d["decided_by"], d["via"]) for d in decided] == [("approve", uid(h, "bob"), "slack")]
@@ -171,7 +116,7 @@ async def test_a_button_decides_once_as_the_mapped_person(h: Harness, fake: Fake
     assert updated and "approve by" in updated[-1]["text"] and await user_name(h, "bob") in updated[-1]["text"]
     # pressed again (or replayed within five minutes): nothing more is decided, the message says who did
     seen = len(fake.sent("chat.update", message["channel"]))
-    assert await _send(h, body, _signed(body)) == 200
+    assert await _send(h, body, signed(body)) == 200
     assert len(await _decisions(h, job_id)) == 1
     # among the updates since (the closing note's own update of the message may come after it)
     await eventually(lambda: any("Already answered" in u["text"]
@@ -183,13 +128,13 @@ async def test_unsigned_forged_and_replayed_requests_are_401(h: Harness, fake: F
     job_id, message = await _assigned(h, fake)
     body = _press(message, "approve", await _slack_id(h, "bob"))
     for headers in ({"content-type": "application/x-www-form-urlencoded"},
-                    _signed(body, secret="not-the-secret"),
-                    _signed(body, at=int(time.time()) - 6 * 60),  # replayed: older than five minutes
-                    _signed(body, at=int(time.time()) + 6 * 60),
-                    {**_signed(body), "x-slack-request-timestamp": "soon"},
-                    {**_signed(body), "x-slack-signature": "v0=" + "0" * 64}):
+                    signed(body, secret="not-the-secret"),
+                    signed(body, at=int(time.time()) - 6 * 60),  # replayed: older than five minutes
+                    signed(body, at=int(time.time()) + 6 * 60),
+                    {**signed(body), "x-slack-request-timestamp": "soon"},
+                    {**signed(body), "x-slack-signature": "v0=" + "0" * 64}):
         assert await _send(h, body, headers) == 401, headers
-    assert await _send(h, body + "&x=1", _signed(body)) == 401  # the body changed after signing
+    assert await _send(h, body + "&x=1", signed(body)) == 401  # the body changed after signing
     job = await h.store.get_job(job_id)
     assert job is not None and job.status == JobStatus.suspended and await _decisions(h, job_id) == []
     r = await resume(h, "bob", job_id, "reject")  # still bob's to decide
@@ -201,12 +146,12 @@ async def test_an_unknown_slack_user_or_one_who_may_not_decide_is_told_and_decid
     job_id, message = await _assigned(h, fake)
     stranger = "U" + uuid.uuid4().hex[:10].upper()
     body = _press(message, "approve", stranger)
-    assert await _send(h, body, _signed(body)) == 200
+    assert await _send(h, body, signed(body)) == 200
     told = fake.sent("chat.postEphemeral", message["channel"])
     assert told and told[-1]["user"] == stranger and "not linked" in told[-1]["text"]
     # a signoff user the message was not sent to (it was shared into a channel): not theirs to press
     body = _press(message, "approve", await _slack_id(h, "carol"))
-    assert await _send(h, body, _signed(body)) == 200
+    assert await _send(h, body, signed(body)) == 200
     told = fake.sent("chat.postEphemeral", message["channel"])
     assert told[-1]["user"] == await _slack_id(h, "carol") and "nothing was decided" in told[-1]["text"]
     job = await h.store.get_job(job_id)
@@ -214,7 +159,7 @@ async def test_an_unknown_slack_user_or_one_who_may_not_decide_is_told_and_decid
     # the person it was sent to, with a decision the resume's checks refuse (an action the request
     # does not offer, as a payload built by hand would send): told why, nothing decided
     body = _press(message, "approve", await _slack_id(h, "bob"), a="pay_twice")
-    assert await _send(h, body, _signed(body)) == 200
+    assert await _send(h, body, signed(body)) == 200
     told = fake.sent("chat.postEphemeral", message["channel"])
     assert told[-1]["user"] == await _slack_id(h, "bob") and "Nothing was decided" in told[-1]["text"]
     assert await _decisions(h, job_id) == []
@@ -293,7 +238,7 @@ async def test_a_slack_press_racing_the_api_decides_exactly_once(h: Harness, fak
         job_id = (await run_suspended(h, flow_id))["job_id"]
         message = (await _posted(fake, bob, before + 1))[-1]
         body = _press(message, "approve", bob)
-        status, api = await asyncio.gather(_send(h, body, _signed(body)), resume(h, "carol", job_id, "reject"))
+        status, api = await asyncio.gather(_send(h, body, signed(body)), resume(h, "carol", job_id, "reject"))
         assert status == 200
         await h.wait_status(job_id, JobStatus.completed)
         decided = await _decisions(h, job_id)
@@ -320,7 +265,7 @@ async def test_the_press_is_answered_before_its_decision_is_made(h: Harness, fak
     monkeypatch.setattr(h.service, "resume", slow_resume)
     body = _press(message, "approve", await _slack_id(h, "bob"))
     before = len(fake.sent("chat.update", message["channel"]))
-    status = await asyncio.wait_for(_send(h, body, _signed(body), settle=False), 30)
+    status = await asyncio.wait_for(_send(h, body, signed(body), settle=False), 30)
     assert status == 200
     await asyncio.wait_for(entered.wait(), 30)  # the decision is under way, held
     assert not release.is_set() and len(h.app.state.slack_decisions) == 1
