@@ -67,3 +67,15 @@ def stop_group(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 20) -> None:
+    """SIGTERM to one process (a ``signoff worker`` the bench started), SIGKILL after ``timeout``."""
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._proc import stop_process  # noqa: E402
 from bench.overhead import GATE_FLOW, poll, summary  # noqa: E402
 from signoff.engine.models import Decision, JobStatus  # noqa: E402
 from signoff.engine.settings import Settings  # noqa: E402
@@ -181,12 +182,7 @@ async def main() -> None:
         await store.close()
         print(json.dumps(out, indent=2))
     finally:
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        stop_process(worker)
         server.stop()
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._proc import stop_process  # noqa: E402
 from bench.overhead import GATE_FLOW, summary  # noqa: E402
 from bench.suspended import resume_latencies, suspend  # noqa: E402
 import signoff.engine.store.postgres as pg  # noqa: E402
@@ -214,12 +215,7 @@ async def main() -> None:
         await store.close()
         print(json.dumps(out, indent=2))
     finally:
-        if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+        stop_process(worker)
         server.stop()
 
 

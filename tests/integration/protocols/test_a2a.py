@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest, GetTaskRequest, Message, Part, Role, SendMessageRequest, SubscribeToTaskRequest, Task,
@@ -27,22 +25,7 @@ from google.protobuf import json_format, struct_pb2
 
 from signoff.engine.models import JobStatus
 from tests import helpers
-from tests.integration.api.conftest import Harness, harness, serving
-
-pytestmark = pytest.mark.both_stores
-
-
-@pytest_asyncio.fixture(scope="module")
-async def h(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(store_backend, tmp_path_factory.mktemp("a2a"), temporal_client) as hx:
-        yield hx
-
-
-@pytest_asyncio.fixture(scope="module")
-async def base(h: Harness) -> AsyncIterator[str]:
-    async with serving(h.app, force_exit=True) as url:
-        yield url
-
+from tests.integration.api.conftest import Harness
 
 @contextlib.asynccontextmanager
 async def agent(base: str, h: Harness, flow_id: str, user: str = "alice", streaming: bool = False):
@@ -292,6 +275,7 @@ async def test_the_card_names_the_public_origin_behind_a_proxy(h: Harness, base:
     assert card["supportedInterfaces"][0]["url"] == f"https://signoff.example.com/a2a/{h.flows['refund']}"
 
 
+@pytest.mark.both_stores  # the revoke reaches the stream through the store's tail (NOTIFY on PostgreSQL)
 async def test_a_revoked_key_ends_a_running_stream(h: Harness, base: str, monkeypatch):
     """A stream asks whether its key still sees the run while it is quiet (every
     SIGNOFF_STREAM_RECHECK_SECONDS): revoked while the run works, the stream ends, nothing after."""

@@ -20,7 +20,6 @@ from typing import Any
 
 import mcp_types as types
 import pytest
-import pytest_asyncio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -29,21 +28,12 @@ from mcp.shared.exceptions import MCPError
 
 from signoff.engine.models import JobStatus
 from tests import helpers
-from tests.integration.api.conftest import Harness, harness, serving
-
-pytestmark = pytest.mark.both_stores
+from tests.integration.api.conftest import Harness
 
 
-@pytest_asyncio.fixture(scope="module")
-async def h(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(store_backend, tmp_path_factory.mktemp("mcp"), temporal_client) as hx:
-        yield hx
-
-
-@pytest_asyncio.fixture(scope="module")
-async def url(h: Harness) -> AsyncIterator[str]:
-    async with serving(h.app, force_exit=True) as base:
-        yield f"{base}/mcp"
+@pytest.fixture(scope="module")
+def url(base: str) -> str:
+    return f"{base}/mcp"
 
 
 @contextlib.asynccontextmanager
@@ -147,6 +137,7 @@ async def test_an_elicitation_cancelled_leaves_the_run_waiting(h: Harness, url: 
     assert await h.store.read_events_named(run["job_id"], "human_input_decision") == []
 
 
+@pytest.mark.both_stores  # a race with a decision made elsewhere
 async def test_an_elicitation_answered_after_a_decision_elsewhere_is_refused_and_applied_once(h: Harness, url: str):
     """The person answers the form after the request was decided over HTTP: refused, one decision."""
     job_ids: list[str] = []

@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 from a2a.client import ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
 from a2a.utils.errors import A2AError
@@ -25,21 +24,9 @@ from mcp.shared.exceptions import MCPError
 from signoff.engine.models import JobStatus
 from tests import helpers
 from tests.integration.agui.conftest import run_input, sse_events
-from tests.integration.api.conftest import Harness, harness, serving
+from tests.integration.api.conftest import Harness
 
 pytestmark = pytest.mark.both_stores
-
-
-@pytest_asyncio.fixture(scope="module")
-async def h(store_backend, tmp_path_factory, temporal_client) -> AsyncIterator[Harness]:
-    async with harness(store_backend, tmp_path_factory.mktemp("one"), temporal_client) as hx:
-        yield hx
-
-
-@pytest_asyncio.fixture(scope="module")
-async def base(h: Harness) -> AsyncIterator[str]:
-    async with serving(h.app, force_exit=True) as url:
-        yield url
 
 
 @contextlib.asynccontextmanager
