@@ -19,7 +19,6 @@ from signoff.engine.models import JobStatus, utcnow
 from tests.helpers import eventually
 from tests.integration.api.conftest import ROOT, Harness, serving, submit_suspended
 
-pytestmark = pytest.mark.both_stores
 
 
 def code(r: httpx.Response) -> str:
@@ -57,6 +56,7 @@ async def nothing_left(h: Harness, job_id: str) -> None:
     assert await h.store.load_latest_checkpoint(job_id) is None
 
 
+@pytest.mark.both_stores  # each store's own byte accounting
 async def test_the_owner_deletes_an_ended_run_and_gets_back_every_byte_it_kept(api: Harness) -> None:
     async with api.client("alice") as alice:
         before = await used(alice)
@@ -133,6 +133,7 @@ async def test_a_stopped_run_is_deleted_once_its_workflow_is_let_go_of(api: Harn
         await nothing_left(api, job_id)
 
 
+@pytest.mark.both_stores  # a race of two claims
 async def test_a_delete_racing_the_decision_never_cuts_the_run_short(api: Harness) -> None:
     """Each round: the decision and a delete sent at once. The decision always takes effect (200,
     its event recorded); the delete is refused while the run goes on, or, when the run ended

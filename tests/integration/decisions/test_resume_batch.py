@@ -25,7 +25,7 @@ from signoff.workflows.types import ResumeInput, ResumeResult
 from tests.integration.api.conftest import Harness
 from tests.integration.decisions.conftest import gate_flow, resume, run_suspended, uid, upload, user_name
 
-pytestmark = [pytest.mark.temporal, pytest.mark.both_stores]  # claims raced through the whole stack
+pytestmark = pytest.mark.temporal
 
 URL = "/api/v2/workflows/resume-batch"
 
@@ -73,6 +73,7 @@ async def update(h: Harness, job: dict[str, Any]) -> int:
     return 200
 
 
+@pytest.mark.both_stores  # claims raced through the whole stack
 async def test_a_bulk_decision_of_20_with_two_decided_elsewhere_meanwhile(h: Harness):
     """The inbox's case: 20 requests selected, two of them decided elsewhere before the batch
     lands (one by a single resume, one by the ``resume`` Update through Temporal): 18 applied,
@@ -99,6 +100,7 @@ async def test_a_bulk_decision_of_20_with_two_decided_elsewhere_meanwhile(h: Har
         assert len(await decisions(h, j["job_id"])) == 1, j["job_id"]
 
 
+@pytest.mark.both_stores  # claims raced through the whole stack
 async def test_a_batch_racing_single_resumes_updates_and_stops_decides_each_once(h: Harness):
     """A batch of 30 and, at the same time, for a third of its requests a single resume, the
     Update through Temporal or the owner's stop, each a moment before or after: every request
