@@ -18,9 +18,9 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.browser.conftest import NARROW, Site, person
-from tests.browser.test_card import shoot
+from tests.browser.test_card import refund_agent, shoot
 from tests.browser.test_pages import pause
-from tests.browser.test_rules import gate_flow, people
+from tests.browser.test_rules import gate_flow, people, quorum
 
 pytestmark = pytest.mark.temporal
 
@@ -177,3 +177,53 @@ async def test_flows_page_on_a_phone_and_a_flows_own_page(browser: Browser, site
         async with site.api(who["ola"]) as c:
             assert (await c.get(f"/api/v1/flows/{flow_id}")).status_code == 404
         ola.clean()
+
+
+async def named_gate(site: Site, owner: str, name: str, **params: object) -> str:
+    spec = {"name": name,
+            "nodes": [{"id": "ask", "type": "ChatInput"},
+                      {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"], **params}},
+                      {"id": "ok", "type": "ChatOutput", "params": {"text": "approved"}},
+                      {"id": "no", "type": "ChatOutput", "params": {"text": "rejected"}}],
+            "edges": [{"from": "ask.message", "to": "gate.prompt"},
+                      {"from": "gate.branch_approve", "to": "ok.input_value"},
+                      {"from": "gate.branch_reject", "to": "no.input_value"}]}
+    async with site.api(owner) as c:
+        r = await c.post("/api/v1/flows", json=spec)
+        assert r.status_code == 201, r.text
+        return r.json()["id"]
+
+
+async def test_the_docs_pictures_a_realistic_inbox_and_a_card_with_its_context(browser: Browser, site: Site) -> None:
+    """The README's and docs/pages.md's pictures (tests/browser/screenshots/docs-*.png, copied to
+    docs/images/ by hand): an approver's inbox with gates under deadlines, a tool approval of an
+    agent and a quorum someone else voted on; the tool approval's card with its context."""
+    who, quorum_job, quorum_request = await quorum(site)
+    dave = who["dave"]
+    purchase = await named_gate(site, dave, "Purchase approval", timeout=4 * 3600)
+    contract = await named_gate(site, dave, "Contract review", timeout=26 * 3600)
+    await pause(site, user=dave, flow=contract, input_value="Renew the cleaning contract with Brightway, 12 months",
+                session_id="facilities")
+    await pause(site, user=dave, flow=purchase, input_value="Laptop for the new designer: MacBook Pro 14, 2,399 EUR",
+                session_id="onboarding-ana")
+    with refund_agent(site) as (_llm, _target, spec):
+        async with site.api(dave) as c:
+            r = await c.post("/api/v1/flows", json={**spec, "name": "Refund agent"})
+            assert r.status_code == 201, r.text
+        tool = await pause(site, user=dave, flow=r.json()["id"], input_value="Refund order 1234: 3 broken cups",
+                           session_id="support-1234")
+        assert tool["human_request"]["kind"] == "tool_approval"
+        await pause(site, user=dave, flow=purchase, input_value="Standing desk for Omar, 640 EUR", session_id="office")
+        async with person(browser, site, dave, viewport=WIDE_1440) as d:
+            page = d.page
+            await page.goto(site.url + "/")
+            rows = page.locator("[data-live-inbox] > li.req")
+            await expect(rows).to_have_count(5)
+            await expect(page.locator(f"li[data-request-id='{quorum_request}']")).to_contain_text("Needs 2 approvals")
+            await expect(page.locator(".badge-tool")).to_have_count(1)
+            await expect(page.locator(".deadline")).to_have_count(3)
+            await shoot(page, "docs-inbox")
+            await page.goto(f"{site.url}/runs/{tool['job_id']}/requests/{tool['human_request']['request_id']}")
+            await expect(page.locator("aside.card-context [data-ctx-input]")).to_have_text("Refund order 1234: 3 broken cups")
+            await shoot(page, "docs-card")
+            d.clean()
