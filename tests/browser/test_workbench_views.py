@@ -206,7 +206,8 @@ async def test_the_docs_pictures_a_realistic_inbox_and_a_card_with_its_context(b
                 session_id="facilities")
     await pause(site, user=dave, flow=purchase, input_value="Laptop for the new designer: MacBook Pro 14, 2,399 EUR",
                 session_id="onboarding-ana")
-    with refund_agent(site) as (_llm, _target, spec):
+    turn = "The refund is **15 EUR**: 3 cups at 5 EUR. I send it to order 1234."
+    with refund_agent(site, turn) as (_llm, _target, spec):
         async with site.api(dave) as c:
             r = await c.post("/api/v1/flows", json={**spec, "name": "Refund agent"})
             assert r.status_code == 201, r.text
