@@ -168,6 +168,11 @@ async def test_flows_page_on_a_phone_and_a_flows_own_page(browser: Browser, site
             quinn.clean()
         # delete: only once confirmed (the browser asks for the box; the server checks it too)
         await page.goto(url)
+        token = await page.locator("form[action$='/delete'] input[name=csrf]").input_value()
+        unconfirmed = await page.request.post(url + "/delete", form={"csrf": token}, headers={"Origin": site.url})
+        assert unconfirmed.status == 422 and "Tick the box to confirm" in await unconfirmed.text()
+        no_token = await page.request.post(url + "/delete", form={"confirm": "yes"}, headers={"Origin": site.url})
+        assert no_token.status == 403
         await page.get_by_role("button", name="Delete flow").click()
         await expect(page).to_have_url(url)  # the required box held it back
         await page.get_by_label(re.compile("Delete “")).check()
