@@ -61,12 +61,10 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     request.state.inbox_count = await page.service.header_count(page.user)
     p = max(1, min(p, MAX_PAGE))
     names = Names(page.store)
-    scanned: int | None = None  # how many were read, when the order needs the waiting set
     counts: dict[str, int] = {}
     if needle or sort == "deadline" or grouped:
         jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
                                              limit=SCAN + 1, oldest=sort == "oldest")
-        scanned = min(len(jobs), SCAN)
         found = await waiting.inbox_items(names, jobs[:SCAN], page.user.id)
         if needle:
             found = [i for i in found if waiting.matches(i, needle)]
@@ -115,7 +113,7 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
                                            "ids": ",".join(i.request.request_id for i in shown)})
     return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total,
                   page_no=p, pages=pages, older=older, flows=flows, bulk=bulk, notice=notice, done=done,
-                  filters=filters, sort=sort, grouped=grouped, group_counts=counts, scanned=scanned,
+                  filters=filters, sort=sort, grouped=grouped, group_counts=counts,
                   truncated=truncated, scan_cap=SCAN, live_url=live_url,
                   query=lambda **kw: "?" + urlencode({**filters, **ordering, **kw}))
 
