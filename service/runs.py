@@ -263,10 +263,11 @@ class RunService:
         return await self.store.inbox(user.id, flow_id=flow_id, limit=PENDING_MAX)
 
     async def inbox_page(self, user: User, *, flow_id: str | None = None, session_id: str | None = None,
-                         kind: str | None = None, limit: int, offset: int = 0) -> list[Job]:
-        """A page of :meth:`pending_for` (Store.inbox: indexed, its cost the page's rows)."""
+                         kind: str | None = None, limit: int, offset: int = 0, oldest: bool = False) -> list[Job]:
+        """A page of :meth:`pending_for` (Store.inbox: indexed, its cost the page's rows), newest
+        first or ``oldest`` first."""
         return await self.store.inbox(user.id, flow_id=flow_id, session_id=session_id, kind=kind, limit=limit,
-                                      offset=offset)
+                                      offset=offset, oldest=oldest)
 
     async def inbox_entries(self, user: User) -> list[InboxEntry]:
         """What :meth:`pending_for` lists, as keys and filter columns only (Store.inbox_entries):

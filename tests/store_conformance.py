@@ -350,9 +350,15 @@ async def test_flows_versions_and_shares(store: Store) -> None:
     assert not await store.has_permission(flow.id, stranger.id)
     assert [f.id for f in await store.list_flows(guest.id)] == [flow.id]
     assert await store.list_flows(stranger.id) == []
+    assert await store.list_shares(flow.id) == [(guest.id, ["execute", "view"])]
+    await store.grant_share(flow.id, stranger.id, ["execute"])
+    assert await store.list_shares(flow.id) == sorted([(guest.id, ["execute", "view"]), (stranger.id, ["execute"])])
+    assert len(await store.list_shares(flow.id, limit=1)) == 1 and await store.list_shares("nope") == []
+    assert await store.revoke_share(flow.id, stranger.id)
     assert await store.revoke_share(flow.id, guest.id)
     assert not await store.has_permission(flow.id, guest.id)
     assert not await store.revoke_share(flow.id, guest.id)
+    assert await store.list_shares(flow.id) == []
 
     assert await store.delete_flow(flow.id)
     assert await store.get_flow(flow.id) is None
@@ -1715,6 +1721,9 @@ async def test_inbox_is_what_waits_for_the_user_newest_first(store: Store) -> No
     assert await _inbox(store, me.id, limit=2, offset=2) == [names_me, mine]
     assert await _inbox(store, me.id, limit=2, offset=4) == []
     assert await _inbox(store, me.id, limit=0) == []
+    # oldest first (the inbox's "waiting longest" sort): the same set reversed, paged the same way
+    assert await _inbox(store, me.id, oldest=True) == [mine, names_me, theirs, by_group]
+    assert await _inbox(store, me.id, oldest=True, limit=2, offset=1) == [names_me, theirs]
     # an escalation that names the user in a request of another: it comes in
     await store.add_request_approvers(not_mine, f"gate:{not_mine}", [f"user:{me.id}"])
     assert await _inbox(store, me.id) == [not_mine, by_group, theirs, names_me, mine]

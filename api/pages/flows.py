@@ -1,26 +1,32 @@
 """The flows page (``/flows``): the flows the person may run, each with a form to start a run,
 their recent runs, and a form to add a flow (a file or pasted JSON / YAML, checked as the API's
-upload is)."""
+upload is). A flow's own page (``/flows/{flow}``): its graph, its spec, the person's recent runs
+of it, and for its owner its shares and delete; its export for whoever may see it."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from signoff.engine.errors import FlowInvalid, StorageLimit
+from signoff.engine.errors import FlowInvalid, Forbidden, StorageLimit, UserNotFound
+from signoff.engine.langflow import to_langflow
+from signoff.engine.models import FlowRecord
+from signoff.engine.sharing import shared_view
 from signoff.engine.usage import check_stored_bytes, stored_size
-from signoff.service.access import recent_runs
+from signoff.service.access import named_user, recent_runs
 
 from signoff.api.deps import get_flows
 from signoff.api.errors import FlowTooLarge, InvalidRequest, printable
 from signoff.api.flowspec import read_flow
 from signoff.api.limits import check_body
 from signoff.api.models import WorkflowCreate
-from signoff.api.pages import formatting
+from signoff.api.pages import formatting, graph
 from signoff.api.pages.page import Page, PageContext, clean, page_router, read_form, text, with_count
 from signoff.api.pages.render import render
 from signoff.api.pages.views import Names
@@ -105,3 +111,101 @@ async def start_run(request: Request, flow_id: str, page: PageContext = Page) ->
     job, _ = await page.service.submit(page.user, flow, input_value=body.input_value, session_id=body.session_id,
                                        tweaks=None, idempotency_key=None, mode="background")
     return RedirectResponse(f"/runs/{quote(job.job_id, safe='')}", status_code=303)
+
+
+# ---- one flow's page ---------------------------------------------------------------------------------
+
+SPEC_CHARS = 200_000  # the spec shown on the page (the export has it whole)
+SHARES_SHOWN = 100
+
+
+def _spec_of(flow: FlowRecord, user_id: str) -> dict[str, Any]:
+    """The spec as its reader may see it: whole for its owner, credentials masked for anyone else
+    (as ``GET /api/v1/flows/{id}``)."""
+    return flow.spec if flow.owner_id == user_id else shared_view(flow.spec)
+
+
+async def _flow_page(request: Request, page: PageContext, flow_id: str, status_code: int = 200,
+                     **extra: Any) -> Response:
+    flow = await get_flows(request).get(page.user, flow_id)  # FlowNotFound (the 404 page) unless they may see it
+    spec = _spec_of(flow, page.user.id)
+    names = Names(page.store)
+    runs = [{"job": job, "flow_name": flow.name, "duration": formatting.run_duration(job)}
+            for _row, job in await recent_runs(page.store, page.user, flow_id=flow.id, limit=RECENT_RUNS)]
+    mine = flow.owner_id == page.user.id
+    shares = [{"user_id": uid, "name": await names.user(uid), "actions": actions}
+              for uid, actions in await page.store.list_shares(flow.id, limit=SHARES_SHOWN)] if mine else []
+    text_spec = json.dumps(spec, ensure_ascii=False, indent=2, default=str)
+    await with_count(request, page)
+    return render(request, "flow.html", status_code, flow=flow, mine=mine, owner_name=await names.user(flow.owner_id),
+                  graph=graph.layout(spec, graph.steps(spec)), graph_desc="The flow's steps",
+                  spec_text=text_spec if len(text_spec) <= SPEC_CHARS else text_spec[:SPEC_CHARS] + "\n…",
+                  spec_cut=len(text_spec) > SPEC_CHARS, runs=runs, shares=shares,
+                  shared=request.query_params.get("shared"), revoked=request.query_params.get("revoked"), **extra)
+
+
+@router.get("/flows/{flow_id}")
+async def flow_page(request: Request, flow_id: str, page: PageContext = Page) -> Response:
+    return await _flow_page(request, page, flow_id)
+
+
+@router.get("/flows/{flow_id}/export")
+async def flow_export(request: Request, flow_id: str, page: PageContext = Page, format: str = "signoff") -> Response:
+    """The spec as a file to download (``format=langflow``: a Langflow export), as the API's export."""
+    flow = await get_flows(request).get(page.user, flow_id)
+    spec = _spec_of(flow, page.user.id)
+    doc = to_langflow(spec, flow_id=flow.id) if format == "langflow" else spec
+    filename = re.sub(r"[^A-Za-z0-9._-]+", "-", flow.name).strip("-")[:80] or flow.id
+    return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{filename}.json"',
+                                      "Cache-Control": "no-store"})
+
+
+async def _owned(request: Request, page: PageContext, flow_id: str) -> FlowRecord:
+    flow = await get_flows(request).get(page.user, flow_id)
+    if flow.owner_id != page.user.id:
+        raise Forbidden("Only the flow's owner may share or delete it")  # (the API's 403)
+    return flow
+
+
+@router.post("/flows/{flow_id}/shares")
+async def flow_share(request: Request, flow_id: str, page: PageContext = Page) -> Response:
+    """Share the flow with a person (by name or id) to run it: the API's ``POST .../shares``."""
+    form = await read_form(request, page)
+    flow = await _owned(request, page, flow_id)
+    ref = clean(text(form.get("user")))
+    if ref is None:
+        return await _flow_page(request, page, flow.id, 422, share_error="Write the name of the person to share it with.")
+    try:
+        target = await named_user(page.store, ref)
+    except UserNotFound:
+        return await _flow_page(request, page, flow.id, 422, share_error=f"No one is named “{ref}”.", share_user=ref)
+    if target.id == page.user.id:
+        return await _flow_page(request, page, flow.id, 422, share_error="It is your flow already.", share_user=ref)
+    await page.store.grant_share(flow.id, target.id, ["execute"])
+    return RedirectResponse(f"/flows/{quote(flow.id, safe='')}?" + urlencode({"shared": target.name}), status_code=303)
+
+
+@router.post("/flows/{flow_id}/shares/revoke")
+async def flow_unshare(request: Request, flow_id: str, page: PageContext = Page) -> Response:
+    """Take a share back (the API's ``DELETE .../shares/{user}``): their open streams of its runs end now."""
+    form = await read_form(request, page)
+    flow = await _owned(request, page, flow_id)
+    user_id = clean(text(form.get("user_id")))
+    if user_id is None or not await page.store.revoke_share(flow.id, user_id):
+        return await _flow_page(request, page, flow.id, 422, share_error="That person no longer has a share.")
+    page.service.feed.recheck(user_id)
+    name = await Names(page.store).user(user_id)
+    return RedirectResponse(f"/flows/{quote(flow.id, safe='')}?" + urlencode({"revoked": name}), status_code=303)
+
+
+@router.post("/flows/{flow_id}/delete")
+async def flow_delete(request: Request, flow_id: str, page: PageContext = Page) -> Response:
+    """Delete the flow (its owner, once they ticked the confirmation): its runs still going are
+    cancelled first (RunService.delete_flow, as the API's ``DELETE``)."""
+    form = await read_form(request, page)
+    flow = await _owned(request, page, flow_id)
+    if text(form.get("confirm")) != "yes":
+        return await _flow_page(request, page, flow.id, 422,
+                                delete_error="Tick the box to confirm: deleting cannot be undone.")
+    await page.service.delete_flow(page.user, flow)
+    return RedirectResponse("/flows?" + urlencode({"deleted": flow.name[:200]}), status_code=303)

@@ -7,6 +7,8 @@ import json
 from datetime import datetime
 from typing import Any
 
+from markupsafe import Markup
+
 from signoff.engine.models import Job, as_utc, utcnow
 
 
@@ -98,3 +100,35 @@ def time_left(due: datetime | None, now: datetime | None = None) -> str:
     if left <= 0:
         return "past its deadline"
     return duration_text(left) + " left"
+
+
+def relative(when: datetime | None, now: datetime | None = None) -> str:
+    """The relative hint beside a time: "in 2 h", "3 min ago", "just now" (the whole units the
+    script writes too, api/pages/static/signoff.js: relTime)."""
+    when = aware(when)
+    if when is None:
+        return ""
+    seconds = (when - (now or utcnow())).total_seconds()
+    span = abs(seconds)
+    if span < 45:
+        return "just now"
+    minutes = round(span / 60)
+    if minutes < 60:
+        amount = f"{minutes} min"
+    elif minutes < 48 * 60:
+        amount = f"{round(minutes / 60)} h"
+    else:
+        amount = f"{round(minutes / 1440)} d"
+    return f"in {amount}" if seconds > 0 else f"{amount} ago"
+
+
+def when(value: datetime | None, now: datetime | None = None) -> Markup:
+    """A time as every page shows it: ``<time datetime="ISO-UTC" data-when>2026-12-03 14:05 UTC ·
+    in 2 h</time>``, one format server-side; the pages' script rewrites it to the browser's time
+    zone with the same hint (no inline script: the CSP allows none)."""
+    at = aware(value)
+    if at is None:
+        return Markup("")
+    text = f"{at.strftime('%Y-%m-%d %H:%M')} UTC · {relative(at, now)}"
+    return Markup('<time datetime="{}" data-when title="{}">{}</time>').format(
+        at.isoformat(), at.strftime("%Y-%m-%d %H:%M:%S UTC"), text)

@@ -20,6 +20,7 @@ NODE_STATE_TEXT = {
     "failed": ("Failed", "x"),
     "running": ("Running", "running"),
     "not_reached": ("Not reached", "circle"),
+    "step": ("Step", "flow"),  # the flow page: a node outside any run, its type as the note
 }
 
 
@@ -35,6 +36,8 @@ class GraphNode:
 
     @property
     def state_text(self) -> str:
+        if self.state == "step" and self.note:
+            return self.note[:22]
         return NODE_STATE_TEXT[self.state][0]
 
     @property
@@ -96,6 +99,12 @@ def node_states(job: Job, spans: list[SpanRecord]) -> dict[str, tuple[str, str]]
     if job.status == JobStatus.failed and job.error and job.error.get("vertex_id"):
         states[str(job.error["vertex_id"])] = ("failed", str(job.error.get("error") or ""))
     return states
+
+
+def steps(spec: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The flow page's node "states": each node a step, its type as the note."""
+    return {str(n["id"]): ("step", str(n.get("type") or "")) for n in spec.get("nodes") or []
+            if isinstance(n, dict) and isinstance(n.get("id"), str)}
 
 
 def layout(spec: dict[str, Any], states: dict[str, tuple[str, str]]) -> Graph:

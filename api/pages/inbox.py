@@ -38,32 +38,65 @@ def inbox_watcher(request: Request, service: RunService) -> live.InboxWatcher:
     return watcher
 
 
+SORTS = ("newest", "oldest", "deadline")
+SCAN = 1000  # the waiting requests a search, the deadline order or the grouping read (the newest, or the oldest)
+
+
 @router.get("/")
 async def inbox(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                kind: str | None = None, p: int = 1, decided: str | None = None, refused: int | None = None
-                ) -> Response:
+                kind: str | None = None, p: int = 1, decided: str | None = None, refused: int | None = None,
+                sort: str | None = None, q: str | None = None, group: str | None = None) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
-    # a page of rows (and one more: whether an older page follows) and bounded counts, never the
-    # whole waiting set: the store's indexed reads cost the page, not the number waiting
-    # (docs/pages.md); past 1,000 a count says "1000+" and the pager no longer counts pages
+    sort = sort if sort in SORTS else "newest"
+    needle = waiting.search_text(q)
+    query_text = q.strip()[:waiting.SEARCH_MAX] if needle and q else ""
+    grouped = group == "flow"
+    # newest or oldest first: a page of rows (and one more: whether another page follows) and
+    # bounded counts, never the whole waiting set: the store's indexed reads cost the page, not
+    # the number waiting (docs/pages.md); past 1,000 a count says "1000+" and the pager no
+    # longer counts pages. A search, the deadline order and the grouping read the first SCAN
+    # waiting requests instead (the waiting set, bounded) and say so when there are more.
     everything = await page.service.inbox_count(page.user)
     request.state.inbox_count = await page.service.header_count(page.user)
-    total = await page.service.inbox_count(page.user, flow_id=flow, session_id=session, kind=kind) \
-        if flow or session or kind else everything
     p = max(1, min(p, MAX_PAGE))
-    pages = None if isinstance(total, str) else max(1, math.ceil(total / PAGE_SIZE))
-    if pages is not None:
-        p = min(p, pages)
-    jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
-                                         limit=PAGE_SIZE + 1, offset=(p - 1) * PAGE_SIZE)
-    older = len(jobs) > PAGE_SIZE
     names = Names(page.store)
-    shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+    counts: dict[str, int] = {}
+    if needle or sort == "deadline" or grouped:
+        jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
+                                             limit=SCAN + 1, oldest=sort == "oldest")
+        found = await waiting.inbox_items(names, jobs[:SCAN], page.user.id)
+        if needle:
+            found = [i for i in found if waiting.matches(i, needle)]
+        if sort == "deadline":
+            found = waiting.by_deadline(found)
+        if grouped:
+            found = waiting.by_flow(found)
+            for i in found:
+                counts[i.job.flow_id] = counts.get(i.job.flow_id, 0) + 1
+        total: int | str = len(found)
+        pages = max(1, math.ceil(len(found) / PAGE_SIZE))
+        p = min(p, pages)
+        shown = found[(p - 1) * PAGE_SIZE:p * PAGE_SIZE]
+        older = len(found) > p * PAGE_SIZE
+        truncated = len(jobs) > SCAN
+    else:
+        total = await page.service.inbox_count(page.user, flow_id=flow, session_id=session, kind=kind) \
+            if flow or session or kind else everything
+        pages = None if isinstance(total, str) else max(1, math.ceil(total / PAGE_SIZE))
+        if pages is not None:
+            p = min(p, pages)
+        jobs = await page.service.inbox_page(page.user, flow_id=flow, session_id=session, kind=kind,
+                                             limit=PAGE_SIZE + 1, offset=(p - 1) * PAGE_SIZE, oldest=sort == "oldest")
+        older = len(jobs) > PAGE_SIZE
+        shown = await waiting.inbox_items(names, jobs[:PAGE_SIZE], page.user.id)
+        truncated = False
     await rules.mark(page.service.access, page.user, shown)
     flows = sorted([(fid, await names.flow_name(fid)) for fid in await page.service.inbox_flows(page.user)],
                    key=lambda f: f[1].lower())
-    filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind)) if v}
+    filters = {k: v for k, v in (("flow", flow), ("session", session), ("kind", kind), ("q", query_text)) if v}
+    ordering = {k: v for k, v in (("sort", sort if sort != "newest" else None), ("group", "flow" if grouped else None))
+                if v}
     # the bulk action's buttons: the options of the rows that can be decided from the list
     bulk = list({o.action_id: o.label for i in shown if i.quick for o in i.request.options}.items())[:4]
     # ``decided``: the bulk action's count, or the request a decision was just sent on
@@ -72,12 +105,17 @@ async def inbox(request: Request, page: PageContext = Page, flow: str | None = N
     done = None if bulk_count is not None else await queue.done(page, decided)
     since = formatting.iso(utcnow() - timedelta(seconds=5))  # a pause the page's read just missed still comes
     voted = [i for i in shown if i.standing is not None and i.standing.voted]  # waiting on others
-    # the stream is told which rows the page shows: it sends their changes, never the waiting set
-    live_url = "/inbox/live?" + urlencode({**filters, "rows": "1" if p == 1 else "0", "since": since,
+    # the stream is told which rows the page shows: it sends their changes, never the waiting set;
+    # it adds a new request at the top only where the top is where it belongs (newest first, not
+    # grouped; a search's only when it matches)
+    adds = p == 1 and sort == "newest" and not grouped
+    live_url = "/inbox/live?" + urlencode({**filters, **ordering, "rows": "1" if adds else "0", "since": since,
                                            "ids": ",".join(i.request.request_id for i in shown)})
-    return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total, page_no=p, pages=pages, older=older, flows=flows,
-                  bulk=bulk, notice=notice, done=done,
-                  filters=filters, live_url=live_url, query=lambda **kw: "?" + urlencode({**filters, **kw}))
+    return render(request, "inbox.html", items=[i for i in shown if i not in voted], others=voted, total=total,
+                  page_no=p, pages=pages, older=older, flows=flows, bulk=bulk, notice=notice, done=done,
+                  filters=filters, sort=sort, grouped=grouped, group_counts=counts,
+                  truncated=truncated, scan_cap=SCAN, live_url=live_url,
+                  query=lambda **kw: "?" + urlencode({**filters, **ordering, **kw}))
 
 
 @router.post("/inbox/decide")
@@ -109,9 +147,13 @@ async def decide_many(request: Request, page: PageContext = Page) -> Response:
 
 @router.get("/inbox/live")
 async def inbox_live(request: Request, page: PageContext = Page, flow: str | None = None, session: str | None = None,
-                     kind: str | None = None, rows: str = "1", since: str | None = None, ids: str = "") -> Response:
+                     kind: str | None = None, rows: str = "1", since: str | None = None, ids: str = "",
+                     sort: str | None = None, q: str | None = None, group: str | None = None) -> Response:
     flow, session = clean(flow), clean(session)
     kind = kind if kind in KINDS else None
+    needle = waiting.search_text(q)
+    # a new request goes on top only in the inbox's own order (newest first, not grouped)
+    adds = rows == "1" and (sort or "newest") == "newest" and group != "flow"
     csrf = page.session.csrf
     try:
         after = formatting.aware(datetime.fromisoformat(since)) if since else None
@@ -119,13 +161,15 @@ async def inbox_live(request: Request, page: PageContext = Page, flow: str | Non
         after = None
 
     async def row(item: waiting.InboxItem) -> str:
+        if needle and not waiting.matches(item, needle):
+            return ""  # not what the page searched for: nothing to add
         await rules.mark(page.service.access, page.user, [item])
         return fragment("_inbox_row.html", item=item, csrf=csrf)
 
     page.service.feed.check(page.user.id)
     shown = [i for i in (clean(x) for x in ids[:live.MAX_SHOWN * 210].split(",")[:live.MAX_SHOWN]) if i]
     stream = live.inbox_stream(inbox_watcher(request, page.service), page.user, flow=flow, session=session,
-                               kind=kind, add_rows=rows == "1", render_row=row, since=after, shown_ids=shown,
+                               kind=kind, add_rows=adds, render_row=row, since=after, shown_ids=shown,
                                header_count=functools.partial(page.service.header_count, page.user))
     return live_response(request, page, stream)
 

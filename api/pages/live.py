@@ -216,10 +216,10 @@ async def inbox_stream(watcher: InboxWatcher, user: User, *, flow: str | None, s
                 if first and since is not None and (formatting.aware(entry.paused_at) or since) < since:
                     continue  # on a later page of the inbox, or shown: not this page's change
                 row = await waiting.inbox_item(names, store, entry, user.id)
-                if row is not None:  # (decided since the read: its removal comes with the next one)
+                html = await render_row(row) if row is not None else ""
+                if html:  # (None: decided since the read, its removal comes with the next one; "": not the page's)
                     visible[key] = entry.job_id
-                    yield sse("add", {"id": key, "paused_at": formatting.iso(entry.paused_at),
-                                      "html": await render_row(row)})
+                    yield sse("add", {"id": key, "paused_at": formatting.iso(entry.paused_at), "html": html})
             for key, job_id in list(visible.items()):
                 if key not in current:
                     del visible[key]

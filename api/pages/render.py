@@ -24,7 +24,7 @@ env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoesca
 env.filters.update(markdown=markdown.render, excerpt=markdown.excerpt, ago=formatting.ago,
                    stamp=formatting.stamp, iso=formatting.iso, duration=formatting.duration_text,
                    pretty=formatting.compact_json, q=lambda s: quote(str(s), safe=""),
-                   time_left=formatting.time_left, clock=formatting.clock,
+                   time_left=formatting.time_left, clock=formatting.clock, when=formatting.when,
                    domid=lambda s: "i" + hashlib.sha1(str(s).encode()).hexdigest()[:12])
 env.globals.update(STATUS_TEXT=formatting.STATUS_TEXT)
 

@@ -34,7 +34,7 @@ async def standing_approvals(request: Request, page: PageContext = Page) -> Resp
             maker = await store.get_user(rule.maker_id)
             people[rule.maker_id] = maker.name if maker is not None else "(deleted user)"
         rows.append({**rule_public(rule, now), "flow_name": flows[rule.flow_id], "maker_name": people[rule.maker_id],
-                     "mine": rule.maker_id == page.user.id, "expires_at_text": formatting.stamp(rule.expires_at)})
+                     "mine": rule.maker_id == page.user.id, "expires_when": formatting.when(rule.expires_at)})
     await with_count(request, page)
     return render(request, "standing.html", rules=rows, revoked=request.query_params.get("revoked"))
 

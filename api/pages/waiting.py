@@ -79,3 +79,32 @@ async def inbox_item(names: Names, store: Store, entry: InboxEntry, me: str) -> 
         return None
     items = await inbox_items(names, [job], me)
     return items[0] if items else None
+
+
+SEARCH_MAX = 200  # characters of a search (``q``): a plain, case-insensitive substring, never a pattern
+SEARCH_INPUT = 20_000  # characters of a run's input a search reads
+
+
+def search_text(query: str | None) -> str | None:
+    """The search as it is matched: printable, trimmed, at most SEARCH_MAX characters, lower case."""
+    if not query:
+        return None
+    text = "".join(c for c in query if c.isprintable()).strip()[:SEARCH_MAX]
+    return text.casefold() or None
+
+
+def matches(item: InboxItem, needle: str) -> bool:
+    """Whether the row's run input, flow name, session or question holds ``needle`` (search_text's)."""
+    haystack = (str(item.job.request.get("input_value") or "")[:SEARCH_INPUT], item.flow_name,
+                item.job.session_id or "", item.request.prompt or "")
+    return any(needle in part.casefold() for part in haystack)
+
+
+def by_deadline(items: list[InboxItem]) -> list[InboxItem]:
+    """Soonest deadline first, those without one last; ties (and the rest) in the order given."""
+    return sorted(items, key=lambda i: (i.deadline is None, i.deadline.timestamp() if i.deadline else 0.0))
+
+
+def by_flow(items: list[InboxItem]) -> list[InboxItem]:
+    """Grouped by flow (flows by name), each group in the order given."""
+    return sorted(items, key=lambda i: (i.flow_name.casefold(), i.job.flow_id))

@@ -359,15 +359,16 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
-                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+                    kind: str | None = None, limit: int = 25, offset: int = 0, oldest: bool = False) -> list[Job]:
         """What waits for the user to decide, a page at a time (the person's inbox, the API's
         pending list): the user's own ``suspended`` jobs whose pending request names no approvers
         (neither ``approvers`` nor ``approver_refs``), and the jobs list_assigned_pending lists
         (the user's own among them), except those whose owner the user muted (list_mutes); each
         once. Newest first by the request's ``paused_at``, then ``job_id`` descending; the
         ``offset`` first skipped, at most ``limit``. Filters: ``flow_id``; ``session_id`` (the
-        job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). Indexed (migration
-        11): a page costs its rows, not the number waiting."""
+        job's own, ``""`` for none); ``kind`` (``node_input``, ``tool_approval``). ``oldest``: the
+        reverse order (oldest ``paused_at`` first, then ``job_id`` ascending), the inbox's "waiting
+        longest" sort. Indexed (migration 11): a page costs its rows, not the number waiting."""
 
     @abc.abstractmethod
     async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
@@ -610,6 +611,11 @@ class Store(CheckpointStore, HistoryStore):
 
     @abc.abstractmethod
     async def revoke_share(self, flow_id: str, user_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def list_shares(self, flow_id: str, *, limit: int = 100) -> list[tuple[str, list[str]]]:
+        """Who the flow is shared with: (user id, its actions sorted), by user id, at most ``limit``
+        (the flow page's share list)."""
 
     @abc.abstractmethod
     async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:

@@ -1,6 +1,7 @@
 """Accessibility checked by axe-core (issue 29): every page a person meets — sign-in (signed out),
-inbox, a gate card, a tool-approval card, History, Flows, a run page, the standing approvals page,
-the decision link page and a contact's confirmation page (signed out) — has no axe violation of impact serious or critical, at
+inbox, a gate card, a tool-approval card, History, Flows, a flow's page, a run page, the standing
+approvals page, the decision link page and a contact's confirmation page (signed out) — has no axe
+violation of impact serious or critical, at
 1440 x 900 and 390 x 844.
 
 axe-core is the npm package beside @ag-ui/client (tests/agui/package.json; installed by
@@ -122,6 +123,7 @@ async def test_no_serious_or_critical_axe_violation(browser: Browser, site: Site
                 ("tool-approval card", pages.tool, page.locator("form[data-tool-form]")),
                 ("history", "/history", page.get_by_role("heading", name="History", exact=True)),
                 ("flows", "/flows", page.get_by_role("heading", name="Flows", exact=True)),
+                ("a flow", f"/flows/{site.h.flows['refund']}", page.get_by_role("heading", name="Shared with")),
                 ("run", pages.run, page.locator("main")),
                 ("standing approvals", "/standing-approvals", page.locator("tr[data-rule]").first)):
             await page.goto(site.url + path)

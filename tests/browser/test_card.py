@@ -54,7 +54,8 @@ def _turn(content: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def refund_agent(site: Site) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+def refund_agent(site: Site, turn: str = "The refund is **15 EUR**; I send it to order 1234. <img src=x onerror=alert(1)>"
+                 ) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
     """A fake model that works the amount out with the calculator (runs freely), then proposes
     ``refund`` with body "15 EUR to order 1234" (gated: approve, edit, reject, respond)."""
     from tests.fixtures.fake_openai import FakeOpenAI, ToolTarget, say
@@ -62,8 +63,7 @@ def refund_agent(site: Site) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
     with FakeOpenAI() as llm, ToolTarget() as target:
         site.h.egress.add(llm, target)
         llm.add(_turn("First the amount: 3 items at 5 EUR.", "calculator", {"expression": "3 * 5"}),
-                _turn("The refund is **15 EUR**; I send it to order 1234. <img src=x onerror=alert(1)>", "refund",
-                      {"body": "15 EUR to order 1234"}),
+                _turn(turn, "refund", {"body": "15 EUR to order 1234"}),
                 say("Refund sent."))
         spec = {"name": f"Refund agent {uuid.uuid4().hex[:4]}",
                 "nodes": [{"id": "ask", "type": "ChatInput"},

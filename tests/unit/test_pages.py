@@ -196,3 +196,48 @@ def test_the_cards_context_is_bounded_and_read_from_the_agents_spans() -> None:
     assert step is not None and (step.label, step.kind, step.leads) == ("gate", "HumanInput",
                                                                          [("Approve", "Send the refund")])
     assert context.step_of(gate, job, None) is None
+
+
+# ---- times and the inbox's search (issue 29) ----------------------------------------------------
+
+
+def test_a_time_is_one_utc_format_with_a_relative_hint() -> None:
+    from signoff.api.pages import formatting
+
+    now = datetime(2026, 12, 3, 12, 0, 30, tzinfo=timezone.utc)
+    cases = [(now + timedelta(hours=2, minutes=5), "2026-12-03 14:05 UTC · in 2 h"),
+             (now - timedelta(seconds=20), "2026-12-03 12:00 UTC · just now"),
+             (now - timedelta(minutes=3), "2026-12-03 11:57 UTC · 3 min ago"),
+             (now + timedelta(days=3), "2026-12-06 12:00 UTC · in 3 d")]
+    for at, text in cases:
+        html = str(formatting.when(at, now))
+        assert html == (f'<time datetime="{at.isoformat()}" data-when title="{at.strftime("%Y-%m-%d %H:%M:%S")} UTC">'
+                        f"{text}</time>"), html
+    assert str(formatting.when(None)) == ""
+    # a naive datetime is read as UTC; the markup escapes nothing it need not
+    assert "2026-12-03 14:05 UTC" in str(formatting.when(datetime(2026, 12, 3, 14, 5), now))
+
+
+def test_the_inbox_search_is_a_bounded_plain_substring() -> None:
+    from signoff.api.pages import waiting
+
+    assert waiting.search_text("  GaMMa\x00\n ") == "gamma"
+    assert waiting.search_text("") is None and waiting.search_text("\x01") is None
+    assert len(waiting.search_text("x" * 5000) or "") == waiting.SEARCH_MAX
+    at = datetime(2026, 12, 3, tzinfo=timezone.utc)
+
+    def item(text: str, session: str | None, flow: str, due: int | None) -> waiting.InboxItem:
+        job = Job(job_id=text, flow_id=flow, flow_version=1, user_id="u", session_id=session, status=JobStatus.suspended,
+                  request={"input_value": text}, run_id="r1", created_at=at, updated_at=at)
+        request = PendingRequest(request_id="r", prompt="Approve?", paused_at=at)
+        return waiting.InboxItem(job=job, request=request, flow_name=flow.title(), owner_name="u", mine=True,
+                                 deadline=at + timedelta(minutes=due) if due is not None else None)
+
+    a, b, c = item("Refund GAMMA", "north-7", "refunds", None), item("t.*s chairs", None, "office", 90), \
+        item("Laptop", "south", "office", 10)
+    assert [x.job.job_id for x in (a, b, c) if waiting.matches(x, "gamma")] == ["Refund GAMMA"]
+    assert [x.job.job_id for x in (a, b, c) if waiting.matches(x, "t.*s")] == ["t.*s chairs"]  # not a pattern
+    assert [x.job.job_id for x in (a, b, c) if waiting.matches(x, "north")] == ["Refund GAMMA"]
+    assert [x.job.job_id for x in (a, b, c) if waiting.matches(x, "office")] == ["t.*s chairs", "Laptop"]
+    assert [x.job.job_id for x in waiting.by_deadline([a, b, c])] == ["Laptop", "t.*s chairs", "Refund GAMMA"]
+    assert [x.job.job_id for x in waiting.by_flow([a, b, c])] == ["t.*s chairs", "Laptop", "Refund GAMMA"]

@@ -43,7 +43,7 @@
         el.setAttribute("aria-label", total + " waiting");
       });
       document.title = (total ? "(" + total + ") " : "") + "Inbox · signoff";
-      if (summary) {
+      if (summary && !summary.hasAttribute("data-searched")) { // a search's count is the page's, not the stream's
         summary.textContent = (n === 1 ? "1 request waits for you" : n ? n + " requests wait for you" : "Nothing waits for you") +
           (filtered ? " (filtered)." : ".");
       }
@@ -76,7 +76,11 @@
       if (!li) return;
       var hadFocus = li.contains(document.activeElement);
       var next = li.nextElementSibling || li.previousElementSibling;
+      var heading = li.previousElementSibling;
       li.remove();
+      // a flow's heading (the inbox grouped by flow) goes with its last row
+      if (heading && heading.classList.contains("req-group") &&
+          (!heading.nextElementSibling || !heading.nextElementSibling.classList.contains("req"))) heading.remove();
       if (hadFocus) {
         var target = next && next.querySelector("a, button");
         (target || document.getElementById("main")).focus();
@@ -257,22 +261,40 @@
     update();
   }
 
-  // ---- deadlines count down ---------------------------------------------------------------------
-  function left(seconds) {
-    if (seconds <= 0) return "past its deadline";
-    if (seconds < 60) return Math.floor(seconds) + " s left";
-    var m = Math.floor(seconds / 60);
-    if (m < 60) return m + " min left";
-    var h = Math.floor(m / 60);
-    if (h < 48) return h + " h " + (m % 60) + " min left";
-    return Math.floor(h / 24) + " d " + (h % 24) + " h left";
+  // ---- times: the server writes every time as "2026-12-03 14:05 UTC · in 2 h" in a
+  // <time datetime="ISO-UTC" data-when> (api/pages/formatting.py: when); here it is rewritten in
+  // the browser's own time zone with the same relative hint, kept fresh every 30 s ---------------
+  function relTime(ms) {
+    var span = Math.abs(ms) / 1000;
+    if (span < 45) return "just now";
+    var minutes = Math.round(span / 60), amount;
+    if (minutes < 60) amount = minutes + " min";
+    else if (minutes < 48 * 60) amount = Math.round(minutes / 60) + " h";
+    else amount = Math.round(minutes / 1440) + " d";
+    return ms > 0 ? "in " + amount : amount + " ago";
   }
-  function tick() {
-    document.querySelectorAll("time[data-deadline]").forEach(function (t) {
-      var due = Date.parse(t.dataset.deadline);
-      if (!isNaN(due)) t.textContent = left((due - Date.now()) / 1000);
+  var zoneFormat = null;
+  function localStamp(date) {
+    if (!zoneFormat) {
+      try {
+        zoneFormat = new Intl.DateTimeFormat("en-GB", {year: "numeric", month: "2-digit", day: "2-digit",
+          hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short"});
+      } catch (e) { return null; }
+    }
+    var p = {};
+    zoneFormat.formatToParts(date).forEach(function (x) { p[x.type] = x.value; });
+    return p.year + "-" + p.month + "-" + p.day + " " + p.hour + ":" + p.minute + " " + (p.timeZoneName || "");
+  }
+  function localTimes(root) {
+    (root || document).querySelectorAll("time[data-when]").forEach(function (t) {
+      var at = Date.parse(t.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      var stamp = localStamp(new Date(at));
+      var text = stamp && stamp.trim() + " · " + relTime(at - Date.now());
+      if (text && t.textContent !== text) t.textContent = text; // unchanged: no mutation, no loop
     });
   }
+  var tick = function () { localTimes(document); };
 
   // ---- a quick action from the list: held here for 5 s with an Undo, then sent (without this
   // script it is sent at once). Nothing already sent is ever "undone": Undo only cancels a send
@@ -470,7 +492,17 @@
     if (runRoot && window.EventSource) run(runRoot);
     var region = document.querySelector("[data-live-card]");
     if (region && window.EventSource) card(region);
-    if (document.querySelector("time[data-deadline]")) window.setInterval(tick, 15000);
+    localTimes(document);
+    window.setInterval(tick, 30000);
+    // rows, cards and regions a live stream swaps in carry server-written times too
+    if (window.MutationObserver) {
+      var pending = false;
+      new MutationObserver(function () {
+        if (pending) return;
+        pending = true;
+        window.setTimeout(function () { pending = false; localTimes(document); }, 0);
+      }).observe(document.body, {childList: true, subtree: true});
+    }
     enhance(document);
     focusPrimary();
   }

@@ -88,10 +88,11 @@ class MemoryApprovals(MemoryCore):
         return found
 
     async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
-                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
+                    kind: str | None = None, limit: int = 25, offset: int = 0, oldest: bool = False) -> list[Job]:
         """See Store.inbox."""
         start = max(0, int(offset))
-        return self._inbox(user_id, flow_id, session_id, kind)[start:start + max(0, int(limit))]
+        found = self._inbox(user_id, flow_id, session_id, kind)
+        return (found[::-1] if oldest else found)[start:start + max(0, int(limit))]
 
     async def inbox_entries(self, user_id: str, *, limit: int) -> list[InboxEntry]:
         """See Store.inbox_entries."""

@@ -93,6 +93,11 @@ class MemoryFlows(MemoryCore):
             self._note_access(t, user_id)
         return gone
 
+    async def list_shares(self, flow_id: str, *, limit: int = 100) -> list[tuple[str, list[str]]]:
+        """See Store.list_shares."""
+        found = sorted((u, sorted(a)) for (f, u), a in self._tables().shares.items() if f == flow_id)
+        return found[:max(0, int(limit))]
+
     async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
         t = self._tables()
         row = t.flows.get(flow_id)

@@ -146,19 +146,21 @@ class SQLApprovals(SQLReceipts, SQLJobs):
                 (Q.inbox_assigned.format(f=where), [*me, *values, *me, *values]))
 
     async def inbox(self, user_id: str, *, flow_id: str | None = None, session_id: str | None = None,
-                    kind: str | None = None, limit: int = 25, offset: int = 0) -> list[Job]:
-        """See Store.inbox. The first ``offset + limit`` of each part, newest first (the own part
-        read off jobs_inbox in its order, stopping there), merged; then the page's rows by id."""
+                    kind: str | None = None, limit: int = 25, offset: int = 0, oldest: bool = False) -> list[Job]:
+        """See Store.inbox. The first ``offset + limit`` of each part, newest (or oldest) first
+        (the own part read off jobs_inbox in its order, either way, stopping there), merged; then
+        the page's rows by id."""
         limit, offset = max(0, int(limit)), max(0, int(offset))
         if limit == 0:
             return []
         (own, own_params), (assigned, assigned_params) = self._inbox(user_id, flow_id, session_id, kind)
-        order = " ORDER BY paused_at DESC, job_id DESC LIMIT ?"
+        way = "ASC" if oldest else "DESC"
+        order = f" ORDER BY paused_at {way}, job_id {way} LIMIT ?"
         async with self._tx(write=False) as tx:
             keys = await tx.fetchall(f"SELECT job_id, paused_at FROM ({own}) w{order}", [*own_params, offset + limit])
             keys += await tx.fetchall(f"SELECT job_id, paused_at FROM ({assigned}) w{order}",
                                       [*assigned_params, offset + limit])
-            keys.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=True)
+            keys.sort(key=lambda r: (r["paused_at"], r["job_id"]), reverse=not oldest)
             page = [r["job_id"] for r in keys[offset:offset + limit]]
             rows = []
             for at in range(0, len(page), INBOX_ROWS_PER_READ):  # a bounded IN list (PostgreSQL takes 65,535)

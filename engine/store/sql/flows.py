@@ -82,6 +82,12 @@ class SQLFlows(SQLCore):
                 await self._note_access(tx, user_id)
             return gone
 
+    async def list_shares(self, flow_id: str, *, limit: int = 100) -> list[tuple[str, list[str]]]:
+        """See Store.list_shares."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.list_shares, (flow_id, max(0, int(limit))))
+        return [(r["user_id"], sorted(json.loads(r["actions"]))) for r in rows]
+
     async def has_permission(self, flow_id: str, user_id: str, action: str = "execute") -> bool:
         async with self._tx(write=False) as tx:
             owner = await tx.fetchone(Q.flow_owner, (flow_id,))

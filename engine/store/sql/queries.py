@@ -283,6 +283,7 @@ class Q:
         "ON CONFLICT (flow_id, user_id) DO UPDATE SET actions = excluded.actions"
     )
     delete_share = "DELETE FROM flow_shares WHERE flow_id = ? AND user_id = ?"
+    list_shares = "SELECT user_id, actions FROM flow_shares WHERE flow_id = ? ORDER BY user_id LIMIT ?"
     flow_owner = "SELECT owner_id FROM flows WHERE id = ?"
 
     # a user's runs in flight (create_job's max_in_flight), counted with the user's row locked
