@@ -785,11 +785,13 @@ class Store(CheckpointStore, HistoryStore):
     # ---- events
     @abc.abstractmethod
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
-                           receipt: ReceiptMaker | None = None) -> int:
+                           receipt: ReceiptMaker | None = None, standing_use: tuple[str, datetime] | None = None) -> int:
         """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers.
         With a ``dedupe_key`` (unique per job) already used, writes nothing and returns the seq
         of the event written with it (a retried activity appends once). ``receipt``: a receipt
-        written with the event, never without it (a standing approval's use, engine/standing.py)."""
+        written with the event, never without it (a standing approval's use, engine/standing.py).
+        ``standing_use`` (rule id, at): the rule's use counted (as use_standing_approval) in the
+        same transaction, only when the event is written (a dedupe counts nothing)."""
 
     @abc.abstractmethod
     async def append_event_if_waiting(

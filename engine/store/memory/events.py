@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.audit.events import event_sha256
-from signoff.engine.models import Event, EventNote, JobStatus, utcnow
+from signoff.engine.models import Event, EventNote, JobStatus, as_utc, utcnow
 from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, ReceiptMaker, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, _same, _Tables
@@ -44,7 +45,7 @@ class MemoryEvents(MemoryReceipts):
         self._append(t, ACCESS_NOTES + user_id, ACCESS_CHANGED, dumps({}), None)
 
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
-                           receipt: ReceiptMaker | None = None) -> int:
+                           receipt: ReceiptMaker | None = None, standing_use: tuple[str, datetime] | None = None) -> int:
         body = dumps(data)
         t = self._tables()
         used = dedupe_key is not None and any(e.dedupe_key == dedupe_key for e in t.events.get(job_id, ()))
@@ -52,6 +53,11 @@ class MemoryEvents(MemoryReceipts):
         seq = self._append(t, job_id, event, body, dedupe_key)
         if made is not None:
             self._keep_receipt(t, made)
+        if standing_use is not None and not used:
+            rule = t.standing.get(standing_use[0])
+            if rule is not None:
+                rule.uses += 1
+                rule.last_used_at = as_utc(standing_use[1])
         return seq
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,

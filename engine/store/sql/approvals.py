@@ -87,16 +87,18 @@ class SQLApprovals(SQLReceipts, SQLJobs):
                     if not token:
                         raise StoreError("A decision's claim token is a non-empty string.")
                     await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
-                held = await tx.execute(Q.lock_claimed, (job_id, token)) > 0
+                held = await tx.fetchone(Q.lock_claimed, (job_id, token))  # the run's last receipt, too
                 seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
-                if not held:
+                if held is None:
                     raise _NotHeld()
                 await tx.execute(Q.stamp_card, (action_id, request_id))
-                await tx.execute(Q.clear_pending, (now, job_id))
+                if receipt is not None:  # its INSERT; the job row says it is the run's last below
+                    chained = await self._write_receipt(tx, job_id, receipt, held)
+                    await tx.execute(Q.clear_pending_receipt, (*chained, now, job_id))
+                else:
+                    await tx.execute(Q.clear_pending, (now, job_id))
                 if ids:
                     await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
-                if receipt is not None:
-                    await self._write_receipt(tx, job_id, receipt)
                 return seqs
         except DuplicateEvents:  # all recorded by another attempt first: nothing written now
             return None
@@ -216,10 +218,12 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         body = self._enc_event(data)
         try:
             async with self._tx(write=True) as tx:
-                if await tx.execute(Q.lock_waiting, (job_id, request_id)) > 0:
+                waiting = await tx.fetchone(Q.lock_waiting, (job_id, request_id))  # the run's last receipt, too
+                if waiting is not None:
                     seq = await self._append(tx, job_id, event, body, dedupe_key)
                     if receipt is not None:
-                        await self._write_receipt(tx, job_id, receipt)
+                        chained = await self._write_receipt(tx, job_id, receipt, waiting)
+                        await tx.execute(Q.set_receipt, (*chained, job_id))
                     return seq
                 if dedupe_key is None:
                     return None
