@@ -11,7 +11,7 @@ from typing import Any
 
 from signoff.engine.audit.events import event_sha256
 from signoff.engine.models import Event, EventNote, JobStatus, as_utc, utcnow
-from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, ReceiptMaker, StoreError
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, AccessChanged, ReceiptMaker, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, _same, _Tables
 from signoff.engine.store.memory.receipts import MemoryReceipts
@@ -62,13 +62,18 @@ class MemoryEvents(MemoryReceipts):
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None,
+                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
         if not all(isinstance(name, str) for name, _, _ in bodies):
             raise StoreError("An event needs a name (a string).")
         t = self._tables()
+        if access_since is not None:
+            who, since = access_since
+            if any(e.created_at > as_utc(since) for e in t.events.get(ACCESS_NOTES + who, ())):
+                raise AccessChanged(f"The access of {who} changed since the decision was checked")
         used = {e.dedupe_key: e.seq for e in t.events.get(job_id, ()) if e.dedupe_key is not None}
         if all(key in used for _, _, key in bodies):
             return None  # recorded by another attempt first

@@ -14,10 +14,11 @@ claim updates), so a vote is ordered entirely before or after a resume or cancel
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import InboxEntry, Job, utcnow
-from signoff.engine.store.base import StoreError
+from signoff.engine.store.base import ACCESS_NOTES, AccessChanged, StoreError
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -73,7 +74,8 @@ class SQLApprovals(SQLReceipts, SQLJobs):
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None,
+                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock); with ``claim``, the claim's conditional UPDATE
@@ -83,6 +85,10 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         now = self._enc_dt(utcnow())
         try:
             async with self._tx(write=True) as tx:
+                if access_since is not None:  # the carried check still holds (issue 33), or nothing
+                    who, since = access_since
+                    if await tx.fetchone(Q.access_changed_since, (ACCESS_NOTES + who, self._enc_dt(since))):
+                        raise AccessChanged(f"The access of {who} changed since the decision was checked")
                 if claim:
                     if not token:
                         raise StoreError("A decision's claim token is a non-empty string.")

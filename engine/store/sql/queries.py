@@ -59,6 +59,9 @@ class Q:
     delete_group_member = "DELETE FROM group_members WHERE owner_id = ? AND name = ? AND user_id = ?"
     delete_group = "DELETE FROM user_groups WHERE owner_id = ? AND name = ?"
     delete_group_members = "DELETE FROM group_members WHERE owner_id = ? AND name = ?"
+    group_member_ids = "SELECT user_id FROM group_members WHERE owner_id = ? AND name = ?"
+    # record_decision's carried check (issue 33): an access note of the decider since the API checked
+    access_changed_since = "SELECT 1 AS changed FROM events WHERE job_id = ? AND created_at > ? LIMIT 1"
     groups_of = (
         "SELECT m.owner_id, m.name FROM group_members m JOIN user_groups g ON g.owner_id = m.owner_id "
         "AND g.name = m.name WHERE m.user_id = ?"
