@@ -8,6 +8,7 @@ go of. ``rollback_resume`` lets a claim go when the workflow's look at the store
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, replace
 from typing import Any
 
 from temporalio import activity
@@ -24,6 +25,7 @@ from signoff.activities.types import (
 )
 from signoff.engine import metrics
 from signoff.engine.attempt import DecisionAttempt, attempt_decision, trace_gate
+from signoff.engine.carried import Checked, open_checked
 from signoff.engine.decisions import (
     check_decision,
     check_remember,
@@ -42,7 +44,7 @@ from signoff.engine.graph import Graph
 from signoff.engine.models import DecisionClaim, Job, JobStatus, utcnow
 from signoff.engine.standing import check_room, remember_decision, rule_id
 from signoff.engine.state import RunState
-from signoff.engine.store.base import StoreError
+from signoff.engine.store.base import AccessChanged, StoreError
 
 
 class DecisionActivities(LayerActivities):
@@ -67,17 +69,24 @@ class DecisionActivities(LayerActivities):
         try:
             job = await self._job(inp.job_id)
             person, authority, request = None, None, await self.access.current_request(job, inp.request_id)
+            checked = None
             if not inp.timed_out:  # the deadline decides for nobody
                 # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
-                # checks as that person's HTTP resume: an approver, who may (still) decide it
-                try:
-                    person, authority = await self._decider_authority(job, inp.request_id,
-                                                                      inp.user or inp.decided_by, request)
-                except SignoffError as err:
-                    if err.retryable:
-                        raise
-                    # refused before any claim: an answer, not a failure (nothing to roll back)
-                    return ResumeRunOutput(claimed=False, refused=refused(err))
+                # checks as that person's HTTP resume: an approver, who may (still) decide it. The
+                # API's own check, carried sealed, stands for it (engine/carried.py): not read again,
+                # and the decision's write refuses it if their access changed since
+                checked = self._checked(inp) if request is not None else None
+                if checked is not None:
+                    person, authority = _Person(checked.user_id, checked.name), checked.authority
+                else:
+                    try:
+                        person, authority = await self._decider_authority(job, inp.request_id,
+                                                                          inp.user or inp.decided_by, request)
+                    except SignoffError as err:
+                        if err.retryable:
+                            raise
+                        # refused before any claim: an answer, not a failure (nothing to roll back)
+                        return ResumeRunOutput(claimed=False, refused=refused(err))
                 if request is not None:  # the values, which the workflow never checks: off the event loop, once
                     try:
                         await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
@@ -91,15 +100,35 @@ class DecisionActivities(LayerActivities):
                     except (InvalidDecision, InvalidValues, InvalidStandingApproval, StandingApprovalLimit) as err:
                         return ResumeRunOutput(claimed=False, refused=refused(err))
             sent = None if inp.timed_out else sender(inp)  # the deadline is sent by nobody
-            attempted = await attempt_decision(self.store, DecisionAttempt(
+            attempt = DecisionAttempt(
                 inp.job_id, inp.request_id, inp.token, inp.decision, inp.now, person.id if person else None,
                 votes=inp.votes, vote=inp.vote, timed_out=inp.timed_out, sent=sent,
                 # whoever decided (and voted, for a quorum) keeps the run in their history and sight
                 participants=_took_part(person, inp),
                 values_checked=request is not None,  # checked above, before the claim
-                decider_name=person.name if person else None, authority=authority),
-                lambda job: self._paused_state(job, inp.state), self.receipt_keys,
-                job=job)  # as read above: the claim rides in the decision's write while it still waits
+                decider_name=person.name if person else None, authority=authority,
+                access_since=checked.access_since if checked is not None else None)
+            try:
+                attempted = await attempt_decision(
+                    self.store, attempt, lambda job: self._paused_state(job, inp.state), self.receipt_keys,
+                    job=job)  # as read above: the claim rides in the decision's write while it still waits
+            except AccessChanged:
+                # the carried check is stale (their access changed since the API looked): nothing
+                # was written; the decider is checked from the store now, and the decision applied
+                # or refused on what it reads
+                try:
+                    person, authority = await self._decider_authority(job, inp.request_id,
+                                                                      inp.user or inp.decided_by, request)
+                except SignoffError as err:
+                    if err.retryable:
+                        raise
+                    # a claim the attempt took before its write was refused is let go of (none: nothing)
+                    await self.store.rollback_resume_claim(inp.job_id, inp.token)
+                    return ResumeRunOutput(claimed=False, refused=refused(err))
+                attempted = await attempt_decision(
+                    self.store, replace(attempt, decided_by=person.id, decider_name=person.name, authority=authority,
+                                        participants=_took_part(person, inp), access_since=None),
+                    lambda job: self._paused_state(job, inp.state), self.receipt_keys, job=job)
             if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,
@@ -128,6 +157,17 @@ class DecisionActivities(LayerActivities):
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
                                deliveries=deliveries)
+
+    def _checked(self, inp: ResumeRunInput) -> Checked | None:
+        """The API's check of this decision's decider, when it carried one that opens
+        (engine/carried.py); None: the decider is read and checked here."""
+        if not inp.checked or inp.user is not None or not inp.decided_by or inp.vote is not None or inp.votes:
+            return None
+        try:
+            return open_checked(self.receipt_keys.box, inp.checked, job_id=inp.job_id, request_id=inp.request_id,
+                                user_id=inp.decided_by)
+        except SignoffError:  # no deployment key here: read as before
+            return None
 
     async def _remember(self, job: Job, request: Any, inp: ResumeRunInput, maker_id: str | None) -> None:
         """The standing approval a recorded decision's ``remember`` makes (DESIGN §17), once."""
@@ -266,6 +306,14 @@ def _not_applied(job: Job) -> ResumeRunOutput:
     why = f"was {job.status.value}" if job.status.terminal else "let go of the decision's claim"
     return ResumeRunOutput(claimed=False, refused=refused(NotResumable(
         f"The run {why} before the decision was recorded: it was not applied", job_id=job.job_id)))
+
+
+@dataclass(frozen=True)
+class _Person:
+    """The decider as the API's carried check names them (engine/carried.py)."""
+
+    id: str
+    name: str
 
 
 def _took_part(person: Any, inp: ResumeRunInput) -> list[str]:

@@ -45,7 +45,11 @@ class GateActivities(NotifyActivities):
             person, authority = await self._decider_authority(job, inp.request_id, inp.user or inp.decided_by)
             votes = await self.access.votes(job.job_id, inp.request_id)
             mine = next((v for v in votes if v.user == person.id), None)
-            if mine is None:
+            if mine is not None:
+                # a retry that found its vote recorded: the participant again, idempotent (a vote
+                # is written after its participant below; this covers one recorded otherwise)
+                await self.store.add_participants(job.job_id, [person.id])
+            else:
                 pending = await self.access.current_request(job, inp.request_id)
                 check_decision(pending, inp.request_id, inp.decision, waiting=job.status == JobStatus.suspended,
                                decider=await self.access.decider(job, person, pending), votes=votes,
@@ -71,8 +75,6 @@ class GateActivities(NotifyActivities):
                         job.job_id, inp.request_id, "human_input_vote", data, dedupe_key=key,
                         receipt=partial(draft.signed, key_id=signing.key_id, private=signing.private)) is None:
                     raise NotResumable("The request no longer waits for votes", job_id=job.job_id)
-            # also on a retry that found its vote (the first attempt may have died before this)
-            await self.store.add_participants(job.job_id, [person.id])
             return RecordVoteOutput(vote=mine, deliveries=await self._deliveries(
                 job, "human_input_vote", inp.request_id, job.pending))
         except SignoffError as err:

@@ -305,7 +305,7 @@ class LayerActivities(NotifyActivities):
         name = state.flow.get("name") if state is not None else None
         ended = await end_run(self.store, job_id, RunEnd(JobStatus.completed, result=result),
                               expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None,
-                              job=job)
+                              job=job, reread=False)  # only its status is answered
         return ended.job.status.value if ended.job else JobStatus.completed.value
 
 

@@ -69,6 +69,7 @@ class ResumeRunInput(BaseModel):
     decided_by: str | None = None
     user: str | None = None  # the person it is for (name or id), when sent through Temporal
     via: str | None = None  # the surface signoff's API took it from (ResumeInput.via)
+    checked: str | None = None  # the API's check of the decider, sealed (ResumeInput.checked)
     now: datetime
     state: StateRef | None = None
     step: int = 0

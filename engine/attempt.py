@@ -70,6 +70,9 @@ class DecisionAttempt:
     # run's owner, else "approver"; the deadline's is always "timeout")
     decider_name: str | None = None
     authority: str | None = None
+    # (user id, when): the decider was checked then by the API, not read again by the caller; the
+    # records are written only while no access note of theirs came after (Store.record_decision)
+    access_since: tuple[str, datetime] | None = None
 
 
 @dataclass
@@ -212,7 +215,7 @@ async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDeci
         maker = partial(draft.signed, key_id=signing.key_id, private=signing.private)
     seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
                                        action_id=applied.action_id, participants=a.participants, claim=claim,
-                                       receipt=maker)
+                                       receipt=maker, access_since=a.access_since)
     return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
 

@@ -68,6 +68,15 @@ class RunEnd:
         raise ValueError(f"{self.status} is not how a run ends")
 
 
+def _as_ended(job: Job, end: RunEnd) -> Job:
+    """``job`` as a won write of ``end`` leaves it (its stamps are the store's, not these)."""
+    now = utcnow()
+    return job.model_copy(update={"status": end.status, "pending": None,
+                                  "result": end.result if end.result is not None else job.result,
+                                  "error": end.error if end.error is not None else job.error,
+                                  "finished_at": now, "updated_at": now})
+
+
 @dataclass(frozen=True)
 class Ended:
     """What :func:`end_run` found: the job as it really is afterwards (None when there is no such
@@ -87,13 +96,16 @@ async def end_run(
     traced: bool = False,
     name: str | None = None,
     job: Job | None = None,
+    reread: bool = True,
 ) -> Ended:
     """End the run of ``job_id`` as ``end`` says when its status is one of ``expect`` (any
     non-terminal one when None), or, with ``from_suspended``, by the cancel claim of a suspended
     run. ``traced``: the root span with ``end.status`` was emitted and flushed already. ``name``:
     the root span's name (default: the flow's name). ``job``: the job as the caller read it a
     moment ago (one read less; the conditional write decides, and the root span is written
-    again with what the job really is when the write lost)."""
+    again with what the job really is when the write lost). ``reread=False``: a caller that needs only
+    the status gets, when its write won, the job as that write left it (``job`` with the end's
+    status, result and error: no read of it back)."""
     async with _collecting(store):
         job = job if job is not None and job.job_id == job_id else await store.get_job(job_id)
         if job is None:
@@ -126,6 +138,10 @@ async def end_run(
             except BaseException:
                 keep_spans(spans)  # not written: the collector writes them as before
                 raise
+            if won and end.status.terminal and not reread:  # the status is what this write made it
+                ended = _as_ended(job, end)
+                await _leave_nothing_behind(store, ended, traced_status, name, cleaned=True)
+                return Ended(ended, won)
             if won and end.status.terminal:  # the write left nothing behind to clean
                 job = await store.get_job(job_id)
                 if job is not None:

@@ -204,9 +204,10 @@ class SecretBox:
     def seal(self, value: str) -> bytes:
         return self._fernet.encrypt(value.encode("utf-8"))
 
-    def open(self, ciphertext: bytes) -> str:
+    def open(self, ciphertext: bytes, *, ttl: int | None = None) -> str:
+        """``ttl``: refused (SecretKeyError) when sealed more than that many seconds ago."""
         try:
-            return self._fernet.decrypt(ciphertext).decode("utf-8")
+            return self._fernet.decrypt(ciphertext, ttl=ttl).decode("utf-8")
         except InvalidToken:
             raise SecretKeyError(
                 "A stored secret cannot be decrypted with this deployment's key (SIGNOFF_SECRET_KEY or "

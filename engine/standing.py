@@ -76,7 +76,9 @@ async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pe
     """Record that ``rule`` approved the call ``pending`` describes (the request the Agent would
     have paused with): the event ``human_input_standing_approval`` (what a receipt needs: the
     rule, the maker as the decider, the authority, the tool and its arguments as proposed and
-    executed, the request id, the time), the rule's use count and the metric. Returns the event's
+    executed, the request id, the time), the rule's use count (in one store call: the event,
+    its receipt and the count in one transaction, so a use is never counted without its record or
+    twice) and the metric. Returns the event's
     data. With a ``signing`` key the use's signed receipt (``authority: standing:<rule id>``,
     ``decided_by`` the maker, docs/audit.md) is written with the event, in its transaction. The
     event is written once per request (its dedupe key is the request id); a retried
@@ -113,9 +115,10 @@ async def record_standing_use(store: Store, rule: StandingApproval, job: Job, pe
                                 decided_by={"id": rule.maker_id, "name": maker_name or rule.maker_id},
                                 authority=f"standing:{rule.id}", via="standing", at=data["decided_at"])
         receipt = partial(draft.signed, key_id=signing.key_id, private=signing.private)
+    # the event, its receipt and the rule's use in one transaction: a use is counted once, with
+    # its record (a retry that finds the event counts nothing again)
     await store.append_event(job.job_id, STANDING_EVENT, data, dedupe_key=f"standing:{pending.request_id}",
-                             receipt=receipt)
-    await store.use_standing_approval(rule.id, now)
+                             receipt=receipt, standing_use=(rule.id, now))
     metrics.standing_approval_used(job.flow_id)
     return data
 

@@ -51,8 +51,9 @@ class RunBackend(abc.ABC):
 
     @abc.abstractmethod
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
-                     via: str | None = None) -> Resumed:
-        """Deliver a decision the service checked; what it did. Raises what the run answers
+                     via: str | None = None, checked: str | None = None) -> Resumed:
+        """Deliver a decision the service checked (``checked``: that check, sealed for the worker,
+        engine/carried.py); what it did. Raises what the run answers
         (NotResumable when another decision won, AlreadyVoted, Unavailable...)."""
 
     @abc.abstractmethod

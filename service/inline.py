@@ -125,7 +125,7 @@ class InlineBackend(RunBackend):
         task.add_done_callback(done)
 
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
-                     via: str | None = None) -> Resumed:
+                     via: str | None = None, checked: str | None = None) -> Resumed:
         raise NotResumable("An inline run never waits for a decision", job_id=job.job_id)
 
     async def release(self, job_id: str) -> None:

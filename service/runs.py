@@ -20,6 +20,9 @@ from datetime import timedelta
 import temporalio.client
 
 from signoff.engine.access import Access
+from signoff.engine.audit.receipts import authority_of
+from signoff.engine.carried import Checked, seal_checked
+from signoff.engine.secrets import SecretBox
 from signoff.engine.decisions import check_decision
 from signoff.engine.errors import (
     Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, NotResumable, RunNotEnded, SignoffError, Unavailable,
@@ -78,6 +81,7 @@ class RunService:
         # the process's one tail of the store's events, for everything that follows a run live
         self.feed = EventFeed(store, max_per_user=settings.max_streams_per_user)
         self._releasing: set[asyncio.Task[None]] = set()  # workflows to cancel once Temporal is back
+        self._box: SecretBox | None = None  # seals a decision's check for the worker (engine/carried.py)
         sdk.install(settings)  # idempotent: the spans of runs ended here need the SDK
 
     @property
@@ -230,6 +234,7 @@ class RunService:
         sent, and again by the run; the job stays suspended in every case. ``via``: the surface or
         protocol it came through, recorded in the decision's event (page, agui, email, slack, mcp,
         a2a; None: the HTTP API)."""
+        checked_at = utcnow()  # before anything is read: an access change after it is caught (engine/carried.py)
         job = await visible_job(self.store, user, job_id)
         try:
             pending = await self.access.current_request(job)
@@ -252,7 +257,26 @@ class RunService:
         except SignoffError as err:
             err.details.setdefault("job_id", job_id)  # the error body names the job
             raise
-        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id, via=via)
+        checked = None
+        if pending is not None and not pending.quorum_action:  # a vote goes its own way (record_vote)
+            # what this check found, for the worker's activity not to read it again (engine/carried.py)
+            authority = authority_of(timed_out=False, owner=decider.owner, refs=decider.refs,
+                                     at_pause=job.pending.approver_refs if job.pending is not None else [],
+                                     now=pending.approver_refs)
+            checked = self._seal(Checked(job_id=job_id, request_id=request_id, user_id=user.id, name=user.name,
+                                         authority=authority, checked_at=checked_at))
+        return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id, via=via,
+                                                 checked=checked)
+
+    def _seal(self, checked: Checked) -> str | None:
+        """``checked`` sealed with the deployment's key; None (the worker reads the decider) when
+        this process has no key to seal with."""
+        try:
+            if self._box is None:
+                self._box = SecretBox.for_settings(self.settings)
+            return seal_checked(self._box, checked)
+        except SignoffError:
+            return None
 
     async def pending_for(self, user: User, flow_id: str | None = None) -> list[Job]:
         """What waits for ``user`` to decide, newest first: their own runs' requests (those with

@@ -253,8 +253,8 @@ class TemporalBackend(RunBackend):
     # ---- decisions ---------------------------------------------------------------------------
 
     async def resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
-                     via: str | None = None) -> Resumed:
-        return await self._resume(job, request_id, decision, decided_by, catch_up=True, via=via)
+                     via: str | None = None, checked: str | None = None) -> Resumed:
+        return await self._resume(job, request_id, decision, decided_by, catch_up=True, via=via, checked=checked)
 
     async def _behind(self, job_id: str, request_id: str) -> bool:
         """Whether the run caught up with its job, which waits for ``request_id``."""
@@ -268,10 +268,11 @@ class TemporalBackend(RunBackend):
             return False  # not waiting, caught up enough already, or gone: the refusal stands
 
     async def _resume(self, job: Job, request_id: str, decision: Decision, decided_by: str, *,
-                      catch_up: bool = False, via: str | None = None) -> Resumed:
+                      catch_up: bool = False, via: str | None = None, checked: str | None = None) -> Resumed:
         update_id = f"resume-{uuid.uuid4()}"
         try:
-            return await self._send(job, request_id, decision, decided_by, update_id, catch_up=catch_up, via=via)
+            return await self._send(job, request_id, decision, decided_by, update_id, catch_up=catch_up, via=via,
+                                    checked=checked)
         except (SignoffError, RPCError):
             # The Update's answer is not the last word: its decision may be recorded though the
             # answer was lost. A stop that reaches the workflow while the Update's task applies the
@@ -301,13 +302,14 @@ class TemporalBackend(RunBackend):
         return None
 
     async def _send(self, job: Job, request_id: str, decision: Decision, decided_by: str, update_id: str, *,
-                    catch_up: bool, via: str | None = None) -> Resumed:
+                    catch_up: bool, via: str | None = None, checked: str | None = None) -> Resumed:
         handle = self.client.get_workflow_handle(job.job_id)
         try:
             with run_context(job.run_id):  # the Update's spans join the run's trace
                 result: ResumeResult = await handle.execute_update(
                     RESUME,
-                    ResumeInput(request_id=request_id, decision=decision, decided_by=decided_by, via=via),
+                    ResumeInput(request_id=request_id, decision=decision, decided_by=decided_by, via=via,
+                                checked=checked),
                     id=update_id,
                     rpc_timeout=timedelta(seconds=self.settings.resume_timeout_seconds),
                     result_type=ResumeResult,
@@ -318,7 +320,7 @@ class TemporalBackend(RunBackend):
             # its job (a decision recorded in a workflow task lost with its Update). It catches
             # up, and the decision is sent once more.
             if catch_up and failure_code(err) == NotResumable.code and await self._behind(job.job_id, request_id):
-                return await self._resume(job, request_id, decision, decided_by, via=via)
+                return await self._resume(job, request_id, decision, decided_by, via=via, checked=checked)
             raise from_failure(err, DECISION_REFUSALS, job_id=job.job_id) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             return await self._settle_update(handle, update_id, job.job_id)

@@ -155,7 +155,8 @@ class DecisionAttempt(RunCore):
         token = claim_token(self._attempts)
         decision = self._decision = DecisionSlot()
         run = ResumeRunInput(job_id=job_id, token=token, request_id=inp.request_id, decision=inp.decision,
-                             decided_by=inp.decided_by, user=inp.user, via=inp.via, now=workflow.now(),
+                             decided_by=inp.decided_by, user=inp.user, via=inp.via, checked=inp.checked,
+                             now=workflow.now(),
                              state=self._state,
                              step=self._step, votes=list(self._votes), timed_out=timed_out,
                              update_id=current_update_id(), vote=vote, persist=True,

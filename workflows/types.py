@@ -57,6 +57,9 @@ class ResumeInput(BaseModel):
     # the surface or protocol signoff's API took it from for ``decided_by`` (activities/sender.py:
     # VIAS): page, agui, email, slack, mcp, a2a; None: the HTTP API itself
     via: str | None = None
+    # the API's check of the decider, sealed with the deployment's key (engine/carried.py): the
+    # worker takes it instead of reading the person and the flow again; ignored unless it opens
+    checked: str | None = None
 
 
 class ResumeResult(BaseModel):

@@ -75,6 +75,15 @@ class StoreUnavailable(StoreError):
     code = "STORE_UNAVAILABLE"
 
 
+class AccessChanged(StoreError):
+    """Store.record_decision's ``access_since``: the decider's access changed since it was checked
+    (an access note: a share, a group membership, their keys or account went). Nothing was written;
+    the caller checks the decider again from the store (issue 33: a carried check fails closed)."""
+
+    code = "ACCESS_CHANGED"
+    retryable = False
+
+
 class StoreConflict(StoreError):
     """A unique value is already taken (user name, API key of another user, job id)."""
 
@@ -826,11 +835,13 @@ class Store(CheckpointStore, HistoryStore):
     # ---- events
     @abc.abstractmethod
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
-                           receipt: ReceiptMaker | None = None) -> int:
+                           receipt: ReceiptMaker | None = None, standing_use: tuple[str, datetime] | None = None) -> int:
         """Append; returns the gap-free per-job seq (1, 2, ...) even under concurrent writers.
         With a ``dedupe_key`` (unique per job) already used, writes nothing and returns the seq
         of the event written with it (a retried activity appends once). ``receipt``: a receipt
-        written with the event, never without it (a standing approval's use, engine/standing.py)."""
+        written with the event, never without it (a standing approval's use, engine/standing.py).
+        ``standing_use`` (rule id, at): the rule's use counted (as use_standing_approval) in the
+        same transaction, only when the event is written (a dedupe counts nothing)."""
 
     @abc.abstractmethod
     async def append_event_if_waiting(
@@ -861,7 +872,8 @@ class Store(CheckpointStore, HistoryStore):
     @abc.abstractmethod
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None,
+                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
         claim ``token`` (claim_suspended_for_resume; with ``claim``, the claim is taken first in
         the same transaction when the job is ``suspended`` waiting for ``request_id``, as
@@ -876,7 +888,10 @@ class Store(CheckpointStore, HistoryStore):
         its decision first: the caller goes on from that one, Store.claim_decision shows it) or
         when the claim is no longer the job's (a stop ended it meanwhile: no event ever follows
         the job's terminal one). ``receipt``: the decision's receipt, written in the same
-        transaction (see :data:`ReceiptMaker`), and not at all when nothing is."""
+        transaction (see :data:`ReceiptMaker`), and not at all when nothing is.
+        ``access_since`` (user id, when): the decider was checked then, by the caller's caller
+        (the API's pre-check, carried to the worker): AccessChanged, nothing written, when an
+        access note of that user (ACCESS_NOTES) was written after it, read in the transaction."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

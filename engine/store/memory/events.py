@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.audit.events import event_sha256
-from signoff.engine.models import Event, EventNote, JobStatus, utcnow
-from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, ReceiptMaker, StoreError
+from signoff.engine.models import Event, EventNote, JobStatus, as_utc, utcnow
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, AccessChanged, ReceiptMaker, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, _same, _Tables
 from signoff.engine.store.memory.receipts import MemoryReceipts
@@ -44,7 +45,7 @@ class MemoryEvents(MemoryReceipts):
         self._append(t, ACCESS_NOTES + user_id, ACCESS_CHANGED, dumps({}), None)
 
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
-                           receipt: ReceiptMaker | None = None) -> int:
+                           receipt: ReceiptMaker | None = None, standing_use: tuple[str, datetime] | None = None) -> int:
         body = dumps(data)
         t = self._tables()
         used = dedupe_key is not None and any(e.dedupe_key == dedupe_key for e in t.events.get(job_id, ()))
@@ -52,17 +53,27 @@ class MemoryEvents(MemoryReceipts):
         seq = self._append(t, job_id, event, body, dedupe_key)
         if made is not None:
             self._keep_receipt(t, made)
+        if standing_use is not None and not used:
+            rule = t.standing.get(standing_use[0])
+            if rule is not None:
+                rule.uses += 1
+                rule.last_used_at = as_utc(standing_use[1])
         return seq
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None,
+                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
         if not all(isinstance(name, str) for name, _, _ in bodies):
             raise StoreError("An event needs a name (a string).")
         t = self._tables()
+        if access_since is not None:
+            who, since = access_since
+            if any(e.created_at > as_utc(since) for e in t.events.get(ACCESS_NOTES + who, ())):
+                raise AccessChanged(f"The access of {who} changed since the decision was checked")
         used = {e.dedupe_key: e.seq for e in t.events.get(job_id, ()) if e.dedupe_key is not None}
         if all(key in used for _, _, key in bodies):
             return None  # recorded by another attempt first

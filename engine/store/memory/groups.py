@@ -46,11 +46,19 @@ class MemoryGroups(MemoryCore):
         row = self._tables().groups.get((owner_id, name))
         if row is None:
             return None
+        t = self._tables()
+        for u in ids:
+            if u in row.members:
+                self._note_access(t, u)  # type: ignore[attr-defined]  # MemoryEvents
         row.members.difference_update(ids)
         return self._group(owner_id, name, row)
 
     async def delete_group(self, owner_id: str, name: str) -> bool:
-        return self._tables().groups.pop((owner_id, name), None) is not None
+        t = self._tables()
+        row = t.groups.pop((owner_id, name), None)
+        for u in sorted(row.members) if row is not None else ():
+            self._note_access(t, u)  # type: ignore[attr-defined]  # MemoryEvents
+        return row is not None
 
     async def groups_of(self, user_id: str) -> list[tuple[str, str]]:
         return sorted(k for k, row in self._tables().groups.items() if user_id in row.members)

@@ -14,10 +14,11 @@ claim updates), so a vote is ordered entirely before or after a resume or cancel
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import InboxEntry, Job, utcnow
-from signoff.engine.store.base import StoreError
+from signoff.engine.store.base import ACCESS_NOTES, AccessChanged, StoreError
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -73,7 +74,8 @@ class SQLApprovals(SQLReceipts, SQLJobs):
 
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
-                              claim: bool = False, receipt: ReceiptMaker | None = None) -> list[int] | None:
+                              claim: bool = False, receipt: ReceiptMaker | None = None,
+                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock); with ``claim``, the claim's conditional UPDATE
@@ -83,20 +85,26 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         now = self._enc_dt(utcnow())
         try:
             async with self._tx(write=True) as tx:
+                if access_since is not None:  # the carried check still holds (issue 33), or nothing
+                    who, since = access_since
+                    if await tx.fetchone(Q.access_changed_since, (ACCESS_NOTES + who, self._enc_dt(since))):
+                        raise AccessChanged(f"The access of {who} changed since the decision was checked")
                 if claim:
                     if not token:
                         raise StoreError("A decision's claim token is a non-empty string.")
                     await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
-                held = await tx.execute(Q.lock_claimed, (job_id, token)) > 0
+                held = await tx.fetchone(Q.lock_claimed, (job_id, token))  # the run's last receipt, too
                 seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
-                if not held:
+                if held is None:
                     raise _NotHeld()
                 await tx.execute(Q.stamp_card, (action_id, request_id))
-                await tx.execute(Q.clear_pending, (now, job_id))
+                if receipt is not None:  # its INSERT; the job row says it is the run's last below
+                    chained = await self._write_receipt(tx, job_id, receipt, held)
+                    await tx.execute(Q.clear_pending_receipt, (*chained, now, job_id))
+                else:
+                    await tx.execute(Q.clear_pending, (now, job_id))
                 if ids:
                     await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
-                if receipt is not None:
-                    await self._write_receipt(tx, job_id, receipt)
                 return seqs
         except DuplicateEvents:  # all recorded by another attempt first: nothing written now
             return None
@@ -218,10 +226,12 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         body = self._enc_event(data)
         try:
             async with self._tx(write=True) as tx:
-                if await tx.execute(Q.lock_waiting, (job_id, request_id)) > 0:
+                waiting = await tx.fetchone(Q.lock_waiting, (job_id, request_id))  # the run's last receipt, too
+                if waiting is not None:
                     seq = await self._append(tx, job_id, event, body, dedupe_key)
                     if receipt is not None:
-                        await self._write_receipt(tx, job_id, receipt)
+                        chained = await self._write_receipt(tx, job_id, receipt, waiting)
+                        await tx.execute(Q.set_receipt, (*chained, job_id))
                     return seq
                 if dedupe_key is None:
                     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from signoff.engine.audit.events import canonical_json, chained_sha256
@@ -52,15 +53,22 @@ class SQLEvents(SQLCore):
     """Part of SQLStore: the event log."""
 
     async def append_event(self, job_id: str, event: str, data: dict[str, Any], *, dedupe_key: str | None = None,
-                           receipt: ReceiptMaker | None = None) -> int:
+                           receipt: ReceiptMaker | None = None, standing_use: tuple[str, datetime] | None = None) -> int:
         """See Store.append_event. With a ``dedupe_key`` already used for this job, nothing is
-        written (the receipt neither) and the first event's seq is returned."""
+        written (the receipt and the rule's use neither) and the first event's seq is returned.
+        With a receipt, the job row is locked first (it holds the run's last receipt: job row,
+        then the counter row, the order of every write of both)."""
         body = self._enc_event(data)
         try:
             async with self._tx(write=True) as tx:
+                last = await tx.fetchone(Q.lock_receipt, (job_id,)) if receipt is not None else None
                 seq = await self._append(tx, job_id, event, body, dedupe_key)
-                if receipt is not None:  # under the job's counter row, taken by the append
-                    await self._write_receipt(tx, job_id, receipt)  # type: ignore[attr-defined]
+                if receipt is not None:
+                    chained = await self._write_receipt(tx, job_id, receipt, last)  # type: ignore[attr-defined]
+                    await tx.execute(Q.set_receipt, (*chained, job_id))
+                if standing_use is not None:  # the rule's use counted with its record, once
+                    rule_id, at = standing_use
+                    await tx.execute(Q.use_standing, (self._enc_dt(at), rule_id))
                 return seq
         except DuplicateEvent as dup:  # the transaction rolled back: the counter is untouched
             return dup.seq

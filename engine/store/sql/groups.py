@@ -68,6 +68,8 @@ class SQLGroups(SQLCore):
                 await tx.executemany(Q.insert_group_member, [(owner_id, name, u, now) for u in ids])
             elif ids:
                 await tx.executemany(Q.delete_group_member, [(owner_id, name, u) for u in ids])
+                for u in ids:  # what they decided as members may no longer be theirs to decide
+                    await self._note_access(tx, u)  # type: ignore[attr-defined]  # SQLEvents
             return await self._group(tx, owner_id, name)
 
     async def add_group_members(self, owner_id: str, name: str, user_ids: Iterable[str]) -> Group | None:
@@ -83,7 +85,10 @@ class SQLGroups(SQLCore):
         second statement then sees and deletes."""
         async with self._tx(write=True) as tx:
             existed = await tx.execute(Q.delete_group, (owner_id, name)) > 0
+            members = await tx.fetchall(Q.group_member_ids, (owner_id, name))
             await tx.execute(Q.delete_group_members, (owner_id, name))
+            for row in members:  # each of them lost what the group let them decide
+                await self._note_access(tx, row["user_id"])  # type: ignore[attr-defined]  # SQLEvents
         return existed
 
     async def groups_of(self, user_id: str) -> list[tuple[str, str]]:

@@ -59,6 +59,9 @@ class Q:
     delete_group_member = "DELETE FROM group_members WHERE owner_id = ? AND name = ? AND user_id = ?"
     delete_group = "DELETE FROM user_groups WHERE owner_id = ? AND name = ?"
     delete_group_members = "DELETE FROM group_members WHERE owner_id = ? AND name = ?"
+    group_member_ids = "SELECT user_id FROM group_members WHERE owner_id = ? AND name = ?"
+    # record_decision's carried check (issue 33): an access note of the decider since the API checked
+    access_changed_since = "SELECT 1 AS changed FROM events WHERE job_id = ? AND created_at > ? LIMIT 1"
     groups_of = (
         "SELECT m.owner_id, m.name FROM group_members m JOIN user_groups g ON g.owner_id = m.owner_id "
         "AND g.name = m.name WHERE m.user_id = ?"
@@ -131,13 +134,20 @@ class Q:
         "AND (a.group_owner IS NOT NULL OR (a.user_id IS NOT NULL AND a.user_id <> j.user_id)) LIMIT ?"
     )
     # append_event_if_waiting: the job still waits for that request (locks its row, as a claim does)
+    # (each lock returns the run's last receipt, kept on the row: migration 17)
     lock_waiting = (
-        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
+        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ? "
+        "RETURNING receipt_seq, receipt_sha256"
     )
     # record_decision: the job still runs under that claim (locks its row, as a stop's end does)
     lock_claimed = (
-        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'in_progress' AND claim_token = ?"
+        "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? AND status = 'in_progress' AND claim_token = ? "
+        "RETURNING receipt_seq, receipt_sha256"
     )
+    # a receipt written without either lock (a standing approval's use): the job row locked first
+    lock_receipt = "UPDATE jobs SET updated_at = updated_at WHERE job_id = ? RETURNING receipt_seq, receipt_sha256"
+    # the run's last receipt now the one just written
+    set_receipt = "UPDATE jobs SET receipt_seq = ?, receipt_sha256 = ? WHERE job_id = ?"
 
     # webhooks: the secret's ciphertext is read by get_webhook and webhooks_for only
     insert_webhook = (
@@ -344,6 +354,11 @@ class Q:
         "updated_at = ?, finished_at = ? WHERE job_id = ? AND status = 'suspended'"
     )
     clear_pending = "UPDATE jobs SET pending = NULL, pending_request_id = NULL, updated_at = ? WHERE job_id = ?"
+    # record_decision's, with the decision's receipt the run's last (one UPDATE for both)
+    clear_pending_receipt = (
+        "UPDATE jobs SET pending = NULL, pending_request_id = NULL, receipt_seq = ?, receipt_sha256 = ?, "
+        "updated_at = ? WHERE job_id = ?"
+    )
     find_suspended = (
         "SELECT * FROM jobs WHERE flow_id = ? AND user_id = ? AND status = 'suspended' "
         "AND COALESCE(session_id, flow_id) = ? ORDER BY created_at, job_id"
@@ -520,7 +535,6 @@ class Q:
 
     # receipts (DESIGN §16): a run's receipts in chain order (seq 1, 2, ...), written with the
     # decision's records under the job row's lock (record_decision, append_event_if_waiting)
-    last_receipt = "SELECT seq, sha256 FROM receipts WHERE job_id = ? ORDER BY seq DESC LIMIT 1"
     insert_receipt = (
         "INSERT INTO receipts (job_id, seq, receipt_id, flow_id, at, sha256, body) VALUES (?, ?, ?, ?, ?, ?, ?)"
     )

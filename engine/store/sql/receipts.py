@@ -1,12 +1,15 @@
 """Receipts in SQL (DESIGN §16, docs/audit.md): a run's signed receipts in chain order.
 
 A receipt is written only inside the transaction of a decision's records (approvals.py:
-record_decision, append_event_if_waiting), after the job row's lock is taken there: the run's
-last receipt, read then by a statement of its own (under READ COMMITTED a new statement sees
-what committed while it waited for the lock; the locking UPDATE's own snapshot would not), is
-the last there is, so its chain never forks. An attempt run again writes nothing twice (its
-events' dedupe already rolled it back), so ``receipt_id`` needs no unique index: each index is
-one more write per decision.
+record_decision, append_event_if_waiting) or of a standing approval's use (events.py:
+append_event), after the job row's lock is taken there. The run's last receipt (its seq and
+sha256) is kept on the job row (migration 17): the UPDATE that takes the lock returns it (under
+READ COMMITTED an UPDATE sees the row's latest committed version once it holds the lock), so it
+is the last there is and the chain never forks; the new receipt's seq and sha256 go back on the
+row in an UPDATE the transaction makes anyway (record_decision's, clearing the request) or one
+of its own. A decision's receipt so costs one INSERT. An attempt run again writes nothing twice
+(its events' dedupe already rolled it back), so ``receipt_id`` needs no unique index: each index
+is one more write per decision.
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ RECEIPTS_MAX_PAGE = 1000
 class SQLReceipts(SQLCore):
     """Part of SQLStore: receipts."""
 
-    async def _write_receipt(self, tx: Tx, job_id: str, maker: ReceiptMaker) -> None:
-        last = await tx.fetchone(Q.last_receipt, (job_id,))
-        receipt, sha256 = maker(None if last is None else str(last["sha256"]))
-        seq = 1 if last is None else int(last["seq"]) + 1
+    async def _write_receipt(self, tx: Tx, job_id: str, maker: ReceiptMaker, last: dict | None) -> tuple[int, str]:
+        """The receipt ``maker`` makes, chained after the run's last one (``last``: the job row's
+        ``receipt_seq`` and ``receipt_sha256`` as the lock returned them), inserted. Returns its
+        (seq, sha256), which the caller writes on the job row in the same transaction."""
+        prev = None if last is None else last["receipt_sha256"]
+        seq = (int(last["receipt_seq"] or 0) if last is not None else 0) + 1
+        receipt, sha256 = maker(None if prev is None else str(prev))
         at = datetime.fromisoformat(str(receipt["at"]))
         await tx.execute(Q.insert_receipt, (job_id, seq, str(receipt["receipt_id"]), str(receipt["flow_id"]),
                                             self._enc_dt(at), sha256, self._enc_json(receipt)))
+        return seq, sha256
 
     def _receipt(self, row: dict) -> ReceiptRecord:
         return ReceiptRecord(job_id=row["job_id"], seq=int(row["seq"]), receipt_id=row["receipt_id"],

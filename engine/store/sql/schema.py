@@ -432,6 +432,17 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX contact_tokens_address ON contact_tokens (address, created_at)",
         "CREATE INDEX contact_tokens_expiry ON contact_tokens (expires_at)",
     ],
+    # 17: a run's last receipt on its job row (issue 32's cost target): the seq and sha256 of the
+    # receipt a new one chains after, read by the decision's claim (the UPDATE that locks the row
+    # returns them) and written by the UPDATE that clears the request, so a receipt costs its one
+    # INSERT; the runs that have receipts get theirs from the receipts table
+    [
+        "ALTER TABLE jobs ADD COLUMN receipt_seq INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE jobs ADD COLUMN receipt_sha256 TEXT",
+        "UPDATE jobs SET receipt_seq = (SELECT max(r.seq) FROM receipts r WHERE r.job_id = jobs.job_id), "
+        "receipt_sha256 = (SELECT r.sha256 FROM receipts r WHERE r.job_id = jobs.job_id ORDER BY r.seq DESC LIMIT 1) "
+        "WHERE job_id IN (SELECT job_id FROM receipts)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -312,3 +312,62 @@ async def test_a_name_nobody_has_matches_nobody_and_the_run_still_pauses(h: Harn
     r = await resume(h, "bob", job_id, "approve")
     assert r.status_code == 200, r.text
     await h.wait_status(job_id, JobStatus.completed)
+
+
+async def test_a_check_carried_past_a_change_of_access_is_refused_not_applied(h: Harness, monkeypatch):
+    """The API checks a decision and carries that check to the worker (engine/carried.py), which
+    does not read the decider again. Carol passes the API's check as a member of the group the
+    request names, and leaves the group before the worker's decision: the decision's transaction
+    finds her access note, writes nothing, and the worker, checking her from the store, refuses it
+    (403 NOT_AN_APPROVER); the run still waits, and a member decides it. A check carried for
+    another person, or not sealed with the deployment's key, is not taken: the worker checks the
+    decider itself."""
+    from signoff.engine.carried import Checked, seal_checked
+    from signoff.engine.models import Decision, utcnow
+    from signoff.engine.secrets import SecretBox
+
+    group = await _group(h, "alice", "carol", "erin")
+    flow_id = await upload(h, gate_flow({"approvers": [f"group:{group}"]}, name="carried-check"))
+    job_id = (await run_suspended(h, flow_id))["job_id"]
+
+    backend = h.service.temporal
+    sent = backend.resume
+
+    async def after_the_check(job, request_id, decision, decided_by, **kw):
+        assert kw.get("checked"), "the API carries its check"
+        await h.store.remove_group_members(uid(h, "alice"), group, [uid(h, "carol")])  # between check and decision
+        return await sent(job, request_id, decision, decided_by, **kw)
+
+    monkeypatch.setattr(backend, "resume", after_the_check)
+    r = await resume(h, "carol", job_id, "approve")
+    monkeypatch.undo()
+    assert r.status_code == 403 and code(r) == "NOT_AN_APPROVER", r.text
+    stored = await h.store.get_job(job_id)
+    assert stored.status == JobStatus.suspended and stored.pending is not None
+    assert [e for e in await h.store.read_events(job_id) if e.event == "human_input_decision"] == []
+
+    # a stranger's decision with a check that is not theirs (carol's, for this request), or one not
+    # sealed with the deployment's key: checked from the store, refused
+    job = await h.store.get_job(job_id)
+    box = SecretBox.for_settings(h.settings)
+    carols = seal_checked(box, Checked(job_id=job_id, request_id=f"gate:{job_id}", user_id=uid(h, "carol"),
+                                       name="carol", authority=f"group:{group}", checked_at=utcnow()))
+    forged = SecretBox(SecretBox.for_settings(h.settings)._fernet.generate_key())  # another key
+    strangers = seal_checked(forged, Checked(job_id=job_id, request_id=f"gate:{job_id}", user_id=uid(h, "dave"),
+                                             name="dave", authority="approver", checked_at=utcnow()))
+    for checked in (carols, strangers):
+        try:
+            await backend.resume(job, f"gate:{job_id}", Decision(action_id="approve"), uid(h, "dave"), checked=checked)
+        except Exception as err:  # noqa: BLE001 - the refusal as the service raises it
+            assert getattr(err, "code", None) == "NOT_AN_APPROVER", err
+        else:
+            raise AssertionError("applied on a check that was not the decider's")
+    assert (await h.store.get_job(job_id)).status == JobStatus.suspended
+
+    r = await resume(h, "erin", job_id, "approve")  # still a member: her check carried, applied
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
+    decided = only(await events(h, "alice", job_id), "human_input_decision")
+    assert decided["decided_by"] == uid(h, "erin")
+    (receipt,) = [x.body for x in await h.store.read_receipts(job_id)]
+    assert receipt["authority"] == f"group:{group}" and receipt["decided_by"]["id"] == uid(h, "erin")

@@ -9,6 +9,7 @@ then rides in the decision's one write) and not (the claim first, its own write)
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
@@ -19,6 +20,7 @@ from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.store import Store
 from signoff.engine.store.counters import tallying
+from signoff.engine.store.proxy import StoreProxy
 from tests.helpers import gate_flow
 from tests.store_conformance import new_job
 
@@ -129,3 +131,99 @@ async def test_a_carried_job_that_moved_on_gets_nothing_applied(any_store: Store
     assert late.outcome == "not_claimed"
     (decided,) = await decisions(any_store, other)
     assert decided.data["action_id"] == "approve"
+
+
+class _Keys:
+    """A signing key of the test's own (the secret store's keys have their own tests)."""
+
+    def __init__(self) -> None:
+        from datetime import datetime, timezone
+
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        from signoff.engine.audit.keys import SigningKey
+
+        private = Ed25519PrivateKey.generate()
+        self.key = SigningKey(n=1, key_id="k1", private=private, public_raw=b"", created_at=datetime.now(timezone.utc))
+
+    async def signing(self):
+        return self.key
+
+
+class _Counting(StoreProxy):
+    """The store calls an attempt makes, by name."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.calls: list[str] = []
+
+    def _wrap(self, name: str):
+        async def call(*args, **kwargs):
+            self.calls.append(name)
+            return await getattr(self._store, name)(*args, **kwargs)
+
+        return call
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["no_receipt", "receipt"])
+async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: Store, signed: bool) -> None:
+    """Issue 33's count, exact for this task (engine/store/counters.py: tallying): a decision whose
+    job and decider the caller carries (the API's check, engine/carried.py) and whose paused state
+    it holds is ONE store call, record_decision (the claim, the records, the access check and the
+    receipt in one transaction): one commit, no read connection. Its receipt (issue 32) costs
+    one statement more than none: the INSERT (the run's last receipt comes back from the lock's
+    UPDATE and goes on the row with the UPDATE that clears the request)."""
+    job_id, request_id, state = await paused_run(any_store)
+    job = await any_store.get_job(job_id)
+    counting = _Counting(any_store)
+
+    async def paused_state(_job):
+        return state, Graph.from_spec(state.flow)
+
+    with tallying() as sent:
+        out = await attempt_decision(counting, DecisionAttempt(  # type: ignore[arg-type]
+            job_id, request_id, "t1", Decision(action_id="approve"), utcnow(), job.user_id, sent={"via": "test"},
+            access_since=(job.user_id, utcnow())), paused_state, _Keys() if signed else None, job=job)
+    assert out.outcome == "applied"
+    assert counting.calls == ["record_decision"]
+    if getattr(any_store, "dialect", ""):  # the SQL stores count what they send
+        # the access check, the claim, the lock, the event's append (its seq, dedupe, chain, insert
+        # and size; PostgreSQL's NOTIFY), the card, the request cleared; + the receipt's INSERT
+        base = {"sqlite": 9, "postgres": 10}[any_store.dialect]
+        assert sent == {"commit": 1, "read": 0, "statements": base + (1 if signed else 0)}, sent
+    if signed:
+        (receipt,) = await any_store.read_receipts(job_id)
+        assert receipt.seq == 1 and receipt.body["prev_sha256"] is None and receipt.body["authority"] == "owner"
+
+
+async def test_a_carried_check_made_before_an_access_change_writes_nothing(any_store: Store) -> None:
+    """The API checked the decider, then (before the worker's decision) their access changed: a
+    group membership removed writes an access note, and the decision's transaction carrying that
+    check refuses (AccessChanged), nothing claimed or written; the run still waits. A check made
+    after the change goes through."""
+    from signoff.engine.store.base import AccessChanged
+
+    job_id, request_id, state = await paused_run(any_store)
+    job = await any_store.get_job(job_id)
+    owner = job.user_id
+    approver = (await any_store.create_user(f"approver-{uuid.uuid4().hex[:8]}")).id
+    await any_store.create_group(owner, "ops")
+    await any_store.add_group_members(owner, "ops", [approver])
+    checked_at = utcnow()  # the API's check: a member then
+    await any_store.remove_group_members(owner, "ops", [approver])
+
+    async def paused_state(_job):
+        return state, Graph.from_spec(state.flow)
+
+    def decided(since):
+        return DecisionAttempt(job_id, request_id, "t1", Decision(action_id="approve"), utcnow(), approver,
+                               sent={"via": "test"}, authority="group:ops", access_since=(approver, since))
+
+    with pytest.raises(AccessChanged):
+        await attempt_decision(any_store, decided(checked_at), paused_state, job=job)
+    after = await any_store.get_job(job_id)
+    assert after.status == JobStatus.suspended and after.pending is not None and after.pending.request_id == request_id
+    assert await decisions(any_store, job_id) == []
+    # another person's access note is not theirs; a check after the change holds
+    out = await attempt_decision(any_store, decided(utcnow()), paused_state, job=after)
+    assert out.outcome == "applied" and len(await decisions(any_store, job_id)) == 1

@@ -369,3 +369,59 @@ async def test_schema_10_database_lists_its_waiting_requests_in_the_paged_inbox(
         assert [j.job_id for j in await new.inbox(me.id, limit=2)] == [d, b]
     finally:
         await new.close()
+
+
+async def test_schema_15_database_chains_new_receipts_after_its_runs_last(
+    fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 16 keeps a run's last receipt on its job row (issue 32's cost: the claim reads it
+    there): a run with receipts written by a schema-15 signoff gets its last one's seq and hash, so
+    the next receipt chains after it; a run without any starts at the first."""
+    from functools import partial
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from signoff.engine.audit.receipts import ReceiptDraft, check_chain
+    from tests.store_conformance import pending, uid
+
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:15])
+    old = open_store(fresh_db_url)
+    await old.setup()
+    me = await new_user(old)
+    with_two, without = uid("job-"), uid("job-")
+    key, request = Ed25519PrivateKey.generate(), pending("gate:a")
+
+    def draft(job_id: str, n: int) -> ReceiptDraft:
+        return ReceiptDraft.of(job_id=job_id, flow_id="f", flow_version=1, pending=request, key=f"k{n}",
+                               action_id="approve", values=None, decided_by={"id": me.id, "name": me.name},
+                               authority="owner", via=None, at=utcnow().isoformat())
+
+    prev = None
+    async with old._tx(write=True) as tx:
+        for job_id in (with_two, without):
+            at = old._enc_dt(utcnow())
+            await tx.execute("INSERT INTO jobs (job_id, flow_id, flow_version, user_id, status, request, pending, "
+                             "pending_request_id, run_id, created_at, updated_at) VALUES (?, 'f', 1, ?, 'suspended', "
+                             "?, ?, 'gate:a', ?, ?, ?)", (job_id, me.id, old._enc_json({}),
+                                                          old._enc_json(request.model_dump(mode="json")), job_id, at, at))
+        for seq in (1, 2):  # two receipts of with_two, chained, as schema 15 wrote them
+            receipt, sha = draft(with_two, seq).signed(prev, "kid", key)
+            await tx.execute("INSERT INTO receipts (job_id, seq, receipt_id, flow_id, at, sha256, body) "
+                             "VALUES (?, ?, ?, 'f', ?, ?, ?)", (with_two, seq, receipt["receipt_id"],
+                                                               old._enc_dt(utcnow()), sha, old._enc_json(receipt)))
+            prev = sha
+    await old.close()
+    monkeypatch.undo()
+
+    new = open_store(fresh_db_url)
+    try:
+        await new.setup()
+        for job_id, count in ((with_two, 3), (without, 1)):
+            maker = partial(draft(job_id, 3).signed, key_id="kid", private=key)
+            assert await new.append_event_if_waiting(job_id, "gate:a", "human_input_vote", {"n": 3},
+                                                     dedupe_key="vote:3", receipt=maker) is not None
+            got = await new.read_receipts(job_id)
+            assert [r.seq for r in got] == list(range(1, count + 1))
+            assert check_chain([r.body for r in got]) is None  # the new one names the last one's hash
+    finally:
+        await new.close()

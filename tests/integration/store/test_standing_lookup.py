@@ -52,8 +52,10 @@ async def test_a_rule_in_force_approves_and_records_each_use_once(store: Store) 
     used = await lookup(tool_request(2))
     assert used is not None and used["authority"] == f"standing:{rule.id}" and used["decided_by"] == owner.id
     assert used["decided_by_name"] == owner.name and used["proposed_args"] == {"body": "5 EUR"}
-    # the same request again: one event (its dedupe key is the request id)
+    # the same request again: one event (its dedupe key is the request id), one use counted (the
+    # count is written with the event, in its transaction)
     await lookup(tool_request(2))
+    assert (await store.get_standing_approval(rule.id)).uses == 1
     assert [e.data["request_id"] for e in await store.read_events(job.job_id) if e.event == STANDING_EVENT] == [
         "agent:run:2"]
     # a gate (not a tool approval) is never covered
@@ -68,7 +70,7 @@ async def test_a_rule_in_force_approves_and_records_each_use_once(store: Store) 
     assert (await again(tool_request(2)))["rule_id"] == rule.id
     assert await again(tool_request(5)) is None
     assert await lookup(tool_request(2)) is None  # a first attempt always looks the rule up
-    assert (await store.get_standing_approval(rule.id)).uses == 2
+    assert (await store.get_standing_approval(rule.id)).uses == 1
 
 
 async def test_a_deleted_maker_ends_the_rule(store: Store) -> None:
