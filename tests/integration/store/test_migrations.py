@@ -374,7 +374,7 @@ async def test_schema_10_database_lists_its_waiting_requests_in_the_paged_inbox(
 async def test_schema_15_database_chains_new_receipts_after_its_runs_last(
     fresh_db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Migration 16 keeps a run's last receipt on its job row (issue 32's cost: the claim reads it
+    """Migration 17 keeps a run's last receipt on its job row (issue 32's cost: the claim reads it
     there): a run with receipts written by a schema-15 signoff gets its last one's seq and hash, so
     the next receipt chains after it; a run without any starts at the first."""
     from functools import partial
