@@ -9,6 +9,7 @@ from typing import Any
 import temporalio.worker
 
 from signoff.engine import metrics
+from signoff.engine.fairgate import acting_for
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 
@@ -34,11 +35,23 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
         try:
-            async with collect_spans(self.store):
-                return await self.next.execute_activity(input)
+            # the run's work takes its user's turns in the process (the SQLite writer's:
+            # engine/fairgate.py); the run's user is its Temporal fairness key (service/temporal.py)
+            with acting_for(_fairness_key()):
+                async with collect_spans(self.store):
+                    return await self.next.execute_activity(input)
         except Exception as err:  # counted (signoff_activity_failures_total), then Temporal's to retry
             metrics.failed_activity(_name(input), err)
             raise
+
+
+def _fairness_key() -> str | None:
+    from temporalio import activity
+
+    if not activity.in_activity():
+        return None
+    priority = activity.info().priority
+    return priority.fairness_key if priority is not None else None
 
 
 def _name(input: temporalio.worker.ExecuteActivityInput) -> str:

@@ -298,12 +298,16 @@ async def main() -> None:
         soak.until = time.monotonic() + args.quiet + args.seconds
         started = time.monotonic()
         tasks = [asyncio.create_task(soak.honest_user(u)) for u in honest]
+        # the phases on stderr, so a profiler run beside the soak can take the load alone
+        print(f"quiet: pid {dev.pid}, {api}", file=sys.stderr, flush=True)
         await asyncio.sleep(args.quiet)
         quiet_peak = dict(peaks)
         soak.phase = "load"
+        print("load", file=sys.stderr, flush=True)
         tasks += [asyncio.create_task(soak.hostile_user(u, kinds[i % len(kinds)], honest[i % len(honest)]))
                   for i, u in enumerate(hostile)]
         await asyncio.gather(*tasks)
+        print("done", file=sys.stderr, flush=True)
         sampler.cancel()
         quiet, load = summary(soak.honest["quiet"]), summary(soak.honest["load"])
         fives = {k: sum(n for s, n in v.items() if isinstance(s, int) and s >= 500) for k, v in soak.answers.items()}

@@ -1,11 +1,11 @@
-"""FairGate (service/fairgate.py): at most `slots` at once, and a freed slot goes to the next user
+"""FairGate (engine/fairgate.py): at most `slots` at once, and a freed slot goes to the next user
 in turn, not to whoever queued first; a cancelled waiter leaves its line."""
 
 from __future__ import annotations
 
 import asyncio
 
-from signoff.service.fairgate import FairGate
+from signoff.engine.fairgate import FairGate
 
 
 async def test_freed_slots_go_to_the_users_in_turn_not_first_come():
