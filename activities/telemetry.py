@@ -35,8 +35,8 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
         try:
-            # the run's work takes its user's turns in the process (the SQLite writer's:
-            # engine/fairgate.py); the run's user is its Temporal fairness key (service/temporal.py)
+            # the run's work takes its own turns in the process (the SQLite writer's:
+            # engine/fairgate.py), not the turn of everyone's work done for nobody
             with acting_for(_fairness_key()):
                 async with collect_spans(self.store):
                     return await self.next.execute_activity(input)
@@ -46,12 +46,17 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
 
 def _fairness_key() -> str | None:
+    """Whose work the activity does: the run's Temporal fairness key (its user) when the server
+    handed it on, else its run (the workflow id is the job id). The server does not hand the
+    workflow's key on to activity tasks, nor are local activities given one: measured, every
+    activity of the budget soak had none, and keyed as nobody's they all shared one turn."""
     from temporalio import activity
 
     if not activity.in_activity():
         return None
-    priority = activity.info().priority
-    return priority.fairness_key if priority is not None else None
+    info = activity.info()
+    key = info.priority.fairness_key if info.priority is not None else None
+    return key or (f"run:{info.workflow_id}" if info.workflow_id else None)
 
 
 def _name(input: temporalio.worker.ExecuteActivityInput) -> str:
