@@ -47,9 +47,9 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
 def _fairness_key() -> str | None:
     """Whose work the activity does: the run's Temporal fairness key (its user) when the server
-    handed it on, else its run (the workflow id is the job id). The server does not hand the
-    workflow's key on to activity tasks, nor are local activities given one: measured, every
-    activity of the budget soak had none, and keyed as nobody's they all shared one turn."""
+    handed it on, else its run (the workflow id is the job id). Every activity of the budget soak
+    came without one (local activities never have one), and keyed as nobody's they all shared
+    one turn."""
     from temporalio import activity
 
     if not activity.in_activity():

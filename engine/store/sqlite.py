@@ -4,10 +4,10 @@ Driver: the standard library's ``sqlite3``, every call run off the event loop on
 store owns (see docs/store.md for why not aiosqlite):
 
 - one **writer** connection on a single dedicated thread. Writes in this process queue on a
-  lock taken in turns per user (``FairGate(1)``) and each is one ``BEGIN IMMEDIATE … COMMIT`` transaction, so the write lock
-  is taken up front (no SQLITE_BUSY on a read→write upgrade). Writers in *other* processes
-  (the API and the worker are separate processes) wait on SQLite's file lock through
-  ``busy_timeout``.
+  lock taken in turns per user (``FairGate(1)``) and each is one ``BEGIN IMMEDIATE … COMMIT``
+  transaction, so the write lock is taken up front (no SQLITE_BUSY on a read→write upgrade).
+  Writers in *other* processes (the API and the worker are separate processes) wait on
+  SQLite's file lock through ``busy_timeout``.
 - a small pool of **reader** connections (WAL lets readers run while a writer commits).
 
 PRAGMAs on every connection: ``journal_mode=WAL``, ``busy_timeout`` (30 s by default),
@@ -238,9 +238,9 @@ class SQLiteStore(SQLStore):
         if write:
             # One writer: the process's write transactions wait here, in turns per user (the
             # user whose work the task does, engine/fairgate.py), not first come, first served.
-            # The writer is the service's narrowest queue under load (every write held it ~8 ms
-            # while the event loop and the GIL came round on a busy 2-core `signoff dev`, and
-            # writes waited ~200 ms each): in one queue a user whose run sends many writes at
+            # The writer is the service's narrowest queue under load (on a busy 2-core `signoff
+            # dev` every write held it ~8 ms for ~1 ms of SQLite's work, and writes waited ~200 ms
+            # each: docs/security.md, "Where an honest round waits"): in one queue a user whose run sends many writes at
             # once (a webhook delivery per hook, the spans and messages of a run at its output
             # budget) put every other user's write behind them all; in turns, another user's
             # write waits for at most one write of each user with writes waiting.
