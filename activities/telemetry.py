@@ -9,6 +9,7 @@ from typing import Any
 import temporalio.worker
 
 from signoff.engine import metrics
+from signoff.engine.fairgate import acting_for
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 
@@ -34,11 +35,28 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
 
     async def execute_activity(self, input: temporalio.worker.ExecuteActivityInput) -> Any:
         try:
-            async with collect_spans(self.store):
-                return await self.next.execute_activity(input)
+            # the run's work takes its own turns in the process (the SQLite writer's:
+            # engine/fairgate.py), not the turn of everyone's work done for nobody
+            with acting_for(_fairness_key()):
+                async with collect_spans(self.store):
+                    return await self.next.execute_activity(input)
         except Exception as err:  # counted (signoff_activity_failures_total), then Temporal's to retry
             metrics.failed_activity(_name(input), err)
             raise
+
+
+def _fairness_key() -> str | None:
+    """Whose work the activity does: the run's Temporal fairness key (its user) when the server
+    handed it on, else its run (the workflow id is the job id). Every activity of the budget soak
+    came without one (local activities never have one), and keyed as nobody's they all shared
+    one turn."""
+    from temporalio import activity
+
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    key = info.priority.fairness_key if info.priority is not None else None
+    return key or (f"run:{info.workflow_id}" if info.workflow_id else None)
 
 
 def _name(input: temporalio.worker.ExecuteActivityInput) -> str:

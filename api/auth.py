@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from signoff.api.errors import error_response
+from signoff.engine.fairgate import acting_for
 from signoff.engine.store.base import StoreUnavailable
 
 
@@ -57,7 +58,8 @@ class AuthMiddleware:
             await response(scope, receive, send)
             return
         scope.setdefault("state", {})["user"] = user
-        await self._limited(scope, receive, send)
+        with acting_for(user.id):  # the request's work takes this user's turns (engine/fairgate.py)
+            await self._limited(scope, receive, send)
 
     async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The rest of the app, its body within ``max_body_bytes`` (413 BODY_TOO_LARGE)."""

@@ -21,6 +21,10 @@ Reported: the honest users' p50/p95 quiet and under load and their ratio (target
 the answers by status per kind (target: no 5xx), the peak RSS of the signoff process and of the
 Temporal dev server, and the growth of signoff's database.
 
+Its phases go to stderr (``quiet: pid P, URL``, ``load``, ``done``), so a profiler or a scrape of
+``/metrics`` beside it can take the load alone. On PostgreSQL: ``--set
+SIGNOFF_DATABASE_URL=postgresql://...`` (a database of its own; the growth is then the database's).
+
 Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--hostile 20] [--kinds regex,...]
        [--set SIGNOFF_X=VALUE ...]
 """
@@ -38,6 +42,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -141,7 +146,12 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def db_bytes(home: Path) -> int:
+def db_bytes(home: Path, url: str | None = None) -> int:
+    if url and url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            return int(conn.execute("SELECT pg_database_size(current_database())").fetchone()[0])
     return sum(p.stat().st_size for p in home.glob("signoff.db*"))
 
 
@@ -282,9 +292,10 @@ async def main() -> None:
         api = f"http://127.0.0.1:{env['SIGNOFF_API_PORT']}"
         honest = [f"honest{i}" for i in range(args.honest)]
         hostile = [f"hostile{i}" for i in range(args.hostile)]
-        keys = {name: create_user(env, name) for name in honest + hostile}
+        with ThreadPoolExecutor(4) as pool:  # a CLI process each: four at a time
+            keys = dict(zip(honest + hostile, pool.map(lambda name: create_user(env, name), honest + hostile)))
         soak = Soak(api, keys, sink)
-        db_before = db_bytes(home)
+        db_before = db_bytes(home, env.get("SIGNOFF_DATABASE_URL"))
         peaks: dict[str, float] = defaultdict(float)
 
         async def sample() -> None:
@@ -298,12 +309,16 @@ async def main() -> None:
         soak.until = time.monotonic() + args.quiet + args.seconds
         started = time.monotonic()
         tasks = [asyncio.create_task(soak.honest_user(u)) for u in honest]
+        # the phases on stderr, so a profiler run beside the soak can take the load alone
+        print(f"quiet: pid {dev.pid}, {api}", file=sys.stderr, flush=True)
         await asyncio.sleep(args.quiet)
         quiet_peak = dict(peaks)
         soak.phase = "load"
+        print("load", file=sys.stderr, flush=True)
         tasks += [asyncio.create_task(soak.hostile_user(u, kinds[i % len(kinds)], honest[i % len(honest)]))
                   for i, u in enumerate(hostile)]
         await asyncio.gather(*tasks)
+        print("done", file=sys.stderr, flush=True)
         sampler.cancel()
         quiet, load = summary(soak.honest["quiet"]), summary(soak.honest["load"])
         fives = {k: sum(n for s, n in v.items() if isinstance(s, int) and s >= 500) for k, v in soak.answers.items()}
@@ -316,7 +331,7 @@ async def main() -> None:
             "outbound_calls_seen": sink.count,
             "peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
             "quiet_peak_rss_mb": {k: round(v, 1) for k, v in quiet_peak.items()},
-            "db_growth_mb": round((db_bytes(home) - db_before) / 2**20, 1),
+            "db_growth_mb": round((db_bytes(home, env.get("SIGNOFF_DATABASE_URL")) - db_before) / 2**20, 1),
         }, indent=2))
     finally:
         stop_group(dev)

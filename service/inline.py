@@ -37,7 +37,7 @@ from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
 from signoff.engine.validate import flow_has_gate
 from signoff.service.backend import Resumed, RunBackend, poll_job
-from signoff.service.fairgate import FairGate
+from signoff.engine.fairgate import FairGate, acting_for
 from signoff.service.periodic import periodically
 
 log = logging.getLogger("signoff.inline")
@@ -113,7 +113,8 @@ class InlineBackend(RunBackend):
             await self._failed(job, flow, {"error": "the flow cannot run inline", "type": "InlineRefused",
                                            "vertex_id": None})
             return
-        task = asyncio.create_task(self._run(job, flow, spec), name=f"signoff-inline-{job.job_id}")
+        with acting_for(job.user_id):  # the run's writes take its user's turns (engine/fairgate.py)
+            task = asyncio.create_task(self._run(job, flow, spec), name=f"signoff-inline-{job.job_id}")
         self._tasks[job.job_id] = task
 
         def done(t: asyncio.Task[None]) -> None:

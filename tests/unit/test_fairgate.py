@@ -1,11 +1,11 @@
-"""FairGate (service/fairgate.py): at most `slots` at once, and a freed slot goes to the next user
+"""FairGate (engine/fairgate.py): at most `slots` at once, and a freed slot goes to the next user
 in turn, not to whoever queued first; a cancelled waiter leaves its line."""
 
 from __future__ import annotations
 
 import asyncio
 
-from signoff.service.fairgate import FairGate
+from signoff.engine.fairgate import FairGate, acting_for, current_user
 
 
 async def test_freed_slots_go_to_the_users_in_turn_not_first_come():
@@ -64,3 +64,38 @@ async def test_no_slots_is_no_limit():
     gate = FairGate(0)
     async with gate.hold("a"), gate.hold("a"), gate.hold("b"):
         assert gate.busy == 0
+
+
+def test_an_activity_takes_its_runs_turns_not_nobodys():
+    """The server hands the workflow's fairness key on to no activity task (the budget soak's
+    activities all came without one), so an activity without one is keyed by its run: keyed as
+    nobody's, every run's writes shared one turn at the SQLite writer."""
+    import dataclasses
+
+    from temporalio.common import Priority
+    from temporalio.testing import ActivityEnvironment
+
+    from signoff.activities.telemetry import _fairness_key
+
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id="job-1", priority=Priority.default)
+    assert env.run(_fairness_key) == "run:job-1"
+    env.info = dataclasses.replace(env.info, priority=Priority(fairness_key="user-1"))
+    assert env.run(_fairness_key) == "user-1"
+
+
+def test_acting_for_is_the_tasks_and_ends_with_its_block():
+    async def peek() -> str:
+        await asyncio.sleep(0)
+        return current_user()
+
+    async def main():
+        seen = []
+        with acting_for("ann"):
+            inner = asyncio.create_task(peek())  # a task started inside inherits it
+            seen.append(current_user())
+        seen.append(current_user())
+        seen.append(await inner)
+        return seen
+
+    assert asyncio.run(main()) == ["ann", "", "ann"]

@@ -1,4 +1,5 @@
-"""Slots of a process's work taken in turns per user (issue 28, "a fair share of the service").
+"""Slots of a process's work taken in turns per user (issue 28, "a fair share of the service"),
+and whose work the current task does (:func:`acting_for`, :func:`current_user`).
 
 :class:`FairGate` lets at most ``slots`` holders in at once. When all are taken, a newcomer waits
 in its user's line, and a freed slot goes to the next user in turn (round robin over the users
@@ -6,14 +7,37 @@ who wait, each user's own in the order they came; the user whose slot was freed 
 per turn like a user with one, so one user's backlog never sits in front of another's run. What
 waits holds nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot
 it was just given).
+
+Used by the inline runs of an API process (``service/inline.py``: runs being built) and by the
+SQLite store's one writer (``engine/store/sqlite.py``: write transactions), keyed by the user
+whose work it is: the API request's user (``api/auth.py``), the run's user in an activity (its
+Temporal fairness key, ``activities/telemetry.py``) or an inline run (the request's context).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+
+_USER: contextvars.ContextVar[str] = contextvars.ContextVar("signoff_acting_for", default="")
+
+
+def current_user() -> str:
+    """The user whose work this task does ("" when nobody's: sweeps, start-up)."""
+    return _USER.get()
+
+
+@contextlib.contextmanager
+def acting_for(user_id: str | None) -> Iterator[None]:
+    """This task (and the tasks it starts) does ``user_id``'s work until the block ends."""
+    token = _USER.set(user_id or "")
+    try:
+        yield
+    finally:
+        _USER.reset(token)
 
 
 class FairGate:
