@@ -30,6 +30,12 @@ def current_user() -> str:
     return _USER.get()
 
 
+def act_for(user_id: str | None) -> None:
+    """This task (and the tasks it starts) does ``user_id``'s work from now on: for a task that
+    is one person's request to its end (a page request, whose user a dependency finds)."""
+    _USER.set(user_id or "")
+
+
 @contextlib.contextmanager
 def acting_for(user_id: str | None) -> Iterator[None]:
     """This task (and the tasks it starts) does ``user_id``'s work until the block ends."""

@@ -20,6 +20,7 @@ from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from signoff.engine.errors import JobNotFound, SignoffError
+from signoff.engine.fairgate import act_for
 from signoff.engine.models import User
 from signoff.engine.store.base import Store
 from signoff.service import RunService
@@ -130,6 +131,7 @@ async def signed_in(request: Request) -> PageContext:
     if found is None:
         raise SignInRequired()
     session, user = found
+    act_for(user.id)  # the request's work takes this user's turns (engine/fairgate.py), as an API key's does
     page = PageContext(session=session, user=user, store=request.app.state.store, service=get_service(request),
                        sessions=sessions)
     request.state.page = page

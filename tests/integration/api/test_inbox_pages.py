@@ -167,3 +167,22 @@ async def test_ticked_rows_are_decided_in_one_go_each_once(api: Harness):
         r = await page.post("/inbox/decide", data={"csrf": csrf, "action_id": "approve",
                                                    "item": [f"{bobs}|gate:{bobs}"] * 101})
         assert r.status_code == 422 and "at most 100" in r.text
+
+
+async def test_a_page_request_does_its_persons_work(api: Harness, monkeypatch: pytest.MonkeyPatch):
+    """A page request takes its person's turns at the shared parts (the SQLite writer's:
+    engine/fairgate.py), as a request with their API key does: the person's id is the task's
+    ``current_user`` while the page is built (nobody's before the fix)."""
+    from signoff.engine.fairgate import current_user
+
+    seen: list[str] = []
+    real = api.service.header_count
+
+    async def header_count(user):
+        seen.append(current_user())
+        return await real(user)
+
+    monkeypatch.setattr(api.service, "header_count", header_count)
+    async for me, page in signed_in(api):
+        assert (await page.get("/")).status_code == 200
+        assert seen and set(seen) == {me}, seen
