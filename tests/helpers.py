@@ -5,6 +5,7 @@ for "no second HTTP call")."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -75,6 +76,35 @@ class EgressAllow:
         settings.egress_allow = self.value
         self._bound.append(settings)
         return settings
+
+
+def signoff_cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The ``signoff`` command run in this process: ``signoff.cli.main`` (what the console script
+    calls) with its output captured, as a ``CompletedProcess``. For a test whose subject is a
+    command's answer, not the process (a spawn costs a second or more of imports); call it with
+    ``asyncio.to_thread`` from async code. The environment is this process's (``monkeypatch`` it)."""
+    import contextlib
+    import io
+    import sys
+
+    from signoff.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin_was = sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as e:  # argparse, or a command that exits with a message (as Python does)
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.stdin = stdin_was
+    return subprocess.CompletedProcess(["signoff", *argv], code, out.getvalue(), err.getvalue())
 
 
 class LocalHTTPServer:
