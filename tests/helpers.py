@@ -5,7 +5,6 @@ for "no second HTTP call")."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -78,13 +77,14 @@ class EgressAllow:
         return settings
 
 
-def signoff_cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def signoff_cli(*argv: str, stdin: str | None = None):
     """The ``signoff`` command run in this process: ``signoff.cli.main`` (what the console script
     calls) with its output captured, as a ``CompletedProcess``. For a test whose subject is a
     command's answer, not the process (a spawn costs a second or more of imports); call it with
     ``asyncio.to_thread`` from async code. The environment is this process's (``monkeypatch`` it)."""
     import contextlib
     import io
+    import subprocess
     import sys
 
     from signoff.cli import main
