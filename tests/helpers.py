@@ -94,6 +94,36 @@ class EgressAllow:
         return settings
 
 
+def signoff_cli(*argv: str, stdin: str | None = None):
+    """The ``signoff`` command run in this process: ``signoff.cli.main`` (what the console script
+    calls) with its output captured, as a ``CompletedProcess``. For a test whose subject is a
+    command's answer, not the process (a spawn costs a second or more of imports); call it with
+    ``asyncio.to_thread`` from async code. The environment is this process's (``monkeypatch`` it)."""
+    import contextlib
+    import io
+    import subprocess
+    import sys
+
+    from signoff.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin_was = sys.stdin
+    sys.stdin = io.StringIO(stdin or "")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as e:  # argparse, or a command that exits with a message (as Python does)
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.stdin = stdin_was
+    return subprocess.CompletedProcess(["signoff", *argv], code, out.getvalue(), err.getvalue())
+
+
 class LocalHTTPServer:
     """A real HTTP server on 127.0.0.1 (a free port), serving ``handler`` from a daemon thread.
     Subclasses build their handler class, then call ``super().__init__(Handler)``."""
@@ -102,7 +132,9 @@ class LocalHTTPServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # serve_forever's loop notices a shutdown() only at its poll (0.5 s by default): every
+        # close waited that long
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
 
     def close(self) -> None:

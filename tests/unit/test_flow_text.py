@@ -219,27 +219,49 @@ async def test_signoff_run_reads_yaml_1_2_so_the_node_called_no_runs(tmp_path):
     assert out.getvalue().strip() == "Refund refused"
 
 
-def _run(tmp_path: Path, name: str, text: str, **env: str) -> subprocess.CompletedProcess:
+def _run(monkeypatch, capsys, tmp_path: Path, name: str, text: str, **env: str) -> subprocess.CompletedProcess:
+    """``signoff run`` through the CLI's own entry (``signoff.cli.main``, what the console script
+    calls) in this process: the environment read by its settings is the subject, not the
+    interpreter's start (a spawn cost a second or more of imports per call). The settings this
+    process read once are forgotten before and after, as a fresh process has none."""
+    from signoff.cli import main
+    from signoff.engine import spec, validate
+    from signoff.engine.components import human_input
+
+    read_once = [validate._process_max_nodes, validate._process_min_remind_every, spec._process_max_depth,
+                 human_input._process_max_fields_bytes]
+
     (tmp_path / name).write_text(text)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    return subprocess.run([sys.executable, "-m", "signoff.cli", "run", str(tmp_path / name), "--input", "x"],
-                          env={**clean, "SIGNOFF_HOME": str(tmp_path), **env}, cwd=ROOT, input="reject\n",
-                          capture_output=True, text=True, timeout=120)
+    for key in [k for k in os.environ if k.startswith("SIGNOFF_")]:
+        monkeypatch.delenv(key)
+    for key, value in {"SIGNOFF_HOME": str(tmp_path), **env}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("reject\n"))
+    capsys.readouterr()
+    [cached.cache_clear() for cached in read_once]
+    try:
+        code = main(["run", str(tmp_path / name), "--input", "x"])
+    finally:
+        [cached.cache_clear() for cached in read_once]
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["signoff", "run"], code, out, err)
 
 
-def test_signoff_run_honours_max_flow_nodes_and_max_json_depth(tmp_path):
+def test_signoff_run_honours_max_flow_nodes_and_max_json_depth(monkeypatch, capsys, tmp_path):
+    run = lambda *a, **env: _run(monkeypatch, capsys, tmp_path, *a, **env)  # noqa: E731
     wide = json.dumps({"name": "wide", "nodes": [{"id": f"n{i}", "type": "TextInput"} for i in range(501)]})
-    done = _run(tmp_path, "wide.json", wide, SIGNOFF_MAX_FLOW_NODES="600")
+    done = run("wide.json", wide, SIGNOFF_MAX_FLOW_NODES="600")
     assert done.returncode == 0, done.stderr  # the engine no longer holds its own 500
-    done = _run(tmp_path, "refund.yaml", REFUND_YAML, SIGNOFF_MAX_FLOW_NODES="3")
+    done = run("refund.yaml", REFUND_YAML, SIGNOFF_MAX_FLOW_NODES="3")
     assert done.returncode == 1 and "the limit is 3 (SIGNOFF_MAX_FLOW_NODES)" in done.stderr, done.stderr
     deep = json.dumps({**REFUND, "meta": nest(10)})
-    done = _run(tmp_path, "deep.json", deep, SIGNOFF_MAX_JSON_DEPTH="10")
+    done = run("deep.json", deep, SIGNOFF_MAX_JSON_DEPTH="10")
     assert done.returncode == 1 and "more than 10 levels deep" in done.stderr, done.stderr
-    assert _run(tmp_path, "deep.json", deep, SIGNOFF_MAX_JSON_DEPTH="11").returncode == 0
+    assert run("deep.json", deep, SIGNOFF_MAX_JSON_DEPTH="11").returncode == 0
 
 
-def test_signoff_run_refuses_the_alias_bomb(tmp_path):
-    done = _run(tmp_path, "bomb.yaml", BOMB)
+def test_signoff_run_refuses_the_alias_bomb(monkeypatch, capsys, tmp_path):
+    done = _run(monkeypatch, capsys, tmp_path, "bomb.yaml", BOMB)
     assert done.returncode == 1 and "anchors and aliases are not accepted" in done.stderr
     assert len(done.stderr) < 1_000 and done.stdout == ""

@@ -9,10 +9,11 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import signoff_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -84,13 +85,14 @@ async def test_patch_me_refuses_unknown_fields_and_too_long_bodies(api) -> None:
         assert r.status_code == 422
 
 
-def test_cli_create_set_and_list_contacts(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    env["SIGNOFF_HOME"] = str(tmp_path)
+def test_cli_create_set_and_list_contacts(tmp_path: Path, monkeypatch) -> None:
+    for key in [k for k in os.environ if k.startswith("SIGNOFF_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SIGNOFF_HOME", str(tmp_path))
+    monkeypatch.chdir(ROOT)
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "signoff.cli", "users", *args], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        return signoff_cli("users", *args)
 
     made = cli("create", "carol", "--new-database", "--email", "carol@example.com", "--slack", "U0CAROL1")
     assert made.returncode == 0, made.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 from datetime import timedelta
 
 import httpx
@@ -17,7 +16,8 @@ import pytest
 
 from signoff.engine.models import JobStatus, utcnow
 from tests.helpers import eventually
-from tests.integration.api.conftest import ROOT, Harness, serving, submit_suspended
+from tests.helpers import signoff_cli
+from tests.integration.api.conftest import Harness, serving, submit_suspended
 
 
 
@@ -160,9 +160,8 @@ async def test_signoff_delete(api: Harness) -> None:
     waiting_id = (await submit_suspended(api))["job_id"]
 
     async def cli(*args: str) -> subprocess.CompletedProcess:
-        return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "signoff.cli", "delete", *args,
-                                                        "--api-url", url, "--api-key", api.users["alice"][1]],
-                                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return await asyncio.to_thread(signoff_cli, "delete", *args, "--api-url", url,
+                                       "--api-key", api.users["alice"][1])
 
     async with serving(api.app) as url:
         done = await cli(done_id)

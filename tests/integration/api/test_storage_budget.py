@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 
@@ -18,7 +16,8 @@ import httpx
 import pytest_asyncio
 
 from signoff.engine.models import JobStatus
-from tests.integration.api.conftest import REFUND, ROOT, Harness, harness, serving
+from tests.helpers import signoff_cli
+from tests.integration.api.conftest import REFUND, Harness, harness, serving
 
 LIMIT = 8000  # a run of the example refund flow with a 210-character input keeps about 6.8 KB
 
@@ -117,9 +116,7 @@ async def test_signoff_whoami_says_what_you_keep_against_your_budget(world) -> N
     async with client(world, "bob") as bob:
         kept = await used(bob)
     name = (await h.store.get_user(h.users["bob"][0])).name
-    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "signoff.cli", "whoami", "--api-url", url,
-                                                    "--api-key", h.users["bob"][1]],
-                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = await asyncio.to_thread(signoff_cli, "whoami", "--api-url", url, "--api-key", h.users["bob"][1])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"{name} ({h.users['bob'][0]})"
     shown = f"{kept} bytes" if kept < 1024 else f"{kept / 1024:.1f} KiB"

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 from signoff.engine.models import JobStatus
+from tests.helpers import signoff_cli
 from tests.integration.api.conftest import Harness
 from tests.integration.decisions.conftest import (
     code,
@@ -25,7 +24,6 @@ from tests.integration.decisions.conftest import (
     user_name,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
 
 
 async def _group(h: Harness, owner: str, *members: str) -> str:
@@ -200,8 +198,7 @@ async def test_self_approval(h: Harness):
 
 
 def _cli(url: str, key: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "signoff.cli", *args, "--api-url", url, "--api-key", key],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return signoff_cli(*args, "--api-url", url, "--api-key", key)
 
 
 async def test_the_cli_groups_and_pending(h: Harness, live: str):

@@ -24,6 +24,7 @@ import httpx
 import pytest_asyncio
 
 from signoff.engine.models import TERMINAL_STATUSES, JobStatus
+from signoff.workflows.types import FlowRunInput
 from tests.helpers import eventually
 from tests.integration.decisions.gate_world import (  # noqa: F401 - the world fixture
     Receiver,
@@ -120,10 +121,11 @@ async def test_remind_every_below_the_floor_is_refused_at_save_and_at_submit(wor
     assert r.json()["detail"]["code"] == "FLOW_INVALID" and "floor" in r.text
 
 
-async def test_a_request_sends_at_most_the_reminder_cap_then_waits_on(world, receivers):
+async def test_a_request_sends_at_most_the_reminder_cap_then_waits_on(world, receivers, monkeypatch):
     h, skipper = world
-    cap = h.settings.max_reminders
-    assert cap == 24  # the default
+    assert h.settings.max_reminders == 24 == FlowRunInput.model_fields["max_reminders"].default  # the default
+    cap = 4  # the cap is the subject, not its value: each reminder is a webhook delivery through Temporal
+    monkeypatch.setattr(h.settings, "max_reminders", cap)
     rx = receivers()
     await register_webhook(h, "alice", rx.url, SECRET, events=["human_input_reminder"])
     flow_id = await save_flow(h, gate_flow("reminds hourly", remind_every={"value": 1, "unit": "Hours"}))

@@ -12,9 +12,7 @@ import asyncio
 import json
 import re
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,11 +21,11 @@ import pytest
 from signoff.commands.audit import check_receipts
 from signoff.engine.audit.receipts import public_keys, sha256_hex, shown_sha256
 from signoff.engine.models import JobStatus
+from tests.helpers import signoff_cli
 from tests.integration.api.conftest import Harness
 from tests.integration.decisions.conftest import gate_flow, resume, run_suspended, uid, upload, user_name
 from tests.integration.decisions.test_temporal_surface import _update
 
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,8 +60,7 @@ async def run_receipts(h: Harness, job_id: str, n: int) -> list[dict[str, Any]]:
 
 
 def _cli(url: str, key: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "signoff.cli", *args, "--api-url", url, "--api-key", key],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120, input=stdin)
+    return signoff_cli(*args, "--api-url", url, "--api-key", key, stdin=stdin)
 
 
 async def test_an_api_decision_has_its_receipt_for_whoever_sees_the_run(h: Harness):

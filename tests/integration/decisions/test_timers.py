@@ -372,14 +372,14 @@ async def test_the_timer_paths_replay(world):
 
 
 async def test_reminders_missed_while_no_worker_ran_are_not_all_sent_at_once(world, monkeypatch):
-    """The workers were down for several reminder periods (real time here: a reminder every 3 s,
-    10 s without a worker): when one runs again the run sends one reminder for the periods it
+    """The workers were down for several reminder periods (real time here: a reminder every 1 s,
+    4 s without a worker): when one runs again the run sends one reminder for the periods it
     missed, not one each in a burst (to every webhook), then one a period: no two reminders in
     the same period."""
     h, _ = world
     if h.settings.resolved_database_url.startswith("postgres"):
         pytest.skip("the workflow's own timer logic, in real time: one backend is enough")
-    every = 3
+    every = 1
     monkeypatch.setattr(h.settings, "min_remind_every_seconds", 1)  # below the floor (60 s): real time here
     settings = h.settings.model_copy(update={"task_queue": f"outage-{uuid.uuid4()}"})
     service = RunService(settings, h.store, h.service.client)
@@ -400,7 +400,7 @@ async def test_reminders_missed_while_no_worker_ran_are_not_all_sent_at_once(wor
         paused = (await h.wait_status(job_id, JobStatus.suspended)).pending.paused_at
         await reminders(1)
     before = len(await reminders(1))
-    await asyncio.sleep(10)  # no worker: three periods or more go by
+    await asyncio.sleep(4)  # no worker: three periods or more go by
     assert len(await reminders(1)) == before
     async with build_worker(h.service.client, h.store, settings):
         await reminders(before + 3)

@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from signoff.engine.models import JobStatus
+from tests.helpers import signoff_cli
 from tests.integration.api.conftest import Harness
 from tests.integration.decisions.conftest import (
     EchoHTTP,
@@ -25,7 +24,6 @@ from tests.integration.decisions.conftest import (
     upload,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
 
 FORM: dict[str, Any] = {
     "type": "object",
@@ -162,8 +160,7 @@ async def test_a_schema_per_decision(h: Harness):
 
 
 def _cli(url: str, key: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "signoff.cli", *args, "--api-url", url, "--api-key", key],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return signoff_cli(*args, "--api-url", url, "--api-key", key)
 
 
 async def test_the_cli_sends_values(h: Harness, live: str):
