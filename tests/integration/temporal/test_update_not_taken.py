@@ -1,8 +1,11 @@
 """An Update the workflow could not take (issue 28): its workflow task failed (here a worker
-interceptor raises in the resume handler, as a deadlock detector or a bug does), so Temporal
-answers the Update FAILED_PRECONDITION (WorkflowNotReadyFailure). Nothing was applied: the API
-says 503 with Retry-After and code UNAVAILABLE, not 500, the job waits as it was, and once the
-task goes through the same decision sent again is applied."""
+interceptor raises in the resume handler, as a deadlock detector or a bug does). Temporal may
+answer such an Update FAILED_PRECONDITION (WorkflowNotReadyFailure: service/temporal.py
+``_not_ready``, its own unit test in tests/unit/test_temporal_errors.py) or, as this dev server
+does, hold it while it retries the task until the API's wait ends
+(SIGNOFF_RESUME_TIMEOUT_SECONDS, 10 s here). Either way nothing was applied: the API says 503
+with Retry-After and code UNAVAILABLE, not 500, the job waits as it was, and once the task goes
+through the same decision sent again is applied, once."""
 
 from __future__ import annotations
 
