@@ -47,7 +47,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 
 from signoff.engine.errors import SignoffError
-from signoff.engine.store.counters import COUNTS
+from signoff.engine.store.counters import COUNTS, HOLD
 from signoff.engine.store.proxy import StoreProxy
 
 __all__ = ["OTHER_FLOWS", "OUTCOMES", "REGISTRY", "FlowLabels", "MeteredStore", "decided", "decision_outcome",
@@ -99,6 +99,18 @@ class _StoreCounts:
         yield tx
         yield CounterMetricFamily("signoff_store_statements", "Statements the store sent to its database",
                                   value=COUNTS["statements"])
+        if HOLD.n:  # SQLite only: its one writer's hold per write transaction (engine/store/counters.py)
+            from prometheus_client.core import HistogramMetricFamily
+
+            cumulative, buckets = 0, []
+            for bound, n in zip(HOLD.BUCKETS, HOLD.counts):
+                cumulative += n
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            yield HistogramMetricFamily("signoff_store_writer_hold_seconds", "How long a write transaction held "
+                                        "the SQLite writer (BEGIN IMMEDIATE to the end of COMMIT)",
+                                        buckets=buckets, sum_value=HOLD.sum)
+            yield CounterMetricFamily("signoff_store_writer_work_seconds", "Of the writer's hold, the time spent "
+                                      "in SQLite's own calls", value=HOLD.work)
 
 
 REGISTRY.register(_StoreCounts())  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-__all__ = ["COUNTS", "count", "tallying"]
+__all__ = ["COUNTS", "HOLD", "count", "tallying"]
 
 COUNTS: dict[str, int] = {"commit": 0, "read": 0, "statements": 0}
 
@@ -40,3 +40,31 @@ def tallying() -> Iterator[dict[str, int]]:
         yield tally
     finally:
         _TALLY.reset(token)
+
+
+class WriterHold:
+    """How long each write transaction of this process held the SQLite writer, from its BEGIN
+    IMMEDIATE to the end of its COMMIT (what every other write, of this process or another, waits
+    behind), as a histogram (``signoff_store_writer_hold_seconds``), and the part of it spent in
+    SQLite's own calls (``signoff_store_writer_work_seconds_total``): the rest is waiting for
+    the event loop or the GIL between statements. Observed on the writer's thread, one at a time."""
+
+    BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 1.0, float("inf"))
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(self.BUCKETS)
+        self.sum = 0.0
+        self.work = 0.0
+        self.n = 0
+
+    def observe(self, held: float, work: float) -> None:
+        for i, bound in enumerate(self.BUCKETS):
+            if held <= bound:
+                self.counts[i] += 1
+                break
+        self.sum += held
+        self.work += work
+        self.n += 1
+
+
+HOLD = WriterHold()

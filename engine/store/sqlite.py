@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -34,7 +36,7 @@ from typing import Any, TypeVar
 from signoff.engine.fairgate import FairGate, current_user
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
-from signoff.engine.store.counters import count
+from signoff.engine.store.counters import HOLD, count
 from signoff.engine.store.encoding import as_utc, dumps, octets
 from signoff.engine.store.sql import SQLStore, Tx
 from signoff.engine.store.sql.queries import Q
@@ -73,6 +75,8 @@ class _SQLiteTx(Tx):
         self.open = False
         self.told = False  # an event was appended: this process's tails look as soon as it commits
         self.running: Future[Any] | None = None  # the statement a store thread may still be running
+        self.began = 0.0  # when BEGIN ran (perf_counter, on the store thread): the writer's hold
+        self.work = 0.0  # of it, the time in SQLite's own calls
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         count("statements")
@@ -81,10 +85,15 @@ class _SQLiteTx(Tx):
             try:
                 if self.conn is None:
                     self.conn = self._acquire()
+                start = time.perf_counter()
                 if self._begin and not self.open:
                     self.conn.execute(self._begin)
                     self.open = True
-                return fn(self.conn)
+                    self.began = start
+                try:
+                    return fn(self.conn)
+                finally:
+                    self.work += time.perf_counter() - start
             except sqlite3.Error as exc:
                 raise _wrap(exc) from exc
 
@@ -124,20 +133,58 @@ class _SQLiteTx(Tx):
             conn = self.conn
             if not self.open or conn is None:
                 return
-            if commit:
-                try:
-                    conn.execute("COMMIT")
-                except sqlite3.Error as exc:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise _wrap(exc) from exc
-            elif conn.in_transaction:
-                conn.execute("ROLLBACK")
+            start = time.perf_counter()
+            try:
+                if commit:
+                    try:
+                        conn.execute("COMMIT")
+                    except sqlite3.Error as exc:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise _wrap(exc) from exc
+                elif conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            finally:
+                end = time.perf_counter()
+                HOLD.observe(end - self.began, self.work + end - start)
 
         try:
             await asyncio.get_running_loop().run_in_executor(self._executor, run)
         finally:
             self.open = False
+
+
+class _WriterTx(Tx):
+    """The statements of a transaction that runs whole on the writer's thread (SQLiteStore._write):
+    each runs at once on that thread, so a body that awaits only these never suspends."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.told = False
+        self.work = 0.0
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        count("statements")
+        start = time.perf_counter()
+        try:
+            return fn(self.conn)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+        finally:
+            self.work += time.perf_counter() - start
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._run(lambda c: c.execute(sql, tuple(params)).rowcount)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self._run(lambda c: c.executemany(sql, [tuple(r) for r in rows]))
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        rows = self._run(lambda c: _rows(c.execute(sql, tuple(params))))
+        return rows[0] if rows else None
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        return self._run(lambda c: _rows(c.execute(sql, tuple(params))))
 
 
 class SQLiteStore(SQLStore):
@@ -263,6 +310,68 @@ class SQLiteStore(SQLStore):
                 yield tx
             finally:
                 self._give_back(tx)
+
+    async def _write(self, body: Callable[[Tx], Awaitable[T]]) -> T:
+        """``body`` in one write transaction run whole on the writer's thread, in one hop: BEGIN
+        IMMEDIATE, the body's statements and the COMMIT, with no return to the event loop in
+        between (a transaction of ``_tx`` hops to the thread and back per statement, and under
+        load each hop back waits for the loop: docs/store.md, "The writer's hold"). The body
+        awaits nothing but its transaction's statements (they run at once there); one that
+        awaits anything else is rolled back and raises RuntimeError."""
+        self._check_open()
+        async with self._write_lock.hold(current_user()):  # in turns per user, as _tx
+            count("commit")
+            tx: _WriterTx | None = None
+            cancelled = threading.Event()  # the caller was cancelled: roll back if not yet committing
+
+            def run() -> T:
+                nonlocal tx
+                conn = self._writer_conn()
+                tx = _WriterTx(conn)
+                start = time.perf_counter()
+                try:
+                    tx._run(lambda c: c.execute("BEGIN IMMEDIATE"))
+                    coro = body(tx)
+                    try:
+                        waited = coro.send(None)
+                    except StopIteration as done:
+                        result: T = done.value
+                    else:
+                        coro.close()
+                        raise RuntimeError(f"A write transaction's body awaited {waited!r}, not a statement")
+                    if cancelled.is_set():  # as a transaction of _tx cancelled before its COMMIT
+                        raise asyncio.CancelledError
+                    tx._run(lambda c: c.execute("COMMIT"))
+                    return result
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+                finally:
+                    HOLD.observe(time.perf_counter() - start, tx.work)
+
+            try:
+                # the caller's context: the tally of what a task sends (counters.py) counts it
+                running = self._writer_exec.submit(contextvars.copy_context().run, run)
+            except RuntimeError as exc:  # the executor was shut down: the store closed meanwhile
+                raise StoreError("This store is closed.") from exc
+            done = asyncio.wrap_future(running)
+            try:
+                result = await asyncio.shield(done)
+            except asyncio.CancelledError:
+                # the thread runs the body to its end, then rolls back (or commits, when the cancel
+                # came once the COMMIT had begun); the writer is not handed on before it has, and
+                # the caller is told cancelled either way
+                cancelled.set()
+                while not done.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(done)
+                raise
+            if tx is not None and tx.told:
+                for wake in self._tail_wakes:
+                    wake.set()
+            return result
 
     def _give_back(self, tx: _SQLiteTx) -> None:
         """A reader goes back to the pool once no thread runs a statement on it: a read cancelled

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import CheckpointRecord, utcnow
-from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
 __all__ = ["SQLCheckpoints"]
@@ -32,11 +32,14 @@ class SQLCheckpoints(SQLCore):
         checkpoint_id = str(uuid.uuid4())
         body = self._enc_json(data)
         size = self._json_octets(body)
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> None:
             user_id = await self._job_user(tx, job_id or run_id)  # run_id = job_id (DESIGN §1.5)
             await tx.execute(Q.insert_checkpoint, (
                 checkpoint_id, run_id, job_id, body, self._enc_dt(utcnow()), self._enc_dt(expires_at), size, user_id))
             await self._charge(tx, user_id, size, job_id or run_id)
+
+        await self._write(write)
         return checkpoint_id
 
     async def load_latest_checkpoint(self, run_id: str) -> CheckpointRecord | None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import abc
 import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from signoff.engine.models import utcnow
 from signoff.engine.store.base import Store, StoreError
@@ -23,6 +23,8 @@ from signoff.engine.store.sql.queries import Q
 __all__ = ["SQLCore", "Tx", "USAGE_SHARDS", "usage_shard"]
 
 USAGE_SHARDS = 16
+
+T = TypeVar("T")
 
 
 def usage_shard(key: str) -> int:
@@ -59,6 +61,13 @@ class SQLCore(Store):
     @abc.abstractmethod
     def _tx(self, *, write: bool) -> AbstractAsyncContextManager[Tx]:
         """A transaction that takes the write lock up front (write=True), or a read connection."""
+
+    async def _write(self, body: Callable[[Tx], Awaitable[T]]) -> T:
+        """``body(tx)`` in one write transaction; its result. The body awaits nothing but the
+        statements of ``tx`` (and helpers that await only those): SQLite runs it whole on its
+        writer's thread (sqlite.py), PostgreSQL as any transaction."""
+        async with self._tx(write=True) as tx:
+            return await body(tx)
 
     @abc.abstractmethod
     def _enc_json(self, value: Any) -> Any: ...

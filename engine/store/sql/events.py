@@ -59,17 +59,20 @@ class SQLEvents(SQLCore):
         With a receipt, the job row is locked first (it holds the run's last receipt: job row,
         then the counter row, the order of every write of both)."""
         body = self._enc_event(data)
+
+        async def write(tx: Tx) -> int:
+            last = await tx.fetchone(Q.lock_receipt, (job_id,)) if receipt is not None else None
+            seq = await self._append(tx, job_id, event, body, dedupe_key)
+            if receipt is not None:
+                chained = await self._write_receipt(tx, job_id, receipt, last)  # type: ignore[attr-defined]
+                await tx.execute(Q.set_receipt, (*chained, job_id))
+            if standing_use is not None:  # the rule's use counted with its record, once
+                rule_id, at = standing_use
+                await tx.execute(Q.use_standing, (self._enc_dt(at), rule_id))
+            return seq
+
         try:
-            async with self._tx(write=True) as tx:
-                last = await tx.fetchone(Q.lock_receipt, (job_id,)) if receipt is not None else None
-                seq = await self._append(tx, job_id, event, body, dedupe_key)
-                if receipt is not None:
-                    chained = await self._write_receipt(tx, job_id, receipt, last)  # type: ignore[attr-defined]
-                    await tx.execute(Q.set_receipt, (*chained, job_id))
-                if standing_use is not None:  # the rule's use counted with its record, once
-                    rule_id, at = standing_use
-                    await tx.execute(Q.use_standing, (self._enc_dt(at), rule_id))
-                return seq
+            return await self._write(write)
         except DuplicateEvent as dup:  # the transaction rolled back: the counter is untouched
             return dup.seq
 

@@ -79,25 +79,32 @@ class SQLJobs(SQLEvents):
         insert = Q.insert_job
         if job.lease_until is not None:  # an inline run (docs/inline.md): born with its lease
             insert, params = Q.insert_leased_job, (*params, self._enc_dt(job.lease_until))
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> tuple[dict[str, Any] | None, bool | None]:
+            """The job's row and whether it was created (None: neither created nor a repeat)."""
             if max_in_flight > 0:
                 await tx.execute(Q.lock_user, (job.user_id,))
                 row = (await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
                        if job.idempotency_key is not None else None)
                 if row is not None:
-                    return self._job(row), False
+                    return row, False
                 if await tx.fetchone(Q.job_by_id, (job.job_id,)) is None:
                     count = await tx.fetchone(Q.count_in_flight, (job.user_id,))
                     runs_in_flight_check(int(count["n"]) if count is not None else 0, max_in_flight)
             row = await tx.fetchone(insert, params)
             if row is not None:
                 await self._charge(tx, job.user_id, self._json_octets(params[6]), job.job_id)  # the request
-                return self._job(row), True
+                return row, True
             if job.idempotency_key is not None:
                 row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
                 if row is not None:
-                    return self._job(row), False
-            row = await tx.fetchone(Q.job_by_id, (job.job_id,))
+                    return row, False
+            return await tx.fetchone(Q.job_by_id, (job.job_id,)), None
+
+        row, created = await self._write(write)
+        if created is not None:
+            assert row is not None
+            return self._job(row), created
         if row is not None and row["user_id"] == job.user_id and row["flow_id"] == job.flow_id:
             return self._job(row), False  # the same job submitted again (e.g. an activity retry)
         raise StoreConflict(f"A different job with id {job.job_id!r} already exists.")
@@ -152,7 +159,8 @@ class SQLJobs(SQLEvents):
             params.append(now)
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE job_id = ? AND status IN ({', '.join('?' for _ in allowed)})"
         body = self._enc_event(event[1]) if event is not None else None
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> bool:
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
             if changed and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
@@ -171,14 +179,16 @@ class SQLJobs(SQLEvents):
                 await self._spans_of_job(tx, job_id, spans or [], back)
             elif changed:
                 await self._charge_job(tx, job_id, size)
-        return changed
+            return changed
+
+        return await self._write(write)
 
     # ---- inline runs: lease, stop request, sweep (docs/inline.md)
 
     async def renew_lease(self, job_id: str, until: datetime) -> str:
         """See Store.renew_lease."""
-        async with self._tx(write=True) as tx:
-            row = await tx.fetchone(Q.renew_lease, (self._enc_dt(until), job_id))
+        enc = self._enc_dt(until)
+        row = await self._write(lambda tx: tx.fetchone(Q.renew_lease, (enc, job_id)))
         if row is None:
             return "ended"
         return "cancel_requested" if row["cancel_requested_at"] is not None else "running"
@@ -237,22 +247,20 @@ class SQLJobs(SQLEvents):
         data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
+
+        async def write(tx: Tx, with_event: bool = True) -> bool:
+            changed = await tx.execute(
+                Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
+            if changed and event is not None and with_event:
+                await self._append(tx, job_id, event[0], data, dedupe_key)
+            if spans:
+                await self._spans_of_job(tx, job_id, spans)
+            return changed
+
         try:
-            async with self._tx(write=True) as tx:
-                changed = await tx.execute(
-                    Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
-                if changed and event is not None:
-                    await self._append(tx, job_id, event[0], data, dedupe_key)
-                if spans:
-                    await self._spans_of_job(tx, job_id, spans)
-                return changed
+            return await self._write(write)
         except DuplicateEvent:  # the event is there (an earlier attempt): the status change alone
-            async with self._tx(write=True) as tx:
-                changed = await tx.execute(
-                    Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
-                if spans:
-                    await self._spans_of_job(tx, job_id, spans)
-                return changed
+            return await self._write(lambda tx: write(tx, with_event=False))
 
     async def _spans_of_job(self, tx: Tx, job_id: str, spans: list[SpanRecord],
                             back: list[dict[str, Any]] | None = None) -> None:
@@ -272,11 +280,14 @@ class SQLJobs(SQLEvents):
         wins again: a retried activity whose first attempt committed the claim is not locked
         out, and finds the job's real status with get_job."""
         fresh = token or uuid.uuid4().hex
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> bool:
             won = await tx.execute(Q.claim_resume, (fresh, self._enc_dt(utcnow()), job_id, request_id)) > 0
             if not won and token:
                 won = await tx.fetchone(Q.claim_held, (job_id, token)) is not None
-        return fresh if won else None
+            return won
+
+        return fresh if await self._write(write) else None
 
     async def claim_decision(self, job_id: str, request_id: str, token: str, *, claim: bool = True) -> DecisionClaim:
         """See Store.claim_decision: claim_suspended_for_resume's two statements, then the job

@@ -6,7 +6,7 @@ from typing import Any
 
 from signoff.engine.models import Message
 from signoff.engine.store.encoding import octets
-from signoff.engine.store.sql.core import SQLCore
+from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
 __all__ = ["CARD_STOPPED", "SQLMessages"]
@@ -65,12 +65,16 @@ class SQLMessages(SQLCore):
             closed,
             self._enc_dt(message.created_at),
         )
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> dict[str, Any] | None:
             row = await tx.fetchone(Q.insert_message, params)
             if row is not None:  # a run's message counts to the job's user (text and card)
                 await self._charge_job(tx, message.job_id, octets(message.text) + self._json_octets(params[8]))
             else:
                 row = await tx.fetchone(Q.message_by_id, (message.id,))
+            return row
+
+        row = await self._write(write)
         assert row is not None
         return self._message(row)
 

@@ -34,7 +34,8 @@ class SQLSpans(SQLCore):
     async def save_spans(self, spans: list[SpanRecord]) -> None:
         if not spans:
             return
-        async with self._tx(write=True) as tx:
+
+        async def write(tx: Tx) -> None:
             users: dict[str | None, str | None] = {None: None}
             for run_id in sorted({s.run_id for s in spans} - {None}):  # in order: no lock cycle
                 # saves of the run's spans at once queue here; run_id = job_id (DESIGN §1.5)
@@ -42,6 +43,8 @@ class SQLSpans(SQLCore):
                 users[run_id] = job["user_id"] if job else None
             # the new sizes in place of the old, one usage row per user
             await self._refund(tx, await self._write_spans(tx, spans, users), spans[0].trace_id)
+
+        await self._write(write)
 
     async def _write_spans(self, tx: Tx, spans: list[SpanRecord], users: dict[str | None, str | None]
                            ) -> list[dict[str, Any]]:

@@ -123,8 +123,7 @@ class SQLWebhooks(SQLCore):
             int(status_code) if status_code is not None else None, error, 1 if delivered else 0,
             self._enc_dt(utcnow()),
         )
-        async with self._tx(write=True) as tx:
-            row = await tx.fetchone(Q.insert_delivery, params)
+        row = await self._write(lambda tx: tx.fetchone(Q.insert_delivery, params))
         assert row is not None
         return self._delivery(row)
 

@@ -45,3 +45,86 @@ async def test_a_users_backlog_of_writes_does_not_delay_another_users_write(tmp_
     finally:
         await store.close()
 
+
+
+async def test_a_write_runs_whole_on_the_writers_thread_and_its_hold_is_counted(tmp_path):
+    """``_write`` runs BEGIN, the body's statements and the COMMIT on the writer's thread in one
+    hop (docs/store.md, "The writer's hold"); a body that awaits anything else is rolled back."""
+    import threading
+
+    from signoff.engine.metrics import exposition
+    from signoff.engine.store.counters import HOLD
+
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.setup()
+    threads: list[str] = []
+
+    async def body(tx):
+        threads.append(threading.current_thread().name)
+        await tx.execute("CREATE TABLE IF NOT EXISTS t(v TEXT)")
+        threads.append(threading.current_thread().name)
+        await tx.execute("INSERT INTO t(v) VALUES ('kept')")
+        threads.append(threading.current_thread().name)
+        return await tx.fetchone("SELECT count(*) AS n FROM t")
+
+    async def awaits_else(tx):
+        await tx.execute("INSERT INTO t(v) VALUES ('lost')")
+        await asyncio.sleep(0)  # not a statement: the writer is never held across the event loop
+
+    try:
+        seen = HOLD.n
+        assert (await store._write(body))["n"] == 1
+        assert len(set(threads)) == 1 and threads[0].startswith("signoff-sqlite-writer")
+        assert HOLD.n == seen + 1 and HOLD.sum > 0
+        with_metrics = exposition().decode()
+        assert "signoff_store_writer_hold_seconds_bucket" in with_metrics
+        try:
+            await store._write(awaits_else)
+        except RuntimeError as exc:
+            assert "awaited" in str(exc)
+        else:
+            raise AssertionError("a body that awaited something else was let through")
+        async with store._tx(write=False) as tx:
+            rows = await tx.fetchall("SELECT v FROM t ORDER BY rowid")
+        assert [r["v"] for r in rows] == ["kept"]  # the other body's insert rolled back
+        assert not store._writer.in_transaction
+    finally:
+        await store.close()
+
+
+async def test_a_write_cancelled_before_its_commit_rolls_back_and_hands_the_writer_on(tmp_path):
+    import threading
+
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.setup()
+    started, release = threading.Event(), threading.Event()
+
+    async def slow(tx):
+        await tx.execute("INSERT INTO t(v) VALUES ('cancelled')")
+        started.set()
+        release.wait(30)  # on the writer's thread: the caller is cancelled meanwhile
+
+    try:
+        await store._write(lambda tx: tx.execute("CREATE TABLE t(v TEXT)"))
+        task = asyncio.create_task(store._write(slow))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        following = asyncio.create_task(store._write(lambda tx: tx.execute("INSERT INTO t(v) VALUES ('next')")))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not following.done() and store._write_lock.busy == 1  # the writer is still the first's
+        release.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the cancelled write said it was done")
+        await following
+        async with store._tx(write=False) as tx:
+            rows = await tx.fetchall("SELECT v FROM t ORDER BY rowid")
+        assert [r["v"] for r in rows] == ["next"]
+    finally:
+        release.set()
+        await store.close()
