@@ -7,7 +7,9 @@ store owns (see docs/store.md for why not aiosqlite):
   lock taken in turns per user (``FairGate(1)``) and each is one ``BEGIN IMMEDIATE … COMMIT``
   transaction, so the write lock is taken up front (no SQLITE_BUSY on a read→write upgrade).
   Writers in *other* processes (the API and the worker are separate processes) wait on
-  SQLite's file lock through ``busy_timeout``.
+  SQLite's file lock through ``busy_timeout``. The hot write methods run their whole
+  transaction on that thread in one hop (``_write``): the writer is held for SQLite's work,
+  not for the event loop between statements (docs/store.md, "The writer's hold").
 - a small pool of **reader** connections (WAL lets readers run while a writer commits).
 
 PRAGMAs on every connection: ``journal_mode=WAL``, ``busy_timeout`` (30 s by default),
@@ -163,8 +165,9 @@ class _WriterTx(Tx):
         self.told = False
         self.work = 0.0
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        count("statements")
+    def _run(self, fn: Callable[[sqlite3.Connection], T], *, counted: bool = True) -> T:
+        if counted:  # BEGIN and COMMIT are not (as in _SQLiteTx: the statements a body sends)
+            count("statements")
         start = time.perf_counter()
         try:
             return fn(self.conn)
@@ -287,7 +290,8 @@ class SQLiteStore(SQLStore):
             # user whose work the task does, engine/fairgate.py), not first come, first served.
             # The writer is the service's narrowest queue under load (on a busy 2-core `signoff
             # dev` every write held it ~8 ms for ~1 ms of SQLite's work, and writes waited ~200 ms
-            # each: docs/security.md, "Where an honest round waits"): in one queue a user whose run sends many writes at
+            # each: docs/security.md, "Where an honest round waits"; _write holds it for less):
+            # in one queue a user whose run sends many writes at
             # once (a webhook delivery per hook, the spans and messages of a run at its output
             # budget) put every other user's write behind them all; in turns, another user's
             # write waits for at most one write of each user with writes waiting.
@@ -330,7 +334,7 @@ class SQLiteStore(SQLStore):
                 tx = _WriterTx(conn)
                 start = time.perf_counter()
                 try:
-                    tx._run(lambda c: c.execute("BEGIN IMMEDIATE"))
+                    tx._run(lambda c: c.execute("BEGIN IMMEDIATE"), counted=False)
                     coro = body(tx)
                     try:
                         waited = coro.send(None)
@@ -341,7 +345,7 @@ class SQLiteStore(SQLStore):
                         raise RuntimeError(f"A write transaction's body awaited {waited!r}, not a statement")
                     if cancelled.is_set():  # as a transaction of _tx cancelled before its COMMIT
                         raise asyncio.CancelledError
-                    tx._run(lambda c: c.execute("COMMIT"))
+                    tx._run(lambda c: c.execute("COMMIT"), counted=False)
                     return result
                 except BaseException:
                     if conn.in_transaction:

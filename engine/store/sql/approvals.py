@@ -83,29 +83,32 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, self._enc_event(data), key) for name, data, key in events]
         now = self._enc_dt(utcnow())
+
+        async def write(tx: Tx) -> list[int]:
+            if access_since is not None:  # the carried check still holds (issue 33), or nothing
+                who, since = access_since
+                if await tx.fetchone(Q.access_changed_since, (ACCESS_NOTES + who, self._enc_dt(since))):
+                    raise AccessChanged(f"The access of {who} changed since the decision was checked")
+            if claim:
+                if not token:
+                    raise StoreError("A decision's claim token is a non-empty string.")
+                await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
+            held = await tx.fetchone(Q.lock_claimed, (job_id, token))  # the run's last receipt, too
+            seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
+            if held is None:
+                raise _NotHeld()
+            await tx.execute(Q.stamp_card, (action_id, request_id))
+            if receipt is not None:  # its INSERT; the job row says it is the run's last below
+                chained = await self._write_receipt(tx, job_id, receipt, held)
+                await tx.execute(Q.clear_pending_receipt, (*chained, now, job_id))
+            else:
+                await tx.execute(Q.clear_pending, (now, job_id))
+            if ids:
+                await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
+            return seqs
+
         try:
-            async with self._tx(write=True) as tx:
-                if access_since is not None:  # the carried check still holds (issue 33), or nothing
-                    who, since = access_since
-                    if await tx.fetchone(Q.access_changed_since, (ACCESS_NOTES + who, self._enc_dt(since))):
-                        raise AccessChanged(f"The access of {who} changed since the decision was checked")
-                if claim:
-                    if not token:
-                        raise StoreError("A decision's claim token is a non-empty string.")
-                    await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
-                held = await tx.fetchone(Q.lock_claimed, (job_id, token))  # the run's last receipt, too
-                seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
-                if held is None:
-                    raise _NotHeld()
-                await tx.execute(Q.stamp_card, (action_id, request_id))
-                if receipt is not None:  # its INSERT; the job row says it is the run's last below
-                    chained = await self._write_receipt(tx, job_id, receipt, held)
-                    await tx.execute(Q.clear_pending_receipt, (*chained, now, job_id))
-                else:
-                    await tx.execute(Q.clear_pending, (now, job_id))
-                if ids:
-                    await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
-                return seqs
+            return await self._write(write)
         except DuplicateEvents:  # all recorded by another attempt first: nothing written now
             return None
         except _NotHeld:  # rolled back: the job ended (or was claimed otherwise) meanwhile
@@ -224,18 +227,21 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         it waits for ``request_id``; the append then takes the counter row (job row, then
         counter: the order of every status change with its event, so no deadlock)."""
         body = self._enc_event(data)
+
+        async def write(tx: Tx) -> int | None:
+            waiting = await tx.fetchone(Q.lock_waiting, (job_id, request_id))  # the run's last receipt, too
+            if waiting is not None:
+                seq = await self._append(tx, job_id, event, body, dedupe_key)
+                if receipt is not None:
+                    chained = await self._write_receipt(tx, job_id, receipt, waiting)
+                    await tx.execute(Q.set_receipt, (*chained, job_id))
+                return seq
+            if dedupe_key is None:
+                return None
+            first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
+            return int(first["seq"]) if first is not None else None
+
         try:
-            async with self._tx(write=True) as tx:
-                waiting = await tx.fetchone(Q.lock_waiting, (job_id, request_id))  # the run's last receipt, too
-                if waiting is not None:
-                    seq = await self._append(tx, job_id, event, body, dedupe_key)
-                    if receipt is not None:
-                        chained = await self._write_receipt(tx, job_id, receipt, waiting)
-                        await tx.execute(Q.set_receipt, (*chained, job_id))
-                    return seq
-                if dedupe_key is None:
-                    return None
-                first = await tx.fetchone(Q.event_by_dedupe, (job_id, dedupe_key))
-                return int(first["seq"]) if first is not None else None
+            return await self._write(write)
         except DuplicateEvent as dup:  # rolled back: the counter and the job row untouched
             return dup.seq
