@@ -13,6 +13,8 @@ Served by the API at ``GET /metrics`` and by ``signoff worker`` on ``SIGNOFF_MET
   retries them or the run fails);
 - ``signoff_store_transactions_total{kind}`` and ``signoff_store_statements_total``: the SQL
   store's commits, read connections and statements (engine/store/counters.py).
+- ``signoff_store_writer_hold_seconds`` and ``signoff_store_writer_work_seconds_total`` (SQLite):
+  how long each write transaction held the writer, and the part inside SQLite's calls.
 - ``signoff_store_seconds{op}`` and ``signoff_store_errors_total{op, code}``: every store call
   of the process (a histogram per Store method; the label set is the method names, bounded);
 - ``signoff_live_streams``: live streams this API process holds open.
