@@ -51,23 +51,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # acceptance runs, last, where one worker ran them alone while the others had finished): these go
 # first, so the short files fill in around them at the end. A file missing here just runs later.
 LONGEST_FIRST = (
-    "tests/integration/api/test_supersede_and_events.py",
-    "tests/integration/decisions/test_decision_races.py",
-    "tests/integration/decisions/test_quorum.py",
-    "tests/browser/test_pages.py",
-    "tests/acceptance/test_cli_and_fresh_api.py",
     "tests/acceptance/test_dev.py",
     "tests/integration/faults/test_soak.py",
+    "tests/acceptance/test_cli_and_fresh_api.py",
+    "tests/integration/decisions/test_quorum.py",
+    "tests/acceptance/test_readme_walkthrough.py",
     "tests/integration/faults/test_database_outage.py",
-    "tests/integration/decisions/test_fanout.py",
-    "tests/acceptance/test_fuzz_openapi.py",
+    "tests/browser/test_axe.py",
+    "tests/browser/test_workbench_views.py",
+    "tests/browser/test_pages.py",
+    "tests/integration/api/test_supersede_and_events.py",
+    "tests/integration/decisions/test_decision_races.py",
+    "tests/browser/test_workbench.py",
     "tests/integration/faults/test_temporal_outage.py",
-    "tests/integration/inline/test_killed_api.py",
-    "tests/integration/temporal/test_restarts.py",
+    "tests/acceptance/test_fuzz_openapi.py",
+    "tests/integration/decisions/test_race_surfaces.py",
+    "tests/integration/temporal/test_update_not_taken.py",
     "tests/integration/trace/test_restart_and_otlp.py",
     "tests/integration/decisions/test_timers.py",
+    "tests/integration/inline/test_killed_api.py",
+    "tests/integration/temporal/test_restarts.py",
     "tests/acceptance/test_install.py",
-    "tests/acceptance/test_readme_walkthrough.py",
 )
 
 
