@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 
 from signoff.activities.failures import refused, to_failure
-from signoff.activities.layers import LayerActivities, _blob_step
+from signoff.activities.layers import HeldMessages, LayerActivities, _blob_step
 from signoff.activities.sender import sender
 from signoff.activities.types import (
     ResumeRunInput,
@@ -270,11 +270,17 @@ class DecisionActivities(LayerActivities):
         # Layers built here happen after the decision, in real time: a pause reached here is
         # stamped now (the workflow's time when that is later, e.g. under time skipping).
         clock = lambda: max(inp.now, utcnow())  # noqa: E731
-        if inp.inline:
-            state, step, built = await self._instant_layers(graph, state, step, built, clock)
+        # their messages held for the end's write: a run that ends here ends in one commit
+        held = HeldMessages(self.store)
+        try:
+            if inp.inline:
+                state, step, built = await self._instant_layers(graph, state, step, built, clock, history=held)
+        except BaseException:
+            await held.flush()
+            raise
         return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
                                         blob_step=_blob_step(state), persist=inp.persist,
-                                        job=job)
+                                        job=job, held=held)
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> bool:

@@ -657,6 +657,7 @@ class Store(CheckpointStore, HistoryStore):
         event: tuple[str, dict[str, Any]] | None = None,
         spans: list[SpanRecord] | None = None,
         leftovers: tuple[str, str] | None = None,
+        messages: Sequence[Message] = (),
     ) -> bool:
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
         Returns whether the row changed. A terminal status never changes again. ``event``
@@ -668,7 +669,10 @@ class Store(CheckpointStore, HistoryStore):
         they are this job's) in the same transaction, so a reader who sees the status sees them.
         ``leftovers`` (run_id, blob prefix): when the row changed to a terminal status, that
         run's checkpoints and the blobs under the prefix are deleted in the same transaction
-        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). Issue 33:
+        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). ``messages``:
+        stored as add_message stores them (idempotent by id, counted to the job's user), in the
+        same transaction and only when the row changed, before the event (a chat that shows the
+        run's end shows its last message with it). Issue 33:
         a run's end in one commit."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
