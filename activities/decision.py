@@ -107,7 +107,9 @@ class DecisionActivities(LayerActivities):
                 participants=_took_part(person, inp),
                 values_checked=request is not None,  # checked above, before the claim
                 decider_name=person.name if person else None, authority=authority,
-                access_since=checked.access_since if checked is not None else None)
+                access_since=checked.access_since if checked is not None else None,
+                # the webhooks (and notifications) its deliveries need: read in its own write
+                reads=await self._decision_reads(job, request or job.pending))
             try:
                 attempted = await attempt_decision(
                     self.store, attempt, lambda job: self._paused_state(job, inp.state), self.receipt_keys,
@@ -151,7 +153,7 @@ class DecisionActivities(LayerActivities):
                             via=(sent or {}).get("via"), flow_id=job.flow_id,
                             kind=asked.kind if asked is not None else None, action_id=applied.action_id,
                             max_flows=self.settings.metrics_max_flows)
-            deliveries = await self._decision_deliveries(job, request or job.pending, written)
+            deliveries = await self._decision_deliveries(job, request or job.pending, written, attempt.reads)
             out = await self._after_decision(inp, attempted.graph, attempted.state, job)
         except SignoffError as err:
             raise to_failure(err) from None
