@@ -19,6 +19,7 @@ from signoff.engine.models import (
     DecisionClaim,
     Job,
     JobStatus,
+    Message,
     NewJob,
     PendingAges,
     PendingRequest,
@@ -118,10 +119,12 @@ class SQLJobs(SQLEvents):
         event: tuple[str, dict[str, Any]] | None = None,
         spans: list[SpanRecord] | None = None,
         leftovers: tuple[str, str] | None = None,
+        messages: Sequence[Message] = (),
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and the claim
-        and sets finished_at; ``result``/``error`` are written only when given; ``event`` is
-        appended in the same transaction when (and only when) the row changed. ``spans`` of
+        and sets finished_at; ``result``/``error`` are written only when given; ``messages``
+        (before the event, as add_message writes them) and ``event`` are written in the same
+        transaction when (and only when) the row changed. ``spans`` of
         this job (or of none) are saved in that transaction, after the job row (save_spans'
         order); spans of other runs are saved first, on their own. What the writes count goes
         to one usage row of the job's user (the job's shard)."""
@@ -154,6 +157,8 @@ class SQLJobs(SQLEvents):
         body = self._enc_event(event[1]) if event is not None else None
         async with self._tx(write=True) as tx:
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
+            for message in messages if changed else ():  # the run's last words, then its end
+                size += (await self._insert_message(tx, message))[1]  # type: ignore[attr-defined]  # SQLMessages
             if changed and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
             if changed and status.terminal:  # an ended job waits for nobody (approvals.py)
