@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 
 from signoff.activities.failures import refused, to_failure
-from signoff.activities.layers import LayerActivities, _blob_step
+from signoff.activities.layers import HeldMessages, LayerActivities, _blob_step
 from signoff.activities.sender import sender
 from signoff.activities.types import (
     ResumeRunInput,
@@ -107,7 +107,9 @@ class DecisionActivities(LayerActivities):
                 participants=_took_part(person, inp),
                 values_checked=request is not None,  # checked above, before the claim
                 decider_name=person.name if person else None, authority=authority,
-                access_since=checked.access_since if checked is not None else None)
+                access_since=checked.access_since if checked is not None else None,
+                # the webhooks (and notifications) its deliveries need: read in its own write
+                reads=await self._decision_reads(job, request or job.pending))
             try:
                 attempted = await attempt_decision(
                     self.store, attempt, lambda job: self._paused_state(job, inp.state), self.receipt_keys,
@@ -151,7 +153,7 @@ class DecisionActivities(LayerActivities):
                             via=(sent or {}).get("via"), flow_id=job.flow_id,
                             kind=asked.kind if asked is not None else None, action_id=applied.action_id,
                             max_flows=self.settings.metrics_max_flows)
-            deliveries = await self._decision_deliveries(job, request or job.pending, written)
+            deliveries = await self._decision_deliveries(job, request or job.pending, written, attempt.reads)
             out = await self._after_decision(inp, attempted.graph, attempted.state, job)
         except SignoffError as err:
             raise to_failure(err) from None
@@ -270,11 +272,17 @@ class DecisionActivities(LayerActivities):
         # Layers built here happen after the decision, in real time: a pause reached here is
         # stamped now (the workflow's time when that is later, e.g. under time skipping).
         clock = lambda: max(inp.now, utcnow())  # noqa: E731
-        if inp.inline:
-            state, step, built = await self._instant_layers(graph, state, step, built, clock)
+        # their messages held for the end's write: a run that ends here ends in one commit
+        held = HeldMessages(self.store)
+        try:
+            if inp.inline:
+                state, step, built = await self._instant_layers(graph, state, step, built, clock, history=held)
+        except BaseException:
+            await held.flush()
+            raise
         return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
                                         blob_step=_blob_step(state), persist=inp.persist,
-                                        job=job)
+                                        job=job, held=held)
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> bool:

@@ -8,6 +8,8 @@ builds the layers after a decision through the same helpers.
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
@@ -36,7 +38,7 @@ from signoff.engine.errors import (
 from signoff.engine.graph import Graph
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix, to_the_end
 from signoff.engine.liveness import is_finished, plan_next
-from signoff.engine.models import Job, JobStatus, PendingRequest, utcnow
+from signoff.engine.models import Job, JobStatus, Message, PendingRequest, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.spec import apply_tweaks, load_flow
 from signoff.engine.standing import StandingLookup
@@ -144,8 +146,8 @@ class LayerActivities(NotifyActivities):
         return state
 
     async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime],
-                           budget: RunBudget | None = None) -> RunState:
-        ctx = context_for(state, history=self.store, flow_loader=self.access.flow_loader(state.user_id),
+                           budget: RunBudget | None = None, history: Any = None) -> RunState:
+        ctx = context_for(state, history=history if history is not None else self.store, flow_loader=self.access.flow_loader(state.user_id),
                           secrets=self.vault.value, clock=clock,
                           settings=self.settings,  # egress, caps, budgets, an Agent's model defaults
                           # an Agent's gated call approved by a standing approval (DESIGN §17)
@@ -177,8 +179,8 @@ class LayerActivities(NotifyActivities):
         return paused, paused.layers - state.layers, built
 
     async def _instant_layers(self, graph: Graph, state: RunState, step: int, built: list[str],
-                              clock: Callable[[], datetime], *, over_budget_fails: bool = False
-                              ) -> tuple[RunState, int, list[str]]:
+                              clock: Callable[[], datetime], *, over_budget_fails: bool = False,
+                              history: Any = None) -> tuple[RunState, int, list[str]]:
         """The layers that follow, built here while they are instant (``Component.instant``: no
         I/O beyond the store, so a retry that builds them again repeats nothing outside), up to
         a pause or the end of the run. A failure leaves the state before that layer: the workflow
@@ -192,7 +194,7 @@ class LayerActivities(NotifyActivities):
             if not ids or not all(graph.vertices[v].component_class.instant for v in ids):
                 break
             try:
-                state = await self._build_layer(graph, state, ids, clock)
+                state = await self._build_layer(graph, state, ids, clock, history=history)
             except RunBudgetExceeded:
                 if over_budget_fails:
                     raise
@@ -229,12 +231,24 @@ class LayerActivities(NotifyActivities):
 
     async def _layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
                             built: list[str], blob_step: int | None = None, *, persist: bool = False,
-                            job: Job | None = None, charge: bool = False) -> RunLayerOutput:
+                            job: Job | None = None, charge: bool = False,
+                            held: HeldMessages | None = None) -> RunLayerOutput:
         """Where the run is after a layer: the state handed back (inline or by reference); on a
         pause the request's approvers resolved and the checkpoint saved, and with ``persist`` the
         pause persisted (the job ``suspended``: the workflow then waits); at the end the completion
         recorded. With ``charge`` (a layer's activity), a state stored as a blob counts against the
-        run's output bytes (StateCodec.dump)."""
+        run's output bytes (StateCodec.dump). ``held``: the messages the layers built here left to
+        this write (HeldMessages): the end's write stores them, any other outcome before it."""
+        try:
+            return await self._checked_layer_output(job_id, graph, state, step, now, built, blob_step,
+                                                    persist=persist, job=job, charge=charge, held=held)
+        finally:
+            if held is not None:  # what the end's write did not take (a failure): stored on their own
+                await to_the_end(held.flush())
+
+    async def _checked_layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
+                                    built: list[str], blob_step: int | None, *, persist: bool, job: Job | None,
+                                    charge: bool, held: HeldMessages | None) -> RunLayerOutput:
         if state.pending is not None and state.pending.approvers and not state.pending.approver_refs:
             refs = await self.access.approver_refs(state.owner_id, state.pending.approvers)
             state.pending = state.pending.model_copy(update={"approver_refs": refs})
@@ -244,11 +258,11 @@ class LayerActivities(NotifyActivities):
         # them: cancelled between the checkpoint and the look at the job, the layer of a run that
         # ended meanwhile left its checkpoint for good (the run's cleanup was over by then).
         return await to_the_end(self._write_layer_output(job_id, graph, state, step, now, built, blob_step,
-                                                         persist=persist, job=job, charge=charge))
+                                                         persist=persist, job=job, charge=charge, held=held))
 
     async def _write_layer_output(self, job_id: str, graph: Graph, state: RunState, step: int, now: datetime,
                                   built: list[str], blob_step: int | None, *, persist: bool, job: Job | None,
-                                  charge: bool) -> RunLayerOutput:
+                                  charge: bool, held: HeldMessages | None = None) -> RunLayerOutput:
         ref, data = await self.codec.dump(state, step if blob_step is None else blob_step,
                                           budget=RunBudget.of(state.spent, self.settings) if charge else None)
         if state.pending is not None:
@@ -258,9 +272,12 @@ class LayerActivities(NotifyActivities):
                 expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
             )
         done = state.pending is None and is_finished(graph, state)
-        if done:
-            status = await self._complete(job_id, final_result(graph, state), state, job)
+        if done:  # the messages held for it ride in the end's one write (issue 33)
+            status = await self._complete(job_id, final_result(graph, state), state, job,
+                                          messages=held.take() if held is not None else ())
             return RunLayerOutput(step=step, state=ref, done=True, built=built, status=status)
+        if held is not None:  # a pause's card (and what came before it), before its event
+            await held.flush()
         # A layer that outlived its run (stopped, superseded, timed out meanwhile: a layer's
         # activity may go on after its workflow was cancelled and closed) must not leave the
         # checkpoint and blobs it just wrote: the run's cleanup may already be over. If the job
@@ -298,15 +315,50 @@ class LayerActivities(NotifyActivities):
                 f"allows (SIGNOFF_MAX_WAITING_FOR_OTHERS={limit}): this run asks nobody more and fails")
 
     async def _complete(self, job_id: str, result: dict[str, Any], state: RunState | None,
-                        job: Job | None = None) -> str:
+                        job: Job | None = None, messages: Sequence[Message] = ()) -> str:
         """in_progress → completed with the result and the ``end`` event; returns the job's real
         status (a run cancelled meanwhile stays cancelled). The trace's root span is named after
         the flow, whose name is in the run's spec (the flow record's, as saved)."""
         name = state.flow.get("name") if state is not None else None
         ended = await end_run(self.store, job_id, RunEnd(JobStatus.completed, result=result),
                               expect=[JobStatus.in_progress], name=name if isinstance(name, str) and name else None,
-                              job=job, reread=False)  # only its status is answered
+                              job=job, reread=False, messages=messages)  # only its status is answered
         return ended.job.status.value if ended.job else JobStatus.completed.value
+
+
+class HeldMessages:
+    """The store as the history of layers built in one activity, its ``add_message`` held back
+    (issue 33): a run that ends in that activity stores them in its end's write
+    (Store.set_status with ``messages``: one commit, not one per message). Every other call goes
+    to the store, what is held stored first (a component that reads the history reads it as it
+    would have been); ``flush`` stores what is still held, in order."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.messages: list[Message] = []
+
+    async def add_message(self, message: Message) -> Message:
+        self.messages = [m for m in self.messages if m.id != message.id] + [message]  # idempotent by id
+        return message
+
+    def take(self) -> list[Message]:
+        taken, self.messages = self.messages, []
+        return taken
+
+    async def flush(self) -> None:
+        while self.messages:
+            await self._store.add_message(self.messages[0])
+            self.messages.pop(0)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def after_flush(*args: Any, **kw: Any) -> Any:
+            await self.flush()
+            return await attr(*args, **kw)
+        return after_flush
 
 
 def _blob_step(state: RunState) -> int:

@@ -27,7 +27,8 @@ from signoff.activities.types import Delivery
 from signoff.activities.webhooks import WebhookActivities
 from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
-from signoff.engine.models import Job, PendingRequest, utcnow
+from signoff.engine.models import Job, Notification, PendingRequest, utcnow
+from signoff.engine.store.base import DecisionReads
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ CLOSING = ("human_input_decision", "human_input_expired")
 # the ends of a run that close the request it waited on (a stop, a supersede, a deleted flow or
 # user: run_cancelled; the maximum suspension: run_timed_out), told the same way
 ENDS = {"cancelled": "run_cancelled", "timed_out": "run_timed_out"}
+TOLD_READ = 500  # the run's latest notifications a closing note is looked for in
 
 
 class NotifyActivities(WebhookActivities):
@@ -72,13 +74,17 @@ class NotifyActivities(WebhookActivities):
                     out.append(Delivery(job_id=job.job_id, seq=seq, channel=channel, user_id=user_id))
         return out
 
-    async def _closing(self, job: Job, request_id: str, written: list[tuple[str, int]]) -> list[Delivery]:
+    async def _closing(self, job: Job, request_id: str, written: list[tuple[str, int]],
+                       notes: list[Notification] | None = None) -> list[Delivery]:
         """The closing notes of a request's end (``written``: the events of it, (name, seq)):
-        one per person and channel that was told of the request (delivered)."""
+        one per person and channel that was told of the request (delivered). ``notes``: the
+        run's notifications as the decision's write read them (None: read here)."""
         ends = [seq for event, seq in written if event in CLOSING or event in ENDS.values()]
         if not ends:
             return []
-        told = sorted({(n.user_id, n.channel) for n in await self.store.list_notifications(job.job_id, limit=500)
+        if notes is None:
+            notes = await self.store.list_notifications(job.job_id, limit=TOLD_READ)
+        told = sorted({(n.user_id, n.channel) for n in notes
                        if n.request_id == request_id and (n.delivered or n.error is None) and n.event in TOLD})
         return [Delivery(job_id=job.job_id, seq=ends[-1], channel=channel, user_id=user_id, request_id=request_id)
                 for user_id, channel in told]
@@ -92,11 +98,19 @@ class NotifyActivities(WebhookActivities):
         ended = await self.store.read_events_named(job.job_id, event)
         return await self._closing(job, request_id, [(event, ended[-1].seq)]) if ended else []
 
+    async def _decision_reads(self, job: Job, request: PendingRequest | None) -> DecisionReads:
+        """WebhookActivities' and the notifications of the run (the closing notes' people)."""
+        reads = await super()._decision_reads(job, request)
+        reads.notifications = TOLD_READ if request is not None else 0
+        return reads
+
     async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
-                                   written: list[tuple[str, int]]) -> list[Delivery]:
+                                   written: list[tuple[str, int]], reads: DecisionReads | None = None
+                                   ) -> list[Delivery]:
         """The webhook deliveries of a decision's events (WebhookActivities) and its closing notes."""
-        out = await super()._decision_deliveries(job, request, written)
-        return out + (await self._closing(job, request.request_id, written) if request is not None else [])
+        out = await super()._decision_deliveries(job, request, written, reads)
+        told = reads.told if reads is not None and reads.notifications else None
+        return out + (await self._closing(job, request.request_id, written, told) if request is not None else [])
 
     async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
                           seq: int | None = None) -> list[Delivery]:

@@ -15,6 +15,7 @@ from signoff.activities.types import (
 from signoff.engine import webhooks
 from signoff.engine.context import egress_policy
 from signoff.engine.models import Job, PendingRequest
+from signoff.engine.store.base import DecisionReads
 
 
 class WebhookActivities(ActivityBase):
@@ -66,20 +67,28 @@ class WebhookActivities(ActivityBase):
             return []
         return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for h in hooks]
 
-    async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
-                                   written: list[tuple[str, int]]) -> list[Delivery]:
-        """The webhook deliveries of a decision's events (``written``: (name, seq) of the vote
-        that completed a quorum, expired, decided), to the owner's webhooks and those of the
-        people who could decide ``request`` (its approvers as they were read for the check)."""
+    async def _decision_reads(self, job: Job, request: PendingRequest | None) -> DecisionReads:
+        """What the deliveries of a decision on ``request`` need, for the decision's own write to
+        read (Store.record_decision's ``reads``): the webhooks of the people who get its events
+        (the owner and the people who could decide it, but those muting the owner)."""
         people = {job.user_id}
         if request is not None and request.approver_refs:
             people |= await self.access.people(request.approver_refs)
-        people = await self._not_muting(job, people)
-        out: list[Delivery] = []
-        for event, seq in written:
-            out += [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq)
-                    for h in await self.store.webhooks_for(sorted(people), event)]
-        return out
+        return DecisionReads(owners=sorted(await self._not_muting(job, people)))
+
+    async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
+                                   written: list[tuple[str, int]], reads: DecisionReads | None = None
+                                   ) -> list[Delivery]:
+        """The webhook deliveries of a decision's events (``written``: (name, seq) of the vote
+        that completed a quorum, expired, decided), to the owner's webhooks and those of the
+        people who could decide ``request`` (its approvers as they were read for the check).
+        ``reads``: as the decision's write read them (their webhooks: nothing read again here)."""
+        if reads is None or reads.webhooks is None:
+            reads = await self._decision_reads(job, request)
+            hooks = {event: await self.store.webhooks_for(reads.owners, event) for event, _ in written}
+        else:
+            hooks = {event: [h for h in reads.webhooks if event in h.events or "*" in h.events] for event, _ in written}
+        return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for event, seq in written for h in hooks[event]]
 
     async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
         """``people`` but those who muted the run's owner (their webhooks get none of the owner's

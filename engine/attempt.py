@@ -41,7 +41,7 @@ from signoff.engine.errors import NotResumable
 from signoff.engine.graph import Graph
 from signoff.engine.models import AppliedDecision, Decision, DecisionClaim, Job, JobStatus, PendingRequest, Vote
 from signoff.engine.state import RunState
-from signoff.engine.store.base import Store
+from signoff.engine.store.base import DecisionReads, Store
 
 PausedState = Callable[[Job], Awaitable[tuple[RunState, Graph]]]
 
@@ -73,6 +73,9 @@ class DecisionAttempt:
     # (user id, when): the decider was checked then by the API, not read again by the caller; the
     # records are written only while no access note of theirs came after (Store.record_decision)
     access_since: tuple[str, datetime] | None = None
+    # what the caller's deliveries need, read in the decision's own write when it is written
+    # (Store.record_decision's ``reads``; issue 33): no round trips of their own after it
+    reads: DecisionReads | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -215,7 +218,7 @@ async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDeci
         maker = partial(draft.signed, key_id=signing.key_id, private=signing.private)
     seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
                                        action_id=applied.action_id, participants=a.participants, claim=claim,
-                                       receipt=maker, access_since=a.access_since)
+                                       receipt=maker, access_since=a.access_since, reads=a.reads)
     return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
 

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from signoff.engine.models import Job, JobStatus, utcnow
+from signoff.engine.models import Job, JobStatus, Message, utcnow
 from signoff.engine.store.base import Store
 from signoff.engine.tracing import close_run, flush, flusher
 from signoff.engine.tracing.sdk import collect_spans, keep_spans, take_spans
@@ -97,6 +97,7 @@ async def end_run(
     name: str | None = None,
     job: Job | None = None,
     reread: bool = True,
+    messages: Sequence[Message] = (),
 ) -> Ended:
     """End the run of ``job_id`` as ``end`` says when its status is one of ``expect`` (any
     non-terminal one when None), or, with ``from_suspended``, by the cancel claim of a suspended
@@ -105,7 +106,8 @@ async def end_run(
     moment ago (one read less; the conditional write decides, and the root span is written
     again with what the job really is when the write lost). ``reread=False``: a caller that needs only
     the status gets, when its write won, the job as that write left it (``job`` with the end's
-    status, result and error: no read of it back)."""
+    status, result and error: no read of it back). ``messages``: the run's last messages, stored
+    in the end's write when it wins (Store.set_status), not at all when it loses."""
     async with _collecting(store):
         job = job if job is not None and job.job_id == job_id else await store.get_job(job_id)
         if job is None:
@@ -133,7 +135,7 @@ async def end_run(
             spans = take_spans()
             try:
                 won = await store.set_status(job_id, end.status, expect=expect, result=end.result, error=end.error,
-                                             event=event, spans=spans,
+                                             event=event, spans=spans, messages=messages,
                                              leftovers=(job.run_id, run_blob_prefix(job_id)))
             except BaseException:
                 keep_spans(spans)  # not written: the collector writes them as before

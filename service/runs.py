@@ -12,10 +12,8 @@ anything is sent: who may see the job (404), who may execute the flow (403), the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
-from datetime import timedelta
 
 import temporalio.client
 
@@ -37,11 +35,12 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.usage import check_stored_bytes
 from signoff.engine.tracing import sdk
-from signoff.service.access import RunnableFlows, asked_job, may_execute, valid_id, visible_job
+from signoff.service.access import RunnableFlows, may_execute, visible_job
 from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
-from signoff.service.periodic import periodically
+from signoff.service.outcome import who_won
+from signoff.service.sweep import Sweep
 from signoff.service.temporal import TemporalBackend
 
 # The most of a person's waiting requests one list gives (GET /pending, the inbox's live set): far
@@ -51,16 +50,7 @@ PENDING_MAX = 100_000
 INBOX_COUNT_CAP = 1000
 VOTED_SCAN = 50  # the jobs read for the requests a person voted on (RunService.voted_waiting)
 
-# the most a decision that lost waits for the winner's decision to be recorded, to name it
-WHO_WON_WAIT = 5.0
 CHECK_SECONDS = 10.0  # the most a decision's check may take (off the event loop) before it is refused
-
-# The most runs one round of the sweep deletes for SIGNOFF_RUN_RETENTION_DAYS (each its own
-# transaction): a backlog (a retention first set on a large database) goes over many rounds
-RETENTION_BATCH = 500
-
-# How long a decision link is kept after it expired (docs/channels.md)
-LINK_KEEP_DAYS = 30
 
 # How many times a stop reads the job again after a conditional write lost to the run moving on
 STOP_ROUNDS = 5
@@ -68,7 +58,7 @@ STOP_ROUNDS = 5
 log = logging.getLogger("signoff.service")
 
 
-class RunService:
+class RunService(Sweep):
     def __init__(self, settings: Settings, store: Store, client: temporalio.client.Client, *,
                  public_owner: str | None = None) -> None:
         self.settings = settings
@@ -186,44 +176,12 @@ class RunService:
     async def resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
                      via: str | None = None) -> Resumed:
         """:meth:`_resume`; a decision that lost to another one (NOT_RESUMABLE, or JobNotFound
-        for an approver who no longer sees the run) is told who won, when the person was asked."""
+        for an approver who no longer sees the run) is told who won, when the person was asked
+        (:func:`~signoff.service.outcome.who_won`)."""
         try:
             return await self._resume(user, job_id, request_id, decision, via=via)
         except (NotResumable, JobNotFound) as err:
-            raise await self._who_won(user, job_id, request_id, err) from None
-
-    async def _who_won(self, user: User, job_id: str, request_id: str, err: SignoffError) -> SignoffError:
-        """``err`` again, or NOT_RESUMABLE naming the decision that was made: "Already decided by
-        bob: approve (via slack)" with ``decided_by``, ``decided_action``, ``decided_via``. A
-        winner whose claim on this request is taken and not yet recorded is waited for
-        (WHO_WON_WAIT at most); anything else is answered at once."""
-        if not valid_id(job_id) or not isinstance(request_id, str) or len(request_id) > 200:
-            return err
-        if isinstance(err, JobNotFound):  # only someone asked learns anything (and no sooner or later)
-            try:
-                await asked_job(self.store, user, job_id, request_id)
-            except JobNotFound:
-                return err
-        deadline = asyncio.get_running_loop().time() + WHO_WON_WAIT
-        while True:
-            job = await self.store.get_job(job_id)
-            if job is None or job.waits_for(request_id):
-                return err  # gone, or still waiting: not lost to another decision
-            decided = [e for e in await self.store.read_events_named(job_id, "human_input_decision")
-                       if e.data.get("request_id") == request_id]
-            claimed = job.pending is not None and job.pending.request_id == request_id  # under a decision's claim
-            if decided or not claimed or job.status.terminal or asyncio.get_running_loop().time() > deadline:
-                break
-            await asyncio.sleep(0.1)
-        if not decided:
-            return err
-        data = decided[-1].data
-        who = str(data.get("decided_by") or "")
-        person = await self.store.get_user(who) if who else None
-        name = person.name if person else ("the deadline" if data.get("timed_out") else who or "someone")
-        via = str(data.get("via") or "api")
-        return NotResumable(f"Already decided by {name}: {data.get('action_id')} (via {via})", job_id=job_id,
-                            decided_by=name, decided_action=data.get("action_id"), decided_via=via)
+            raise await who_won(self.store, user, job_id, request_id, err) from None
 
     async def _resume(self, user: User, job_id: str, request_id: str, decision: Decision, *,
                       via: str | None = None) -> Resumed:
@@ -429,18 +387,6 @@ class RunService:
         raise RunNotEnded(f"Run {job_id} has ended but its workflow is still being let go of; try again in a few "
                           "seconds", job_id=job_id, run_status=job.status.value)
 
-    async def delete_expired_runs(self) -> list[str]:
-        """SIGNOFF_RUN_RETENTION_DAYS: delete the runs that ended longer ago than that, at most
-        RETENTION_BATCH a round (the sweep's: the rest next round, so a backlog never stalls it).
-        Unset: none (the record of who approved what stays unless the operator says)."""
-        days = self.settings.run_retention_days
-        if days is None:
-            return []
-        deleted = await self.store.delete_runs_ended_before(utcnow() - timedelta(days=days), limit=RETENTION_BATCH)
-        if deleted:
-            log.info("deleted %d run(s) ended more than %g days ago (SIGNOFF_RUN_RETENTION_DAYS)", len(deleted), days)
-        return deleted
-
     async def _end_suspended(self, job: Job, end: RunEnd) -> bool:
         """End a suspended job by the cancel claim; the winner lets go of its run. Whether this
         call won."""
@@ -508,64 +454,3 @@ class RunService:
         if job is None:
             raise JobNotFound(job_id=job_id)
         return job
-
-    # ---- recovery ----------------------------------------------------------------------------
-
-    async def start_unstarted(self, *, older_than: float | None = None) -> list[str]:
-        """Start the workflow of runs left ``queued`` by a submit that died (TemporalBackend),
-        and finish that submit's supersede."""
-        started = await self.temporal.recover(older_than=older_than)
-        await self._finish_supersedes(started)
-        return started
-
-    async def _finish_supersedes(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
-            job = await self.store.get_job(job_id)
-            if job is not None:
-                await self.supersede(job, older_only=True)
-
-    async def recover(self) -> None:
-        """One round of the API's sweep: each backend settles the runs it lost (inline runs of a
-        dead process end as ``failed``, runs left without their workflow get it), checkpoints
-        past ``checkpoint_ttl_seconds`` are deleted, decision links long expired, and runs past
-        SIGNOFF_RUN_RETENTION_DAYS."""
-        for backend in self.backends.values():
-            started = await backend.recover()
-            if backend is self.temporal and started:
-                await self._finish_supersedes(started)  # their submits died, maybe before superseding
-        await self.release_due()
-        await self.store.delete_expired_checkpoints(utcnow())
-        # a backstop for an end's cleanup cut short by a process killed mid-write (a late
-        # checkpoint of a run that ended): an ended run keeps none
-        await self.store.delete_checkpoints_of_ended_runs()
-        # decision links expired for LINK_KEEP_DAYS: until then an expired link still shows its
-        # person what became of the request (never a bare 404)
-        await self.store.delete_expired_links(utcnow() - timedelta(days=LINK_KEEP_DAYS))
-        await self.store.delete_expired_contact_tokens(utcnow())  # (kept past the re-send cap's hour)
-        await self.delete_expired_runs()
-
-    async def release_due(self, *, older_than: float = 10.0) -> list[str]:
-        """Cancel the workflows of runs this service (any replica) ended and did not get to cancel
-        (the process died in between, or Temporal was away): each recorded by want_release more
-        than ``older_than`` seconds ago. A job that did not end (its end lost a race) has nothing
-        to cancel. Returns the job ids released."""
-        done = []
-        for job_id in await self.store.releases_due(utcnow() - timedelta(seconds=older_than)):
-            job = await self.store.get_job(job_id)
-            if job is not None and job.status.terminal:
-                try:
-                    await self.backend_of(job).release(job_id)
-                except Unavailable:
-                    continue  # still away: next round
-                except Exception:  # noqa: BLE001 - one run's trouble must not hold up the others'
-                    log.exception("job %s: cancelling its workflow failed; tried again next round", job_id)
-                    continue
-                done.append(job_id)
-            await self.store.released(job_id)
-        if done:
-            log.warning("cancelled the workflow of %d run(s) ended earlier: %s", len(done), ", ".join(done))
-        return done
-
-    def sweeping(self) -> contextlib.AbstractAsyncContextManager[None]:
-        """``recover()`` now and every ``inline_sweep_seconds`` while the block runs (the API)."""
-        return periodically(self.recover, self.settings.inline_sweep_seconds, name="sweep")

@@ -2,6 +2,7 @@
 server, SQLite, PostgreSQL), tests/acceptance (the CLI and HTTP as a user drives them)."""
 
 import os
+import resource
 
 import pytest
 
@@ -51,23 +52,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 # acceptance runs, last, where one worker ran them alone while the others had finished): these go
 # first, so the short files fill in around them at the end. A file missing here just runs later.
 LONGEST_FIRST = (
-    "tests/integration/api/test_supersede_and_events.py",
-    "tests/integration/decisions/test_decision_races.py",
-    "tests/integration/decisions/test_quorum.py",
-    "tests/browser/test_pages.py",
-    "tests/acceptance/test_cli_and_fresh_api.py",
     "tests/acceptance/test_dev.py",
     "tests/integration/faults/test_soak.py",
+    "tests/acceptance/test_cli_and_fresh_api.py",
+    "tests/integration/decisions/test_quorum.py",
+    "tests/acceptance/test_readme_walkthrough.py",
     "tests/integration/faults/test_database_outage.py",
-    "tests/integration/decisions/test_fanout.py",
-    "tests/acceptance/test_fuzz_openapi.py",
+    "tests/browser/test_axe.py",
+    "tests/browser/test_workbench_views.py",
+    "tests/browser/test_pages.py",
+    "tests/integration/api/test_supersede_and_events.py",
+    "tests/integration/decisions/test_decision_races.py",
+    "tests/browser/test_workbench.py",
     "tests/integration/faults/test_temporal_outage.py",
-    "tests/integration/inline/test_killed_api.py",
-    "tests/integration/temporal/test_restarts.py",
+    "tests/acceptance/test_fuzz_openapi.py",
+    "tests/integration/decisions/test_race_surfaces.py",
+    "tests/integration/temporal/test_update_not_taken.py",
     "tests/integration/trace/test_restart_and_otlp.py",
     "tests/integration/decisions/test_timers.py",
+    "tests/integration/inline/test_killed_api.py",
+    "tests/integration/temporal/test_restarts.py",
     "tests/acceptance/test_install.py",
-    "tests/acceptance/test_readme_walkthrough.py",
 )
 
 
@@ -83,3 +88,47 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if type(item).__name__ == "SchemathesisFunction" and not item.nodeid.endswith("]") and "[" in item.name:
             item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined, union-attr]
+
+
+# ---- where the suite's CPU goes -------------------------------------------------------------------
+# The suite is bound by the machine's cores more than by waiting (2 cores, 3 workers, a Temporal
+# dev server each), so `--durations` (wall time, stretched by whatever else runs) is printed beside
+# each file's CPU: the test process's own and that of the processes it started and reaped (a
+# `signoff` command, a killed API), per setup, call and teardown; not the session's Temporal dev
+# server nor Chromium's, which live across tests.
+_CPU = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    now = _cpu_seconds()
+    report.user_properties.append(("cpu_seconds", round(now - item.stash.get(_CPU, now), 3)))
+    item.stash[_CPU] = now
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_CPU] = _cpu_seconds()
+    yield
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    spent: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "cpu_seconds":
+                    path = report.nodeid.split("::", 1)[0]
+                    spent[path] = spent.get(path, 0.0) + value
+    if not spent:
+        return
+    terminalreporter.write_sep("=", f"CPU by file: {sum(spent.values()):.0f} s in all (the 15 most)")
+    for path, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:15]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")

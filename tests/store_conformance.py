@@ -2721,6 +2721,41 @@ async def test_set_status_with_spans_and_leftovers_ends_a_run_in_one_write(store
     assert await store.load_latest_checkpoint(other) is not None
 
 
+async def test_set_status_with_messages_writes_them_with_the_end_or_not_at_all(store: Store) -> None:
+    """Issue 33: a run's last messages (a ChatOutput's) in its end's write: the messages, the
+    status and its event together (the messages before the event, counted to the run's user as
+    add_message counts them, idempotent by id), or none of them: a write that fails halfway
+    leaves the run as it was, and a write that loses (the run ended already) stores no message."""
+    alice = await new_user(store)
+    job_id = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+
+    def said(n: int, **kw) -> Message:
+        return Message(id=f"{job_id}-{n}", session_id=f"s-{job_id}", flow_id="f", job_id=job_id, sender="Machine",
+                       sender_name="AI", text=f"said {n}", created_at=utcnow(), **kw)
+    base = await store.stored_bytes(alice.id)
+    with pytest.raises(Exception):  # the second message cannot be stored: nothing is
+        await store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress],
+                               event=("end", {"status": "completed"}),
+                               messages=[said(1), said(2, card={"bad": object()})])
+    assert (await store.get_job(job_id)).status == JobStatus.in_progress
+    assert await store.list_messages(f"s-{job_id}") == [] and await store.read_events(job_id) == []
+    assert await store.stored_bytes(alice.id) == base
+    await store.add_message(said(0))  # stored before: stored once
+    assert await store.set_status(job_id, JobStatus.completed, expect=[JobStatus.in_progress],
+                                  result={"t": 1}, event=("end", {"status": "completed"}),
+                                  messages=[said(0), said(1)])
+    assert [m.text for m in await store.list_messages(f"s-{job_id}")] == ["said 0", "said 1"]
+    assert (await store.get_job(job_id)).status == JobStatus.completed
+    assert [e.event for e in await store.read_events(job_id)] == ["end"]
+    assert await store.stored_bytes(alice.id) == (base + 2 * len("said 0") + octets_of({"t": 1})
+                                                  + octets_of({"status": "completed"}))
+    # lost (ended already): no message
+    assert not await store.set_status(job_id, JobStatus.failed, event=("run_failed", {}), messages=[said(3)])
+    assert [m.text for m in await store.list_messages(f"s-{job_id}")] == ["said 0", "said 1"]
+    assert [e.event for e in await store.read_events(job_id)] == ["end"]
+
+
 async def test_mark_suspended_with_spans_saves_them_with_the_pause(store: Store) -> None:
     """Issue 33: the pause in one write, the spans of what was built before it included; saved
     also when the pause was not written (a stop got in first), and counted to the run's user."""

@@ -17,6 +17,7 @@ cut by table group (engine/store/sql/, engine/store/memory/).
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, AsyncIterator, Callable, Iterable, Sequence
 
@@ -82,6 +83,20 @@ class AccessChanged(StoreError):
 
     code = "ACCESS_CHANGED"
     retryable = False
+
+
+@dataclass
+class DecisionReads:
+    """What Store.record_decision reads in its own transaction when it writes the decision (issue
+    33: the reads its deliveries need, without round trips of their own): the webhooks of
+    ``owners`` (all of theirs, whatever their events: as webhooks_for reads them before it
+    filters) and the job's latest ``notifications`` (as list_notifications with that limit; 0:
+    none read). Filled only when the decision was written; None: not read."""
+
+    owners: list[str]
+    notifications: int = 0
+    webhooks: list[WebhookRecord] | None = None
+    told: list[Notification] | None = None
 
 
 class StoreConflict(StoreError):
@@ -657,6 +672,7 @@ class Store(CheckpointStore, HistoryStore):
         event: tuple[str, dict[str, Any]] | None = None,
         spans: list[SpanRecord] | None = None,
         leftovers: tuple[str, str] | None = None,
+        messages: Sequence[Message] = (),
     ) -> bool:
         """Set the status when the current one is in ``expect`` (any non-terminal when None).
         Returns whether the row changed. A terminal status never changes again. ``event``
@@ -668,7 +684,10 @@ class Store(CheckpointStore, HistoryStore):
         they are this job's) in the same transaction, so a reader who sees the status sees them.
         ``leftovers`` (run_id, blob prefix): when the row changed to a terminal status, that
         run's checkpoints and the blobs under the prefix are deleted in the same transaction
-        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). Issue 33:
+        (as delete_checkpoints and delete_blobs; an empty prefix deletes no blob). ``messages``:
+        stored as add_message stores them (idempotent by id, counted to the job's user), in the
+        same transaction and only when the row changed, before the event (a chat that shows the
+        run's end shows its last message with it). Issue 33:
         a run's end in one commit."""
 
     # ---- inline runs (docs/inline.md): a job run in the API process holds a lease
@@ -873,7 +892,8 @@ class Store(CheckpointStore, HistoryStore):
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
-                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
+                              access_since: tuple[str, datetime] | None = None,
+                              reads: DecisionReads | None = None) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
         claim ``token`` (claim_suspended_for_resume; with ``claim``, the claim is taken first in
         the same transaction when the job is ``suspended`` waiting for ``request_id``, as
@@ -891,7 +911,8 @@ class Store(CheckpointStore, HistoryStore):
         transaction (see :data:`ReceiptMaker`), and not at all when nothing is.
         ``access_since`` (user id, when): the decider was checked then, by the caller's caller
         (the API's pre-check, carried to the worker): AccessChanged, nothing written, when an
-        access note of that user (ACCESS_NOTES) was written after it, read in the transaction."""
+        access note of that user (ACCESS_NOTES) was written after it, read in the transaction.
+        ``reads``: filled in the same transaction when the records are written (DecisionReads)."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

@@ -34,8 +34,9 @@ async def people(site: Site, *names: str) -> dict[str, str]:
     return full
 
 
-async def gate_flow(site: Site, owner: str = "alice", **params: Any) -> str:
-    spec = {"name": f"Spend approval {uuid.uuid4().hex[:4]}",
+async def gate_flow(site: Site, owner: str = "alice", name: str | None = None, **params: Any) -> str:
+    """A gate flow of ``owner`` (approve or reject; ``params`` the gate's), uploaded: its id."""
+    spec = {"name": name or f"Spend approval {uuid.uuid4().hex[:4]}",
             "nodes": [{"id": "ask", "type": "ChatInput"},
                       {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"], **params}},
                       {"id": "ok", "type": "ChatOutput", "params": {"text": "approved"}},

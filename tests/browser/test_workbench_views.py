@@ -184,19 +184,6 @@ async def test_flows_page_on_a_phone_and_a_flows_own_page(browser: Browser, site
         ola.clean()
 
 
-async def named_gate(site: Site, owner: str, name: str, **params: object) -> str:
-    spec = {"name": name,
-            "nodes": [{"id": "ask", "type": "ChatInput"},
-                      {"id": "gate", "type": "HumanInput", "params": {"decisions": ["Approve", "Reject"], **params}},
-                      {"id": "ok", "type": "ChatOutput", "params": {"text": "approved"}},
-                      {"id": "no", "type": "ChatOutput", "params": {"text": "rejected"}}],
-            "edges": [{"from": "ask.message", "to": "gate.prompt"},
-                      {"from": "gate.branch_approve", "to": "ok.input_value"},
-                      {"from": "gate.branch_reject", "to": "no.input_value"}]}
-    async with site.api(owner) as c:
-        r = await c.post("/api/v1/flows", json=spec)
-        assert r.status_code == 201, r.text
-        return r.json()["id"]
 
 
 async def test_the_docs_pictures_a_realistic_inbox_and_a_card_with_its_context(browser: Browser, site: Site) -> None:
@@ -205,8 +192,8 @@ async def test_the_docs_pictures_a_realistic_inbox_and_a_card_with_its_context(b
     agent and a quorum someone else voted on; the tool approval's card with its context."""
     who, quorum_job, quorum_request = await quorum(site)
     dave = who["dave"]
-    purchase = await named_gate(site, dave, "Purchase approval", timeout=4 * 3600)
-    contract = await named_gate(site, dave, "Contract review", timeout=26 * 3600)
+    purchase = await gate_flow(site, dave, "Purchase approval", timeout=4 * 3600)
+    contract = await gate_flow(site, dave, "Contract review", timeout=26 * 3600)
     await pause(site, user=dave, flow=contract, input_value="Renew the cleaning contract with Brightway, 12 months",
                 session_id="facilities")
     await pause(site, user=dave, flow=purchase, input_value="Laptop for the new designer: MacBook Pro 14, 2,399 EUR",

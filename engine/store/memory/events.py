@@ -11,7 +11,7 @@ from typing import Any
 
 from signoff.engine.audit.events import event_sha256
 from signoff.engine.models import Event, EventNote, JobStatus, as_utc, utcnow
-from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, AccessChanged, ReceiptMaker, StoreError
+from signoff.engine.store.base import ACCESS_CHANGED, ACCESS_NOTES, AccessChanged, DecisionReads, ReceiptMaker, StoreError
 from signoff.engine.store.encoding import dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _Event, _first, _same, _Tables
 from signoff.engine.store.memory.receipts import MemoryReceipts
@@ -63,7 +63,8 @@ class MemoryEvents(MemoryReceipts):
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
-                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
+                              access_since: tuple[str, datetime] | None = None,
+                              reads: DecisionReads | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
@@ -94,6 +95,12 @@ class MemoryEvents(MemoryReceipts):
         t.participants.update((u, job_id) for u in ids)
         if made is not None:
             self._keep_receipt(t, made)
+        if reads is not None:  # in the same step (these await nothing)
+            owners = set(unique_strings(reads.owners, "owner_ids"))
+            reads.webhooks = [self._webhook_record(h)  # type: ignore[attr-defined]
+                              for h in self._hooks(lambda h: h.owner_id in owners)]  # type: ignore[attr-defined]
+            reads.told = await self.list_notifications(job_id, limit=reads.notifications) \
+                if reads.notifications > 0 else []  # type: ignore[attr-defined]
         return seqs
 
     async def append_event_if_waiting(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from signoff.engine.models import (
     Event,
     Job,
     JobStatus,
+    Message,
     NewJob,
     PendingRequest,
     SpanRecord,
@@ -101,12 +102,19 @@ class MemoryJobs(MemoryCore):
         event: tuple[str, dict[str, Any]] | None = None,
         spans: list[SpanRecord] | None = None,
         leftovers: tuple[str, str] | None = None,
+        messages: Sequence[Message] = (),
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and sets
         finished_at; the claim token stays (it records which resume claim led to the end).
         One step: nothing below awaits anything else (``spans`` and ``leftovers`` included)."""
         if spans:
             await self.save_spans(spans)  # type: ignore[attr-defined]
+        for message in messages:  # refused (a card that is not JSON) before any change
+            dumps(message.card)
+        if messages and await self._set_status(job_id, status, expect=expect, result=result, error=error,
+                                               event=None, check=True):
+            for message in messages:  # the run's last words, then its end (add_message awaits nothing)
+                await self.add_message(message)  # type: ignore[attr-defined]
         changed = await self._set_status(job_id, status, expect=expect, result=result, error=error, event=event)
         if changed and JobStatus(status).terminal and leftovers is not None:
             await self.delete_checkpoints(leftovers[0])  # type: ignore[attr-defined]
@@ -116,7 +124,8 @@ class MemoryJobs(MemoryCore):
 
     async def _set_status(self, job_id: str, status: JobStatus, *, expect: Iterable[JobStatus] | None,
                           result: dict[str, Any] | None, error: dict[str, Any] | None,
-                          event: tuple[str, dict[str, Any]] | None) -> bool:
+                          event: tuple[str, dict[str, Any]] | None, check: bool = False) -> bool:
+        """``check``: whether it would change the row, nothing changed."""
         status = JobStatus(status)
         allowed = {JobStatus(s) for s in expect} if expect is not None else set(JobStatus)
         allowed -= TERMINAL_STATUSES
@@ -129,6 +138,8 @@ class MemoryJobs(MemoryCore):
         row = t.jobs.get(job_id)
         if row is None or row.status not in allowed:
             return False
+        if check:
+            return True
         if ev is not None:
             self._append(t, job_id, *ev, None)  # first: it refuses a nameless event before any change
         now = utcnow()

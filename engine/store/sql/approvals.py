@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from signoff.engine.models import InboxEntry, Job, utcnow
-from signoff.engine.store.base import ACCESS_NOTES, AccessChanged, StoreError
+from signoff.engine.store.base import ACCESS_NOTES, AccessChanged, DecisionReads, StoreError
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, DuplicateEvents
@@ -75,7 +75,8 @@ class SQLApprovals(SQLReceipts, SQLJobs):
     async def record_decision(self, job_id: str, events: Sequence[tuple[str, dict[str, Any], str]], *,
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
-                              access_since: tuple[str, datetime] | None = None) -> list[int] | None:
+                              access_since: tuple[str, datetime] | None = None,
+                              reads: DecisionReads | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock); with ``claim``, the claim's conditional UPDATE
@@ -105,6 +106,14 @@ class SQLApprovals(SQLReceipts, SQLJobs):
                 await tx.execute(Q.clear_pending, (now, job_id))
             if ids:
                 await tx.executemany(Q.insert_participant, [(u, job_id, now) for u in ids])
+            if reads is not None:  # what its deliveries need, read here (no round trips of their own)
+                owners = unique_strings(reads.owners, "owner_ids")
+                hooks = await tx.fetchall(Q.webhooks_of_owners.format(owners=", ".join("?" for _ in owners)),
+                                          owners) if owners else []
+                told = await tx.fetchall(Q.list_notifications, (job_id, reads.notifications)) \
+                    if reads.notifications > 0 else []
+                reads.webhooks = [self._webhook_record(r) for r in hooks]  # type: ignore[attr-defined]
+                reads.told = [self._notification(r) for r in told]  # type: ignore[attr-defined]
             return seqs
 
         try:

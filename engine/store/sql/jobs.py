@@ -19,6 +19,7 @@ from signoff.engine.models import (
     DecisionClaim,
     Job,
     JobStatus,
+    Message,
     NewJob,
     PendingAges,
     PendingRequest,
@@ -125,10 +126,12 @@ class SQLJobs(SQLEvents):
         event: tuple[str, dict[str, Any]] | None = None,
         spans: list[SpanRecord] | None = None,
         leftovers: tuple[str, str] | None = None,
+        messages: Sequence[Message] = (),
     ) -> bool:
         """See Store.set_status. A terminal status also clears the pending request and the claim
-        and sets finished_at; ``result``/``error`` are written only when given; ``event`` is
-        appended in the same transaction when (and only when) the row changed. ``spans`` of
+        and sets finished_at; ``result``/``error`` are written only when given; ``messages``
+        (before the event, as add_message writes them) and ``event`` are written in the same
+        transaction when (and only when) the row changed. ``spans`` of
         this job (or of none) are saved in that transaction, after the job row (save_spans'
         order); spans of other runs are saved first, on their own. What the writes count goes
         to one usage row of the job's user (the job's shard)."""
@@ -161,7 +164,10 @@ class SQLJobs(SQLEvents):
         body = self._enc_event(event[1]) if event is not None else None
 
         async def write(tx: Tx) -> bool:
+            total = size  # with the messages' octets
             changed = await tx.execute(sql, (*params, job_id, *allowed)) > 0
+            for message in messages if changed else ():  # the run's last words, then its end
+                total += (await self._insert_message(tx, message))[1]  # type: ignore[attr-defined]  # SQLMessages
             if changed and event is not None:
                 await self._append(tx, job_id, event[0], body, None)
             if changed and status.terminal:  # an ended job waits for nobody (approvals.py)
@@ -173,12 +179,12 @@ class SQLJobs(SQLEvents):
                 if prefix:
                     back += await tx.fetchall(Q.delete_blobs, (len(prefix), prefix))
             if together or back:
-                if changed and size:
+                if changed and total:
                     row = await tx.fetchone(Q.job_user, (job_id,))
-                    back.append({"charged_to": row["user_id"] if row else None, "size": -size})
+                    back.append({"charged_to": row["user_id"] if row else None, "size": -total})
                 await self._spans_of_job(tx, job_id, spans or [], back)
             elif changed:
-                await self._charge_job(tx, job_id, size)
+                await self._charge_job(tx, job_id, total)
             return changed
 
         return await self._write(write)

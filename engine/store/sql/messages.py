@@ -44,12 +44,29 @@ class SQLMessages(SQLCore):
         A card's ``submitted_action``/``superseded``/``stopped`` live in their own columns so the
         stamps are plain UPDATEs (``superseded`` holds both closings: 1 superseded, 2 stopped,
         CARD_STOPPED); they are merged back into ``card`` on read."""
+
+        async def write(tx: Tx) -> dict[str, Any] | None:
+            row, size = await self._insert_message(tx, message)
+            if row is not None:  # a run's message counts to the job's user (text and card)
+                await self._charge_job(tx, message.job_id, size)
+            else:
+                row = await tx.fetchone(Q.message_by_id, (message.id,))
+            return row
+
+        row = await self._write(write)
+        assert row is not None
+        return self._message(row)
+
+    async def _insert_message(self, tx: Any, message: Message) -> tuple[dict[str, Any] | None, int]:
+        """The message's row inserted in ``tx`` (None: one with its id is there already) and the
+        octets it counts to the job's user (text and card), not charged here."""
         card = dict(message.card) if message.card is not None else None
         submitted, closed = None, 0
         if card is not None:
             submitted = card.pop("submitted_action", None)
             closed = 1 if card.pop("superseded", False) else 0
             closed = CARD_STOPPED if card.pop("stopped", False) else closed
+        body = self._enc_json(card) if card is not None else None
         params = (
             message.id,
             message.session_id,
@@ -59,24 +76,14 @@ class SQLMessages(SQLCore):
             message.sender_name,
             message.text,
             message.kind,
-            self._enc_json(card) if card is not None else None,
+            body,
             str(card["request_id"]) if card is not None and card.get("request_id") is not None else None,
             submitted,
             closed,
             self._enc_dt(message.created_at),
         )
-
-        async def write(tx: Tx) -> dict[str, Any] | None:
-            row = await tx.fetchone(Q.insert_message, params)
-            if row is not None:  # a run's message counts to the job's user (text and card)
-                await self._charge_job(tx, message.job_id, octets(message.text) + self._json_octets(params[8]))
-            else:
-                row = await tx.fetchone(Q.message_by_id, (message.id,))
-            return row
-
-        row = await self._write(write)
-        assert row is not None
-        return self._message(row)
+        row = await tx.fetchone(Q.insert_message, params)
+        return row, (octets(message.text) + self._json_octets(body) if row is not None else 0)
 
     async def list_messages(self, session_id: str, *, flow_id: str | None = None) -> list[Message]:
         sql, params = Q.list_messages, [session_id]

@@ -19,6 +19,7 @@ from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner
 from signoff.engine.store import Store
+from signoff.engine.store.base import DecisionReads
 from signoff.engine.store.counters import tallying
 from signoff.engine.store.proxy import StoreProxy
 from tests.helpers import gate_flow
@@ -166,13 +167,17 @@ class _Counting(StoreProxy):
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["no_receipt", "receipt"])
-async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: Store, signed: bool) -> None:
+@pytest.mark.parametrize("reading", [False, True], ids=["no_reads", "reads"])
+async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: Store, signed: bool,
+                                                                   reading: bool) -> None:
     """Issue 33's count, exact for this task (engine/store/counters.py: tallying): a decision whose
     job and decider the caller carries (the API's check, engine/carried.py) and whose paused state
     it holds is ONE store call, record_decision (the claim, the records, the access check and the
     receipt in one transaction): one commit, no read connection. Its receipt (issue 32) costs
     one statement more than none: the INSERT (the run's last receipt comes back from the lock's
-    UPDATE and goes on the row with the UPDATE that clears the request)."""
+    UPDATE and goes on the row with the UPDATE that clears the request). What its deliveries need
+    (``reads``: the webhooks of the people its events go to, the run's notifications) is read in
+    the same transaction: two statements more, no store call or connection of their own."""
     job_id, request_id, state = await paused_run(any_store)
     job = await any_store.get_job(job_id)
     counting = _Counting(any_store)
@@ -180,17 +185,26 @@ async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: St
     async def paused_state(_job):
         return state, Graph.from_spec(state.flow)
 
+    hook = await any_store.create_webhook(job.user_id, "https://example.invalid/h", ["human_input_decision"], b"s")
+    await any_store.create_webhook(job.user_id, "https://example.invalid/other", ["human_input_required"], b"s")
+    told = await any_store.log_notification(job_id=job_id, request_id=request_id, seq=1, event="human_input_required",
+                                            channel="email", user_id=job.user_id, attempt=1, delivered=True, error=None)
+    reads = DecisionReads(owners=[job.user_id], notifications=500) if reading else None
     with tallying() as sent:
         out = await attempt_decision(counting, DecisionAttempt(  # type: ignore[arg-type]
             job_id, request_id, "t1", Decision(action_id="approve"), utcnow(), job.user_id, sent={"via": "test"},
-            access_since=(job.user_id, utcnow())), paused_state, _Keys() if signed else None, job=job)
+            access_since=(job.user_id, utcnow()), reads=reads), paused_state, _Keys() if signed else None, job=job)
     assert out.outcome == "applied"
     assert counting.calls == ["record_decision"]
+    if reading:  # read with the decision: every webhook of the owner (filtered by event by the caller)
+        assert reads.webhooks is not None and hook.id in {h.id for h in reads.webhooks} and len(reads.webhooks) == 2
+        assert [n.id for n in reads.told] == [told.id]
     if getattr(any_store, "dialect", ""):  # the SQL stores count what they send
         # the access check, the claim, the lock, the event's append (its seq, dedupe, chain, insert
         # and size; PostgreSQL's NOTIFY), the card, the request cleared; + the receipt's INSERT
         base = {"sqlite": 9, "postgres": 10}[any_store.dialect]
-        assert sent == {"commit": 1, "read": 0, "statements": base + (1 if signed else 0)}, sent
+        assert sent == {"commit": 1, "read": 0,
+                        "statements": base + (1 if signed else 0) + (2 if reading else 0)}, sent
     if signed:
         (receipt,) = await any_store.read_receipts(job_id)
         assert receipt.seq == 1 and receipt.body["prev_sha256"] is None and receipt.body["authority"] == "owner"
@@ -227,3 +241,19 @@ async def test_a_carried_check_made_before_an_access_change_writes_nothing(any_s
     # another person's access note is not theirs; a check after the change holds
     out = await attempt_decision(any_store, decided(utcnow()), paused_state, job=after)
     assert out.outcome == "applied" and len(await decisions(any_store, job_id)) == 1
+
+
+async def test_the_reads_of_a_decision_not_written_are_not_made(any_store: Store) -> None:
+    """Store.record_decision's ``reads`` are filled only with a decision it wrote: a decision that
+    lost to another one leaves them unread (the caller reads nothing for deliveries it has none of)."""
+    job_id, request_id, state = await paused_run(any_store)
+    job = await any_store.get_job(job_id)
+    assert (await attempt(any_store, job_id, request_id, state, "first", carried=True, job=job)).outcome == "applied"
+
+    async def paused_state(_job):
+        return state, Graph.from_spec(state.flow)
+    reads = DecisionReads(owners=[job.user_id], notifications=500)
+    out = await attempt_decision(any_store, DecisionAttempt(job_id, request_id, "second", Decision(action_id="reject"),
+                                                            utcnow(), reads=reads), paused_state, job=job)
+    assert out.outcome == "not_claimed"
+    assert reads.webhooks is None and reads.told is None
