@@ -64,6 +64,27 @@ def _rows(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     return [dict(zip(names, r)) for r in cur.fetchall()]
 
 
+async def _to_the_end(ending: Awaitable[None]) -> None:
+    """A write transaction's COMMIT or ROLLBACK, waited for to its end even when the task is
+    cancelled meanwhile (the cancel is raised after it): the writer is passed on only once the
+    connection is out of its transaction. Cancelling the wait alone once cancelled the COMMIT's
+    job before the writer's thread ran it, and the next write's BEGIN on that connection found
+    the transaction still open ("cannot start a transaction within a transaction", seen in CI)."""
+    task = asyncio.ensure_future(ending)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True  # (the shield's own cancel: the task goes on)
+        except BaseException:
+            break  # the task's own failure: raised below
+    if cancelled:
+        task.exception()  # looked at: a failed COMMIT under a cancel is not "never retrieved"
+        raise asyncio.CancelledError()
+    task.result()
+
+
 class _SQLiteTx(Tx):
     """Statements of one transaction, each run on the connection's thread(s)."""
 
@@ -301,9 +322,9 @@ class SQLiteStore(SQLStore):
                 try:
                     yield tx
                 except BaseException:
-                    await asyncio.shield(tx.finish(commit=False))
+                    await _to_the_end(tx.finish(commit=False))
                     raise
-                await tx.finish(commit=True)
+                await _to_the_end(tx.finish(commit=True))
                 if tx.told:
                     for wake in self._tail_wakes:
                         wake.set()

@@ -128,3 +128,46 @@ async def test_a_write_cancelled_before_its_commit_rolls_back_and_hands_the_writ
     finally:
         release.set()
         await store.close()
+
+
+async def test_a_write_cancelled_while_its_commit_waits_for_the_thread_still_ends_its_transaction(tmp_path):
+    """A statement-by-statement write (``_tx``) cancelled once its COMMIT is queued behind a busy
+    writer's thread: the COMMIT still runs before the writer is passed on, so the next write
+    begins on a connection out of its transaction (before, the cancel took the COMMIT's job off
+    the queue and the next BEGIN failed "cannot start a transaction within a transaction": CI)."""
+    import threading
+
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.setup()
+    busy, release = threading.Event(), threading.Event()
+    try:
+        await store._write(lambda tx: tx.execute("CREATE TABLE t(v TEXT)"))
+
+        async def first() -> None:
+            async with store._tx(write=True) as tx:
+                await tx.execute("INSERT INTO t(v) VALUES ('first')")
+                # the writer's thread taken by something else: this COMMIT waits in its queue
+                store._writer_exec.submit(lambda: (busy.set(), release.wait(30)))
+                while not busy.is_set():
+                    await asyncio.sleep(0.001)
+
+        task = asyncio.create_task(first())
+        while not busy.is_set():
+            await asyncio.sleep(0.001)
+        for _ in range(3):
+            await asyncio.sleep(0)  # the task is in its COMMIT's wait now
+        task.cancel()
+        following = asyncio.create_task(store._write(lambda tx: tx.execute("INSERT INTO t(v) VALUES ('next')")))
+        await asyncio.sleep(0.05)
+        release.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        await following  # began on a connection out of the first's transaction
+        async with store._tx(write=False) as tx:
+            rows = await tx.fetchall("SELECT v FROM t ORDER BY rowid")
+        assert [r["v"] for r in rows] == ["first", "next"]  # the COMMIT that was under way took effect
+    finally:
+        release.set()
+        await store.close()
