@@ -39,7 +39,7 @@ test: $(TESTING)
 	@# Bytecode once, before the workers and the hundreds of `signoff` processes the tests start
 	@# (each would compile the modules it imports again where PYTHONDONTWRITEBYTECODE is set, as on
 	@# many CI images; pytest's rewritten test modules are cached only where it is unset).
-	@$(VENV)/bin/python -m compileall -q -j 0 engine activities workflows api service signoff tests > /dev/null
+	@$(VENV)/bin/python -m compileall -q -j 0 -x '/node_modules/' engine activities workflows api service signoff tests > /dev/null
 	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # The races at their full counts (a quarter in `make test`: docs/testing.md), before a release or

@@ -36,7 +36,8 @@ from signoff.engine.errors import (
     WaitingOnOthersLimit,
 )
 from signoff.engine.graph import Graph
-from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix, to_the_end
+from signoff.engine.aio import to_the_end
+from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
 from signoff.engine.models import Job, JobStatus, Message, PendingRequest, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result

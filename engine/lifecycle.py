@@ -19,11 +19,10 @@ Ending a run is three things, always in this order and each written once (DESIGN
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from signoff.engine.models import Job, JobStatus, Message, utcnow
 from signoff.engine.store.base import Store
@@ -154,27 +153,6 @@ async def end_run(
             await _leave_nothing_behind(store, job, traced_status, name)
         return Ended(job, won)
 
-
-T = TypeVar("T")
-
-
-async def to_the_end(write: Awaitable[T]) -> T:
-    """Run a run's writes to their end, even when the task is cancelled meanwhile (a stop): a
-    cancel in the middle would leave half of them (how an inline run ended, rolled back: the job
-    ``in_progress`` until the sweep; a pause's checkpoint written and not yet checked against
-    the job that ended meanwhile: an ended run's checkpoint, for good). The cancel is honoured
-    (raised) once they are written; their own error first, if they failed."""
-    task = asyncio.ensure_future(write)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        task.result()
-        raise asyncio.CancelledError
-    return task.result()
 
 
 async def settle_ended(store: Store, job: Job, *, name: str | None = None) -> None:

@@ -27,7 +27,8 @@ from typing import Any, ClassVar
 from signoff.engine import tracing
 from signoff.engine.access import Access
 from signoff.engine.errors import NotResumable, SignoffError
-from signoff.engine.lifecycle import RunEnd, end_run, settle_ended, to_the_end
+from signoff.engine.aio import to_the_end
+from signoff.engine.lifecycle import RunEnd, end_run, settle_ended
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus, utcnow
 from signoff.engine.runner import InProcessRunner, RunOutcome
 from signoff.engine.secrets import Vault

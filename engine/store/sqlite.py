@@ -35,6 +35,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from signoff.engine.aio import to_the_end
 from signoff.engine.fairgate import FairGate, current_user
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
@@ -62,27 +63,6 @@ def _wrap(exc: sqlite3.Error) -> StoreError:
 def _rows(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
     names = [d[0] for d in cur.description or ()]
     return [dict(zip(names, r)) for r in cur.fetchall()]
-
-
-async def _to_the_end(ending: Awaitable[None]) -> None:
-    """A write transaction's COMMIT or ROLLBACK, waited for to its end even when the task is
-    cancelled meanwhile (the cancel is raised after it): the writer is passed on only once the
-    connection is out of its transaction. Cancelling the wait alone once cancelled the COMMIT's
-    job before the writer's thread ran it, and the next write's BEGIN on that connection found
-    the transaction still open ("cannot start a transaction within a transaction", seen in CI)."""
-    task = asyncio.ensure_future(ending)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True  # (the shield's own cancel: the task goes on)
-        except BaseException:
-            break  # the task's own failure: raised below
-    if cancelled:
-        task.exception()  # looked at: a failed COMMIT under a cancel is not "never retrieved"
-        raise asyncio.CancelledError()
-    task.result()
 
 
 class _SQLiteTx(Tx):
@@ -319,12 +299,16 @@ class SQLiteStore(SQLStore):
             async with self._write_lock.hold(current_user()):
                 tx = _SQLiteTx(self._writer_conn, self._writer_exec, "BEGIN IMMEDIATE")
                 count("commit")
+                # the ROLLBACK or COMMIT runs to its end even when the task is cancelled meanwhile,
+                # before the writer is passed on: cancelling the wait alone once took the COMMIT's
+                # job off the writer thread's queue, and the next write's BEGIN found the
+                # transaction still open ("cannot start a transaction within a transaction", CI)
                 try:
                     yield tx
                 except BaseException:
-                    await _to_the_end(tx.finish(commit=False))
+                    await to_the_end(tx.finish(commit=False))
                     raise
-                await _to_the_end(tx.finish(commit=True))
+                await to_the_end(tx.finish(commit=True))
                 if tx.told:
                     for wake in self._tail_wakes:
                         wake.set()
