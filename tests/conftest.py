@@ -15,7 +15,8 @@ from tests.helpers import EgressAllow
 # starts; a test of the key file itself unsets it.
 os.environ.setdefault("SIGNOFF_SECRET_KEY", "c2lnbm9mZi10ZXN0LXNlc3Npb24ta2V5LTMyLWJ5dGU=")
 
-pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai", "tests.fixtures.own_postgres"]
+pytest_plugins = ["tests.fixtures.temporal", "tests.fixtures.db", "tests.fixtures.fake_openai", "tests.fixtures.own_postgres",
+                  "tests.fixtures.routes_once"]
 
 
 @pytest.fixture
