@@ -162,8 +162,10 @@ class LayerActivities(NotifyActivities):
     async def _paused_by_earlier_attempt(self, job_id: str, state: RunState,
                                          ids: list[str]) -> tuple[RunState, int, list[str]] | None:
         """The pause an earlier attempt of this layer reached and persisted (the job suspended at
-        it, its checkpoint past ``state`` with the layer's vertices built), with the layers it
-        took and the vertices it built; None when there is none (build the layer)."""
+        it, its checkpoint past ``state`` with the layer's vertices built, or paused: an Agent
+        asking for a tool's approval pauses in the layer that builds it, and a vertex that paused
+        is not among the built), with the layers it took and the vertices it built; None when
+        there is none (build the layer)."""
         job = await self.store.get_job(job_id)
         if job is None or job.status != JobStatus.suspended or job.pending is None:
             return None
@@ -172,7 +174,8 @@ class LayerActivities(NotifyActivities):
             return None
         paused = RunState.model_validate(cp.data)
         if (paused.pending is None or paused.pending.request_id != job.pending.request_id
-                or paused.layers <= state.layers or not set(ids) <= set(paused.built) | set(paused.dead)):
+                or paused.layers <= state.layers
+                or not set(ids) <= {*paused.built, *paused.dead, paused.pending_vertex}):
             return None
         built = [v for v in paused.built if v not in state.built]
         if paused.pending_vertex is not None and paused.pending_vertex not in built:

@@ -168,6 +168,48 @@ async def test_a_worker_killed_while_suspended_resumes_without_resending_a_model
     assert [m["role"] for m in fake_openai.requests[1]["messages"]] == ["system", "user", "assistant", "tool"]
 
 
+async def test_the_retry_of_an_agent_layer_that_reached_its_tool_approval_asks_the_model_nothing_again(
+        service, store, settings, user, make_flow, fake_openai, tool_target):
+    """Resume is not a re-run, for a pause inside the layer too: an Agent asks for a tool's
+    approval in the layer that builds it, and its worker is killed after the pause is persisted,
+    before Temporal hears of it. The layer's retry goes on from that pause: no second model call,
+    the same request, one ``human_input_required``. (The retry looked for the pausing vertex among
+    the built ones, where a vertex that paused never is, and built the layer again: the test above
+    saw the model asked again, the run ended without its tool and its workflow with the job still
+    waiting, about one run in twelve on a loaded box.)"""
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    from signoff.activities.flow import FlowActivities
+    from signoff.activities.types import RunLayerInput
+    from signoff.engine.models import utcnow
+
+    fake_openai.add(call("refund", {"body": "5 EUR"}), say("asked again"))
+    flow = await make_flow(agent_flow(fake_openai, tool_target))
+    job, _ = await service.submit(user, flow, input_value="refund 5 EUR", session_id="s1", tweaks=None,
+                                  idempotency_key=None, mode="background")  # no worker: the test drives the layers
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    try:
+        first = await env.run(acts.run_layer, RunLayerInput(job_id=job.job_id, step=0, now=utcnow(), inline=True,
+                                                           persist=True))
+        assert first.pending is None and not first.done  # the Agent is a layer of its own
+        layer = RunLayerInput(job_id=job.job_id, step=first.step, state=first.state, now=utcnow(), inline=True,
+                              persist=True)
+        paused = await env.run(acts.run_layer, layer)
+        assert paused.pending is not None and paused.pending.kind == "tool_approval" and paused.persisted
+        assert fake_openai.count == 1
+        env.info = dataclasses.replace(env.info, attempt=2)  # the same layer again: its retry
+        again = await env.run(acts.run_layer, layer)
+        assert fake_openai.count == 1
+        assert (again.step, again.pending, again.built, again.persisted, again.done) == (
+            paused.step, paused.pending, paused.built, True, False)
+        assert (await event_names(store, job.job_id)).count("human_input_required") == 1
+        assert (await store.get_job(job.job_id)).waits_for(paused.pending.request_id)
+    finally:
+        await service.client.get_workflow_handle(job.job_id).terminate("the test drove the layers itself")
+
+
 async def test_the_worker_passes_its_settings_as_the_agent_defaults(client, service, store, settings, user, make_flow,
                                                                     fake_openai):
     fake_openai.add(say("configured by the worker"))
