@@ -95,9 +95,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # The suite is bound by the machine's cores more than by waiting (2 cores, 3 workers, a Temporal
 # dev server each), so `--durations` (wall time, stretched by whatever else runs) is printed beside
 # each file's CPU: the test process's own and that of the processes it started and reaped (a
-# `signoff` command, a killed API), per setup, call and teardown; not the session's Temporal dev
-# server nor Chromium's, which live across tests.
+# `signoff` command, a killed API), per setup, call and teardown. The session's fixtures (each
+# worker's Temporal dev server, Chromium) are reaped in the last test's teardown: that is billed
+# to a line of its own, not to whichever file a worker happened to run last (which put unit files
+# at the top of the list, at 60 s each).
 _CPU = pytest.StashKey[float]()
+_LAST = pytest.StashKey[bool]()
+SESSION_FIXTURES = "(the session's fixtures: Temporal dev servers, Chromium; reaped at the end)"
 
 
 def _cpu_seconds() -> float:
@@ -110,8 +114,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
     now = _cpu_seconds()
-    report.user_properties.append(("cpu_seconds", round(now - item.stash.get(_CPU, now), 3)))
+    name = "cpu_seconds_session" if call.when == "teardown" and item.stash.get(_LAST, False) else "cpu_seconds"
+    report.user_properties.append((name, round(now - item.stash.get(_CPU, now), 3)))
     item.stash[_CPU] = now
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    item.stash[_LAST] = nextitem is None  # this teardown ends the session's fixtures too
+    yield
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -125,8 +136,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for reports in terminalreporter.stats.values():
         for report in reports:
             for name, value in getattr(report, "user_properties", ()):
-                if name == "cpu_seconds":
-                    path = report.nodeid.split("::", 1)[0]
+                if name in ("cpu_seconds", "cpu_seconds_session"):
+                    path = report.nodeid.split("::", 1)[0] if name == "cpu_seconds" else SESSION_FIXTURES
                     spent[path] = spent.get(path, 0.0) + value
     if not spent:
         return
