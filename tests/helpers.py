@@ -258,3 +258,31 @@ class Proc:
     def close(self) -> None:
         self.kill()
         self.log.close()
+
+
+async def to_a_pause_and_its_retry(store, settings, job_id: str) -> tuple[Any, Callable[[], Any]]:
+    """A run's layers driven as its workflow would (the run's workflow has no worker: the test
+    is it): the first layer (it must not pause), then the next to its pause, persisted. Returns
+    that layer's output, and the layer's retry (attempt 2, as after a worker killed once the pause
+    was persisted, before Temporal heard of it) to await when the test has counted what the
+    first attempt did."""
+    import dataclasses
+
+    from temporalio.testing import ActivityEnvironment
+
+    from signoff.activities.flow import FlowActivities
+    from signoff.activities.types import RunLayerInput
+
+    acts, env = FlowActivities(store, settings), ActivityEnvironment()
+    first = await env.run(acts.run_layer, RunLayerInput(job_id=job_id, step=0, now=utcnow(), inline=True,
+                                                       persist=True))
+    assert first.pending is None and not first.done  # what dials out (or asks a model) is a layer of its own
+    layer = RunLayerInput(job_id=job_id, step=first.step, state=first.state, now=utcnow(), inline=True, persist=True)
+    paused = await env.run(acts.run_layer, layer)
+    assert paused.pending is not None and paused.persisted
+
+    async def retry() -> Any:
+        env.info = dataclasses.replace(env.info, attempt=2)
+        return await env.run(acts.run_layer, layer)
+
+    return paused, retry

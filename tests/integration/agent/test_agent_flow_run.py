@@ -18,7 +18,7 @@ from signoff.engine.errors import InvalidDecision, NotResumable
 from signoff.engine.models import Decision, JobStatus
 from signoff.worker import build_worker
 from tests.fixtures.fake_openai import call, say
-from tests.helpers import event_names, eventually, wait_status
+from tests.helpers import event_names, eventually, to_a_pause_and_its_retry, wait_status
 from signoff.workflows.types import ResumeInput
 
 REPO = Path(__file__).resolve().parents[3]
@@ -177,30 +177,14 @@ async def test_the_retry_of_an_agent_layer_that_reached_its_tool_approval_asks_t
     the built ones, where a vertex that paused never is, and built the layer again: the test above
     saw the model asked again, the run ended without its tool and its workflow with the job still
     waiting, about one run in twelve on a loaded box.)"""
-    import dataclasses
-
-    from temporalio.testing import ActivityEnvironment
-
-    from signoff.activities.flow import FlowActivities
-    from signoff.activities.types import RunLayerInput
-    from signoff.engine.models import utcnow
-
     fake_openai.add(call("refund", {"body": "5 EUR"}), say("asked again"))
     flow = await make_flow(agent_flow(fake_openai, tool_target))
     job, _ = await service.submit(user, flow, input_value="refund 5 EUR", session_id="s1", tweaks=None,
                                   idempotency_key=None, mode="background")  # no worker: the test drives the layers
-    acts, env = FlowActivities(store, settings), ActivityEnvironment()
     try:
-        first = await env.run(acts.run_layer, RunLayerInput(job_id=job.job_id, step=0, now=utcnow(), inline=True,
-                                                           persist=True))
-        assert first.pending is None and not first.done  # the Agent is a layer of its own
-        layer = RunLayerInput(job_id=job.job_id, step=first.step, state=first.state, now=utcnow(), inline=True,
-                              persist=True)
-        paused = await env.run(acts.run_layer, layer)
-        assert paused.pending is not None and paused.pending.kind == "tool_approval" and paused.persisted
-        assert fake_openai.count == 1
-        env.info = dataclasses.replace(env.info, attempt=2)  # the same layer again: its retry
-        again = await env.run(acts.run_layer, layer)
+        paused, retry = await to_a_pause_and_its_retry(store, settings, job.job_id)
+        assert paused.pending.kind == "tool_approval" and fake_openai.count == 1
+        again = await retry()
         assert fake_openai.count == 1
         assert (again.step, again.pending, again.built, again.persisted, again.done) == (
             paused.step, paused.pending, paused.built, True, False)

@@ -19,6 +19,8 @@ from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import JobStatus, utcnow
 from signoff.engine.store.proxy import StoreProxy
 
+from tests.helpers import to_a_pause_and_its_retry
+
 from .test_surface import submit
 
 
@@ -103,23 +105,13 @@ async def test_the_retry_of_a_layer_that_reached_its_pause_builds_nothing_again(
     the gate and persisted the pause, and its worker was killed before Temporal heard of it
     (test_restarts.py: test_worker_killed_while_suspended saw the call made twice). Its retry
     goes on from that pause: no second call, the same pause, one ``human_input_required``."""
-    import dataclasses
-
     from .test_restarts import counted_gate_flow
 
     job = await submit(service, user, await make_flow(counted_gate_flow(http_counter.url)))
-    acts, env = FlowActivities(store, settings), ActivityEnvironment()
     try:
-        first = await env.run(acts.run_layer, RunLayerInput(job_id=job.job_id, step=0, now=utcnow(), inline=True,
-                                                           persist=True))
-        assert first.pending is None and not first.done  # the call is a layer of its own
-        layer = RunLayerInput(job_id=job.job_id, step=first.step, state=first.state, now=utcnow(), inline=True,
-                              persist=True)
-        paused = await env.run(acts.run_layer, layer)
-        assert paused.pending is not None and paused.persisted
+        paused, retry = await to_a_pause_and_its_retry(store, settings, job.job_id)
         assert http_counter.counts["/count/before"] == 1
-        env.info = dataclasses.replace(env.info, attempt=2)  # the same layer again: its retry
-        again = await env.run(acts.run_layer, layer)
+        again = await retry()
         assert http_counter.counts["/count/before"] == 1
         assert (again.step, again.pending, again.built, again.persisted) == (paused.step, paused.pending,
                                                                              paused.built, True)
