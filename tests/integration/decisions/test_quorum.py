@@ -161,7 +161,10 @@ def _cli_code(stderr: str) -> str:
     for code in ("NOT_RESUMABLE", "ALREADY_VOTED", "NOT_AN_APPROVER", "INVALID_DECISION"):
         if code in stderr:
             return code
-    if "workflow execution already completed" in stderr.lower() or "not found" in stderr.lower():
+    text = stderr.lower()
+    # closed, or closing as the Update came (Temporal aborts an Update the closing workflow did not take)
+    if any(closed in text for closed in ("workflow execution already completed", "not found",
+                                          "update was aborted by closing workflow")):
         return "WORKFLOW_CLOSED"
     return stderr.strip()[:300]
 
