@@ -2272,7 +2272,7 @@ async def test_a_failed_append_tells_nothing_and_two_tails_hear_the_same(store: 
 
 
 async def test_a_tail_of_a_closed_store_raises(store: Store) -> None:
-    job_id = await new_job(store)
+    await new_job(store)
     tail = store.tail_events()
     assert await tail.__anext__() == []
     await store.close()
