@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from temporalio import activity
@@ -30,6 +31,7 @@ from signoff.engine.carried import Checked, open_checked
 from signoff.engine.decisions import (
     check_decision,
     check_remember,
+    quick_to_check,
     recorded_decision,
     with_decision,
 )
@@ -95,9 +97,13 @@ class DecisionActivities(LayerActivities):
                         return ResumeRunOutput(claimed=False, refused=refused(err))
                 if request is not None:  # the values, which the workflow never checks: off the event loop, once
                     try:
-                        await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
-                                                max_items=self.settings.max_value_items,
-                                                max_standing=self.settings.max_standing)
+                        check = partial(check_decision, request, inp.request_id, inp.decision,
+                                        max_items=self.settings.max_value_items,
+                                        max_standing=self.settings.max_standing)
+                        if quick_to_check(request, inp.decision):  # a few comparisons: no thread hop
+                            check()
+                        else:
+                            await asyncio.to_thread(check)
                         if inp.decision.remember is not None and await self.store.get_standing_approval(
                                 rule_id(inp.job_id, inp.request_id)) is None:
                             # a standing approval: within the cap (unless an earlier attempt of this

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from functools import partial
 
 import temporalio.client
 
@@ -21,7 +22,7 @@ from signoff.engine.access import Access
 from signoff.engine.audit.receipts import authority_of
 from signoff.engine.carried import Checked, seal_checked
 from signoff.engine.secrets import SecretBox
-from signoff.engine.decisions import check_decision
+from signoff.engine.decisions import check_decision, quick_to_check
 from signoff.engine.errors import (
     Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, NotResumable, RunNotEnded, SignoffError, Unavailable,
 )
@@ -200,12 +201,14 @@ class RunService(Sweep):
             decider = await self.access.decider(job, user, pending, flow=flow)
             # the values' schema check off the event loop, bounded in time (its cost is linear in
             # values bounded by SIGNOFF_MAX_VALUE_ITEMS; the bound is for what that leaves)
-            checking = asyncio.to_thread(check_decision, pending, request_id, decision,
-                                         waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
-                                         max_items=self.settings.max_value_items,
-                                         max_standing=self.settings.max_standing)
+            check = partial(check_decision, pending, request_id, decision,
+                            waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
+                            max_items=self.settings.max_value_items, max_standing=self.settings.max_standing)
             try:
-                await asyncio.wait_for(checking, CHECK_SECONDS)
+                if quick_to_check(pending, decision):  # a few comparisons: no thread hop for them
+                    check()
+                else:
+                    await asyncio.wait_for(asyncio.to_thread(check), CHECK_SECONDS)
                 if decision.remember is not None:  # a standing approval (DESIGN §17): within the cap
                     await check_room(self.store, user.id, self.settings.max_standing_per_user)
             except TimeoutError:
