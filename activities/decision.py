@@ -8,7 +8,9 @@ go of. ``rollback_resume`` lets a claim go when the workflow's look at the store
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from temporalio import activity
@@ -29,6 +31,7 @@ from signoff.engine.carried import Checked, open_checked
 from signoff.engine.decisions import (
     check_decision,
     check_remember,
+    quick_to_check,
     recorded_decision,
     with_decision,
 )
@@ -41,6 +44,7 @@ from signoff.engine.errors import (
     StandingApprovalLimit,
 )
 from signoff.engine.graph import Graph
+from signoff.engine.run import final_result
 from signoff.engine.models import DecisionClaim, Job, JobStatus, utcnow
 from signoff.engine.standing import check_room, remember_decision, rule_id
 from signoff.engine.state import RunState
@@ -67,15 +71,19 @@ class DecisionActivities(LayerActivities):
             except SignoffError as err:
                 raise to_failure(err) from None
         try:
-            job = await self._job(inp.job_id)
+            # the API's check, carried sealed (engine/carried.py), with the job it read: not read
+            # again here; the decision's write claims it only while its row is as read (its stamp)
+            checked = None if inp.timed_out else self._checked(inp)  # the deadline decides for nobody
+            carried = checked.job if checked is not None and checked.job is not None \
+                and checked.job.waits_for(inp.request_id) else None
+            job = carried if carried is not None else await self._job(inp.job_id)
             person, authority, request = None, None, await self.access.current_request(job, inp.request_id)
-            checked = None
-            if not inp.timed_out:  # the deadline decides for nobody
+            if not inp.timed_out:
                 # whoever sends it (the API, the CLI, the Web UI), a decision passes the same
                 # checks as that person's HTTP resume: an approver, who may (still) decide it. The
                 # API's own check, carried sealed, stands for it (engine/carried.py): not read again,
                 # and the decision's write refuses it if their access changed since
-                checked = self._checked(inp) if request is not None else None
+                checked = checked if request is not None else None
                 if checked is not None:
                     person, authority = _Person(checked.user_id, checked.name), checked.authority
                 else:
@@ -89,9 +97,13 @@ class DecisionActivities(LayerActivities):
                         return ResumeRunOutput(claimed=False, refused=refused(err))
                 if request is not None:  # the values, which the workflow never checks: off the event loop, once
                     try:
-                        await asyncio.to_thread(check_decision, request, inp.request_id, inp.decision,
-                                                max_items=self.settings.max_value_items,
-                                                max_standing=self.settings.max_standing)
+                        check = partial(check_decision, request, inp.request_id, inp.decision,
+                                        max_items=self.settings.max_value_items,
+                                        max_standing=self.settings.max_standing)
+                        if quick_to_check(request, inp.decision):  # a few comparisons: no thread hop
+                            check()
+                        else:
+                            await asyncio.to_thread(check)
                         if inp.decision.remember is not None and await self.store.get_standing_approval(
                                 rule_id(inp.job_id, inp.request_id)) is None:
                             # a standing approval: within the cap (unless an earlier attempt of this
@@ -109,11 +121,16 @@ class DecisionActivities(LayerActivities):
                 decider_name=person.name if person else None, authority=authority,
                 access_since=checked.access_since if checked is not None else None,
                 # the webhooks (and notifications) its deliveries need: read in its own write
-                reads=await self._decision_reads(job, request or job.pending))
+                reads=await self._decision_reads(job, request or job.pending),
+                stamp=carried.updated_at if carried is not None else None)
+
+            def paused(job: Job) -> Any:  # the workflow's copy of the pause's state, when it is the job's
+                return self._paused_state(job, inp.state, copy_first=True)
+
             try:
                 attempted = await attempt_decision(
-                    self.store, attempt, lambda job: self._paused_state(job, inp.state), self.receipt_keys,
-                    job=job)  # as read above: the claim rides in the decision's write while it still waits
+                    self.store, attempt, paused, self.receipt_keys,
+                    job=job)  # as read: the claim rides in the decision's write while it still waits
             except AccessChanged:
                 # the carried check is stale (their access changed since the API looked): nothing
                 # was written; the decider is checked from the store now, and the decision applied
@@ -130,7 +147,7 @@ class DecisionActivities(LayerActivities):
                 attempted = await attempt_decision(
                     self.store, replace(attempt, decided_by=person.id, decider_name=person.name, authority=authority,
                                         participants=_took_part(person, inp), access_since=None),
-                    lambda job: self._paused_state(job, inp.state), self.receipt_keys, job=job)
+                    paused, self.receipt_keys, job=job)
             if attempted.outcome == "recorded":
                 # An earlier attempt under this token applied a decision: this one's (a retried
                 # activity), or, when the workflow task that ran it as a local activity was lost,
@@ -154,11 +171,11 @@ class DecisionActivities(LayerActivities):
                             kind=asked.kind if asked is not None else None, action_id=applied.action_id,
                             max_flows=self.settings.metrics_max_flows)
             deliveries = await self._decision_deliveries(job, request or job.pending, written, attempt.reads)
-            out = await self._after_decision(inp, attempted.graph, attempted.state, job)
+            out, final = await self._after_decision(inp, attempted.graph, attempted.state, job)
         except SignoffError as err:
             raise to_failure(err) from None
         return ResumeRunOutput(claimed=True, update_id=inp.update_id, action_id=applied.action_id, out=out,
-                               deliveries=deliveries)
+                               deliveries=deliveries, completed=_completed(out, attempted.graph, final))
 
     def _checked(self, inp: ResumeRunInput) -> Checked | None:
         """The API's check of this decision's decider, when it carried one that opens
@@ -249,12 +266,19 @@ class DecisionActivities(LayerActivities):
         # the pause of this decision: the state it made, from the record
         applied = recorded_decision(latest.pending, decided.data, expired.data if expired is not None else None)
         trace_gate(job, graph, latest, applied)
-        return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
-                               out=await self._after_decision(inp, graph, with_decision(latest, applied), job))
+        out, _ = await self._after_decision(inp, graph, with_decision(latest, applied), job)
+        return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries, out=out)
 
-    async def _paused_state(self, job: Job, fallback: StateRef | None) -> tuple[RunState, Graph]:
+    async def _paused_state(self, job: Job, fallback: StateRef | None, *, copy_first: bool = False
+                            ) -> tuple[RunState, Graph]:
         """The run's state at its pause (the checkpoint; the workflow's copy if it is gone) and
-        its graph."""
+        its graph. ``copy_first``: the workflow's copy (``fallback``, inline) when it holds the
+        very pause the job waits at (the same pending request, stamped at the same instant):
+        that pause's checkpoint was written from the same state, so it is not read (issue 33)."""
+        if copy_first and fallback is not None and fallback.inline is not None and job.pending is not None:
+            state = await self.codec.load(fallback)
+            if state.pending is not None and state.pending == job.pending:
+                return state, self.graph(state)
         cp = await self.store.load_latest_checkpoint(job.run_id)
         if cp is not None:
             state = await self.codec.internalize(cp.data)
@@ -264,10 +288,11 @@ class DecisionActivities(LayerActivities):
             raise NotResumable("the checkpoint is gone")
         return state, self.graph(state)
 
-    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState, job: Job) -> RunLayerOutput:
+    async def _after_decision(self, inp: ResumeRunInput, graph: Graph, state: RunState, job: Job
+                              ) -> tuple[RunLayerOutput, RunState]:
         """The layers that follow the decision, built here while they are instant, up to the next
-        pause (persisted with ``inp.persist``) or the end of the run (recorded). ``job``: as the
-        claim read it."""
+        pause (persisted with ``inp.persist``) or the end of the run (recorded), and the state
+        they left. ``job``: as the claim read it."""
         step, built = inp.step, []
         # Layers built here happen after the decision, in real time: a pause reached here is
         # stamped now (the workflow's time when that is later, e.g. under time skipping).
@@ -282,7 +307,7 @@ class DecisionActivities(LayerActivities):
             raise
         return await self._layer_output(inp.job_id, graph, state, step, inp.now, built,
                                         blob_step=_blob_step(state), persist=inp.persist,
-                                        job=job, held=held)
+                                        job=job, held=held), state
 
     @activity.defn(name="rollback_resume")
     async def rollback_resume(self, inp: RollbackResumeInput) -> bool:
@@ -304,6 +329,19 @@ def _where_it_was(inp: ResumeRunInput, status: JobStatus, *, done: bool = False,
     after the claim) or the decision was not recorded (``cancelled``); ``status``: the job's."""
     return RunLayerOutput(step=inp.step, state=inp.state or StateRef(), done=done, cancelled=cancelled,
                           status=status.value)
+
+
+# the largest result (its JSON) the Update's answer carries; a larger one is read by the API
+RESULT_BYTES = 8 * 1024
+
+
+def _completed(out: RunLayerOutput, graph: Graph, state: RunState) -> dict[str, Any] | None:
+    """The result the run's completion recorded (final_result, as _complete wrote it), when this
+    attempt completed the run and the result is small enough to ride in the Update's answer."""
+    if not out.done or out.status != JobStatus.completed.value:
+        return None
+    result = final_result(graph, state)
+    return result if len(json.dumps(result, separators=(",", ":"), default=str)) <= RESULT_BYTES else None
 
 
 def _not_applied(job: Job) -> ResumeRunOutput:

@@ -103,6 +103,9 @@ class ResumeRunOutput(BaseModel):
     refused: dict[str, Any] | None = None
     out: RunLayerOutput | None = None  # where the run is afterwards (the workflow goes on from it)
     deliveries: list[Delivery] = Field(default_factory=list)
+    # the run's result when this attempt completed it (at most activities/decision.py's
+    # RESULT_BYTES of JSON): the Update's answer carries it, so the API reads nothing after it (issue 33)
+    completed: dict[str, Any] | None = None
 
 
 class RecordVoteInput(BaseModel):

@@ -6,6 +6,10 @@ per resume, and `signoff_store_transactions_total{kind}` / `signoff_store_statem
 submit (to its pause) cost the database (issue 33). The submits are timed too, sequentially.
 Prints JSON (a profile, not a comparison: bench/latency.py measures against the peer).
 
+Issue 33's counts per resume (docs/temporal.md, "A resume in four store calls"): 4 store calls
+(user_for_api_key, get_job_with_flow, record_decision, set_status) and 2 commits, plus a
+fraction for the service's sweeps that fall in the window; a submit to its pause 18 and 7.
+
 Usage: python bench/resume_profile.py [--runs 50] [--warmup 40] [--database-url postgresql://...]
 """
 

@@ -7,6 +7,7 @@ must be allowed to execute the child flow, checked when the child is loaded)."""
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
+from types import EllipsisType
 
 from signoff.engine.decisions import Decider, group_ref, user_ref
 from signoff.engine.models import FlowRecord, Job, PendingRequest, User, Vote
@@ -66,6 +67,8 @@ class Access:
         return self._public_owner
 
     async def may_execute(self, user_id: str, flow: FlowRecord) -> bool:
+        if flow.owner_id == user_id:  # their own flow: the public owner is not looked up (a read
+            return True               # each time in a deployment that has none)
         return await may_execute(self.store, user_id, flow, await self.public_owner())
 
     def flow_loader(self, user_id: str | None) -> Callable[..., Awaitable[FlowRecord | None]]:
@@ -106,20 +109,23 @@ class Access:
         people)."""
         return await self.store.get_user(ref) or await self.store.get_user_by_name(ref)
 
-    async def decider(self, job: Job, user: User, pending: PendingRequest | None = None) -> Decider:
+    async def decider(self, job: Job, user: User, pending: PendingRequest | None = None, *,
+                      flow: FlowRecord | None | EllipsisType = ...) -> Decider:
         """``user`` as the decision rules see them for ``job``'s request: the approver references
         they match (themselves, every group they are in), whether the run is theirs, and whether
         they may execute its flow now. With ``pending``, the request they would decide (as
         :meth:`current_request` gives it), only what the rules ask of it is read
         (:func:`~signoff.engine.decisions.check_decider`): their groups when it names approvers,
-        the flow when the run is theirs."""
+        the flow when the run is theirs. ``flow``: the job's flow as read with the job
+        (Store.get_job_with_flow; None: deleted), not read again."""
         owner = user.id == job.user_id
         refs = {user_ref(user.id)}
         if pending is None or pending.approvers or pending.approver_refs:
             refs |= {group_ref(owner_id, name) for owner_id, name in await self.store.groups_of(user.id)}
         may = True
         if pending is None or owner:
-            flow = await self.store.get_flow(job.flow_id)
+            if flow is ...:
+                flow = await self.store.get_flow(job.flow_id)
             may = flow is not None and await self.may_execute(user.id, flow)
         return Decider(user_id=user.id, refs=frozenset(refs), owner=owner, may_execute=may)
 

@@ -76,6 +76,9 @@ class DecisionAttempt:
     # what the caller's deliveries need, read in the decision's own write when it is written
     # (Store.record_decision's ``reads``; issue 33): no round trips of their own after it
     reads: DecisionReads | None = field(default=None, compare=False)
+    # the job's ``updated_at`` as the caller's job was read (a job carried from the API's read,
+    # engine/carried.py): the claim in the decision's write is taken only while the row has it
+    stamp: datetime | None = None
 
 
 @dataclass
@@ -100,7 +103,8 @@ async def attempt_decision(store: Store, a: DecisionAttempt, paused_state: Pause
     """Run the attempt ``a`` (module docstring). ``paused_state(job)``: the run's state at its
     pause and its graph (the checkpoint, or the caller's copy). ``job``: the job as the caller
     read it a moment ago; when it waits for the request, the claim is taken in the decision's
-    own write (one commit: :func:`_claim_and_record`). ``keys``: the decision's signed receipt is
+    own write (one commit: :func:`_claim_and_record`; with ``a.stamp``, only while the job's row is
+    as that read saw it). ``keys``: the decision's signed receipt is
     written with its records (docs/audit.md); None: no receipt. Raises NotResumable for a job that is not
     there; store errors as they come (the caller retries under the same token)."""
     signing = await keys.signing() if keys is not None else None
@@ -163,6 +167,10 @@ async def _claim_and_record(store: Store, a: DecisionAttempt, paused_state: Paus
             return Attempted("not_applied", claim.job, claim)
         if claim.won:  # an earlier attempt's claim, nothing recorded under it: the claim first, as before
             return None
+        if a.stamp is not None and claim.job.waits_for(a.request_id):
+            # waiting still, its row changed since the caller's read (a claim let go of, ...): what
+            # was read is not what waits now; the claim first, on the job as it is
+            return None
         return Attempted("not_claimed", claim.job, claim)
     trace_gate(job, graph, paused, applied)  # "Human In The Loop — {label}": once recorded
     # the job as a claim reads it: running under this claim (its request, as read, for the caller)
@@ -218,7 +226,8 @@ async def _record(store: Store, job: Job, paused: RunState, applied: AppliedDeci
         maker = partial(draft.signed, key_id=signing.key_id, private=signing.private)
     seqs = await store.record_decision(job.job_id, events, token=a.token, request_id=applied.request_id,
                                        action_id=applied.action_id, participants=a.participants, claim=claim,
-                                       receipt=maker, access_since=a.access_since, reads=a.reads)
+                                       receipt=maker, access_since=a.access_since, reads=a.reads,
+                                       stamp=a.stamp if claim else None)
     return None if seqs is None else [(name, seq) for (name, _, _), seq in zip(events, seqs)]
 
 

@@ -17,21 +17,31 @@ nothing is written (AccessChanged) and the activity checks the decider again fro
 applies or refuses the decision on what it reads. The margin covers a revoke whose transaction
 began before the check and committed after it, and clocks a little apart; a false alarm costs
 only the reads the carry saves.
+
+The job the API read rides in the token too (``Checked.job``, when its JSON is at most
+``CARRY_JOB_BYTES``): the activity takes it instead of reading the job again, and the decision's
+write claims it only while its row still has the ``updated_at`` the API read
+(Store.record_decision's ``stamp``; every change of a job's row sets it). A row changed since is
+claimed first, on the job as it is then (engine/attempt.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from signoff.engine.models import as_utc
+from signoff.engine.models import Job, as_utc
 from signoff.engine.secrets import SecretBox
 
-__all__ = ["CARRY_MARGIN", "CARRY_TTL", "Checked", "open_checked", "seal_checked"]
+__all__ = ["CARRY_JOB_BYTES", "CARRY_MARGIN", "CARRY_TTL", "Checked", "open_checked", "seal_checked"]
 
 CARRY_TTL = 60  # seconds: an older token is ignored (the decider is read again)
 CARRY_MARGIN = timedelta(seconds=10)
+# the largest job (its JSON) a token carries: a larger one (a submit with large tweaks) is read
+# again by the worker rather than copied into the Update's input, which the history keeps
+CARRY_JOB_BYTES = 16 * 1024
+_TOKEN_CHARS = 4 * CARRY_JOB_BYTES  # a longer token is none of ours
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,8 @@ class Checked:
     name: str
     authority: str
     checked_at: datetime
+    # the job as the API read it for this check (None: not carried, the worker reads it)
+    job: Job | None = None
 
     @property
     def access_since(self) -> tuple[str, datetime]:
@@ -55,6 +67,10 @@ class Checked:
 def seal_checked(box: SecretBox, checked: Checked) -> str:
     body = {"j": checked.job_id, "r": checked.request_id, "u": checked.user_id, "n": checked.name,
             "a": checked.authority, "t": as_utc(checked.checked_at).isoformat()}
+    if checked.job is not None and checked.job.job_id == checked.job_id:
+        job = checked.job.model_dump_json()
+        if len(job) <= CARRY_JOB_BYTES:
+            body["job"] = job
     return box.seal(json.dumps(body, separators=(",", ":"))).decode("ascii")
 
 
@@ -62,7 +78,7 @@ def open_checked(box: SecretBox, token: str | None, *, job_id: str, request_id: 
                  user_id: str | None) -> Checked | None:
     """The check ``token`` carries, when it opens with the deployment's key, is at most CARRY_TTL
     old and is for this job, request and person; else None (the caller reads the decider)."""
-    if not token or not isinstance(token, str) or len(token) > 4096 or not user_id:
+    if not token or not isinstance(token, str) or len(token) > _TOKEN_CHARS or not user_id:
         return None
     try:
         body = json.loads(box.open(token.encode("ascii"), ttl=CARRY_TTL))
@@ -73,4 +89,10 @@ def open_checked(box: SecretBox, token: str | None, *, job_id: str, request_id: 
         return None
     if (checked.job_id, checked.request_id, checked.user_id) != (job_id, request_id, user_id):
         return None
+    try:
+        job = Job.model_validate_json(body["job"]) if isinstance(body.get("job"), str) else None
+    except ValueError:  # sealed by us, so never; read the job then
+        job = None
+    if job is not None and job.job_id == job_id:
+        checked = replace(checked, job=job)
     return checked

@@ -124,6 +124,16 @@ def check_decision(pending: PendingRequest | None, request_id: str, decision: De
         raise AlreadyVoted()
 
 
+def quick_to_check(pending: PendingRequest | None, decision: Decision) -> bool:
+    """Whether :func:`check_decision` of ``decision`` costs no more than a few comparisons: no
+    schema to check its values against (the action has no ``fields``, the request is no tool
+    approval) and no standing approval asked. Such a check runs on the caller's event loop; any
+    other is run off it, bounded in time (its cost grows with the values and the schema), as
+    every check was (a thread hop each way per decision, issue 33)."""
+    return pending is None or (decision.remember is None and pending.kind != "tool_approval"
+                               and (pending.fields or {}).get(decision.action_id) is None)
+
+
 # standing approvals (DESIGN §17, engine/standing.py): what a decision's ``remember`` may be
 STANDING_SCOPES = ("session", "flow")
 REMEMBERED_ACTIONS = ("approve", "edit")

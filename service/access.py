@@ -37,6 +37,18 @@ async def visible_job(store: Store, user: User, job_id: str) -> Job:
     return job
 
 
+async def visible_job_with_flow(store: Store, user: User, job_id: str) -> tuple[Job, FlowRecord | None]:
+    """:func:`visible_job`, with the job's flow (its latest version; None when deleted) read in
+    the same store call (Store.get_job_with_flow): what a decision's check reads (issue 33)."""
+    if not valid_id(job_id):
+        raise JobNotFound(f"Job {job_id[:100]!r} not found")
+    job, flow = await store.get_job_with_flow(job_id)
+    if job is None or (job.user_id != user.id and not await assigned(store, user, job)
+                       and not await took_part(store, user, job)):
+        raise JobNotFound(f"Job {job_id!r} not found", job_id=job_id)
+    return job, flow
+
+
 async def asked_job(store: Store, user: User, job_id: str, request_id: str) -> Job:
     """The job if its request ``request_id`` is no longer waiting and once named ``user`` (or a
     group they are in now) as an approver: as it paused, as it is stored, or added by its

@@ -34,6 +34,11 @@ class Resumed:
     status: str = "resuming"
     votes: int = 0
     required: int = 1
+    # the job as the decision's own step left it, when that step completed the run (its result
+    # came with the answer, issue 33): the answer's ``run`` with no read of the store. Its
+    # timestamps are those read before the decision: the completed answer shows none of them.
+    # None: the answer's ``run`` is read
+    completed: Job | None = None
 
 
 class RunBackend(abc.ABC):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from functools import partial
 
 import temporalio.client
 
@@ -21,7 +22,7 @@ from signoff.engine.access import Access
 from signoff.engine.audit.receipts import authority_of
 from signoff.engine.carried import Checked, seal_checked
 from signoff.engine.secrets import SecretBox
-from signoff.engine.decisions import check_decision
+from signoff.engine.decisions import check_decision, quick_to_check
 from signoff.engine.errors import (
     Forbidden, IdempotencyMismatch, InvalidValues, JobNotFound, NotResumable, RunNotEnded, SignoffError, Unavailable,
 )
@@ -35,7 +36,7 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.engine.usage import check_stored_bytes
 from signoff.engine.tracing import sdk
-from signoff.service.access import RunnableFlows, may_execute, visible_job
+from signoff.service.access import RunnableFlows, may_execute, visible_job, visible_job_with_flow
 from signoff.service.backend import Resumed, RunBackend, poll_job
 from signoff.service.feed import EventFeed
 from signoff.service.inline import InlineBackend
@@ -193,19 +194,21 @@ class RunService(Sweep):
         protocol it came through, recorded in the decision's event (page, agui, email, slack, mcp,
         a2a; None: the HTTP API)."""
         checked_at = utcnow()  # before anything is read: an access change after it is caught (engine/carried.py)
-        job = await visible_job(self.store, user, job_id)
+        job, flow = await visible_job_with_flow(self.store, user, job_id)  # one read (issue 33)
         try:
             pending = await self.access.current_request(job)
             votes = await self.access.votes(job_id, pending.request_id) if pending and pending.quorum_action else []
-            decider = await self.access.decider(job, user, pending)
+            decider = await self.access.decider(job, user, pending, flow=flow)
             # the values' schema check off the event loop, bounded in time (its cost is linear in
             # values bounded by SIGNOFF_MAX_VALUE_ITEMS; the bound is for what that leaves)
-            checking = asyncio.to_thread(check_decision, pending, request_id, decision,
-                                         waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
-                                         max_items=self.settings.max_value_items,
-                                         max_standing=self.settings.max_standing)
+            check = partial(check_decision, pending, request_id, decision,
+                            waiting=job.status == JobStatus.suspended, decider=decider, votes=votes,
+                            max_items=self.settings.max_value_items, max_standing=self.settings.max_standing)
             try:
-                await asyncio.wait_for(checking, CHECK_SECONDS)
+                if quick_to_check(pending, decision):  # a few comparisons: no thread hop for them
+                    check()
+                else:
+                    await asyncio.wait_for(asyncio.to_thread(check), CHECK_SECONDS)
                 if decision.remember is not None:  # a standing approval (DESIGN §17): within the cap
                     await check_room(self.store, user.id, self.settings.max_standing_per_user)
             except TimeoutError:
@@ -221,8 +224,10 @@ class RunService(Sweep):
             authority = authority_of(timed_out=False, owner=decider.owner, refs=decider.refs,
                                      at_pause=job.pending.approver_refs if job.pending is not None else [],
                                      now=pending.approver_refs)
+            # and the job as read here: the worker does not read it again, its claim holds only
+            # while the row is as read (Store.record_decision's stamp)
             checked = self._seal(Checked(job_id=job_id, request_id=request_id, user_id=user.id, name=user.name,
-                                         authority=authority, checked_at=checked_at))
+                                         authority=authority, checked_at=checked_at, job=job))
         return await self.backend_of(job).resume(job, request_id, decision, decided_by=user.id, via=via,
                                                  checked=checked)
 

@@ -336,7 +336,11 @@ class TemporalBackend(RunBackend):
             if (await self._job(job.job_id)).status == JobStatus.suspended:
                 raise
             raise NotResumable("The run is over", job_id=job.job_id) from None
-        return Resumed(result.status, result.votes, result.required)
+        completed = None
+        if result.completed is not None and result.status == "resuming":  # the step that took it ended the run
+            completed = job.model_copy(update={"status": JobStatus.completed, "result": result.completed,
+                                               "error": None, "pending": None})
+        return Resumed(result.status, result.votes, result.required, completed=completed)
 
     async def _settle_update(self, handle: temporalio.client.WorkflowHandle, update_id: str, job_id: str) -> Resumed:
         """The Update did not answer in time: find out what became of it, by its own id."""

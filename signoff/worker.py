@@ -19,7 +19,7 @@ from signoff.activities.flow import FlowActivities
 from signoff.activities.patient import PatientStore
 from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
-from signoff.workflows.caller import CallerInterceptor, CallerRunner
+from signoff.workflows.caller import CallerInterceptor, CallerRunner, context_free
 from signoff.workflows.flow_run import FlowRun
 
 # What the worker's sandbox shares with the process instead of importing again for each run:
@@ -54,8 +54,9 @@ def build_worker(
     # every activity's spans reach the store before it returns (docs/tracing.md)
     # who sent each Update and Signal, handed to the workflow from the activation (workflows/caller.py)
     interceptors = [SpanFlushInterceptor(patient), CallerInterceptor(), *worker_kwargs.pop("interceptors", [])]
+    client = with_converter(client)
     return Worker(
-        with_converter(client),
+        client,
         task_queue=task_queue or settings.task_queue,
         workflows=[FlowRun],
         activities=acts,
@@ -63,7 +64,10 @@ def build_worker(
         # bytecode cache, compiled) workflows/flow_run.py for every new run, ~25 % of the
         # process's CPU per run (docs/temporal.md, "The workflow sandbox"). The replay tests
         # still run it in the strict sandbox, which catches a non-deterministic call in it.
-        workflow_runner=CallerRunner(SandboxedWorkflowRunner(restrictions=WORKER_SANDBOX)),
+        # signoff's converter uses no serialization context: none is asked of the sandbox per
+        # payload (workflows/caller.py, issue 33)
+        workflow_runner=CallerRunner(SandboxedWorkflowRunner(restrictions=WORKER_SANDBOX),
+                                     context_free=context_free(client.data_converter)),
         graceful_shutdown_timeout=worker_kwargs.pop("graceful_shutdown_timeout", None) or _timedelta(10),
         interceptors=interceptors,
         max_cached_workflows=worker_kwargs.pop("max_cached_workflows", settings.max_cached_workflows),

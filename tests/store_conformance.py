@@ -879,6 +879,45 @@ async def test_record_decision_with_the_claim_claims_and_records_in_one_write(st
                                     participants=[], claim=True)
 
 
+async def test_record_decision_with_a_stamp_claims_only_the_row_as_it_was_read(store: Store) -> None:
+    """``stamp`` (issue 33: a job carried from the API's read): the claim is taken only while the
+    job's row still has the ``updated_at`` that read saw; a row changed since (here a claim let go
+    of: the job waits for the same request again) gets nothing written, the job as it was."""
+    job_id, request_id = await suspended_job(store)
+    read = await store.get_job(job_id)
+    events = [("human_input_decision", {"action_id": "approve"}, "t1:decision")]
+    assert (await store.claim_decision(job_id, request_id, "t0")).won  # another attempt's claim ...
+    assert await store.rollback_resume_claim(job_id, "t0")  # ... let go of: waiting again, a new stamp
+    moved = await store.get_job(job_id)
+    assert moved.waits_for(request_id) and moved.updated_at != read.updated_at
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="approve",
+                                       participants=[], claim=True, stamp=read.updated_at) is None
+    assert await store.read_events(job_id) == [] and (await store.get_job(job_id)).waits_for(request_id)
+    assert not (await store.claim_decision(job_id, request_id, "t1", claim=False)).won
+    # the row as read now: claimed and recorded in the one write
+    assert await store.record_decision(job_id, events, token="t1", request_id=request_id, action_id="approve",
+                                       participants=[], claim=True, stamp=moved.updated_at) == [1]
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending is None
+
+
+async def test_get_job_with_flow_reads_both_in_one_call(store: Store) -> None:
+    """The job and its flow's latest version (a decision's check, issue 33); a deleted flow is
+    None beside its job; no job, nothing."""
+    owner = await new_user(store)
+    spec = {"name": "Refund", "nodes": [{"id": "a", "type": "ChatInput"}], "edges": []}
+    flow = await store.save_flow(owner.id, "Refund", spec)
+    flow = await store.save_flow(owner.id, "Refund v2", {**spec, "name": "Refund v2"}, flow_id=flow.id)
+    job_id = await new_job(store, owner.id, flow_id=flow.id)
+    job, got = await store.get_job_with_flow(job_id)
+    assert job == await store.get_job(job_id)
+    assert got == await store.get_flow(flow.id) and got.version == 2 and got.spec["name"] == "Refund v2"
+    assert got.owner_id == owner.id and utc(got.created_at) and utc(got.updated_at)
+    assert await store.delete_flow(flow.id)
+    assert await store.get_job_with_flow(job_id) == (job, None)
+    assert await store.get_job_with_flow(uid("job-")) == (None, None)
+
+
 async def test_record_decision_racing_appends_keeps_seqs_gap_free(store: Store) -> None:
     job_id, request_id = await suspended_job(store)
     assert await store.claim_suspended_for_resume(job_id, request_id, token="t") == "t"
@@ -2233,7 +2272,7 @@ async def test_a_failed_append_tells_nothing_and_two_tails_hear_the_same(store: 
 
 
 async def test_a_tail_of_a_closed_store_raises(store: Store) -> None:
-    job_id = await new_job(store)
+    await new_job(store)
     tail = store.tail_events()
     assert await tail.__anext__() == []
     await store.close()

@@ -202,7 +202,8 @@ class DecisionAttempt(RunCore):
             self._set_status(JobStatus.in_progress.value)
         result = ResumeResult(job_id=job_id, request_id=inp.request_id, action_id=res.action_id or "",
                               votes=len(self._votes) + (vote is not None),
-                              required=self._pending.required_approvals if self._pending else 1)
+                              required=self._pending.required_approvals if self._pending else 1,
+                              completed=res.completed)
         if res.update_id != current_update_id():
             # the store recorded another Update's (or a Signal's) decision for this attempt, made in
             # a workflow task that was lost: the run goes on from it; that Update gets its answer

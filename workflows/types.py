@@ -6,6 +6,7 @@ Plain data only (the sandbox passes it through). The activities' inputs and outp
 
 from __future__ import annotations
 
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from temporalio.common import SearchAttributeKey
@@ -69,3 +70,7 @@ class ResumeResult(BaseModel):
     action_id: str
     votes: int = 0
     required: int = 1
+    # the run's result when the decision's own step completed the run (and the result is small):
+    # the API answers the run as completed from it, with no read after the Update (issue 33).
+    # None: the run goes on (or ended otherwise, or an older worker answered): the API reads it
+    completed: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from signoff.engine.sharing import shared_view
 from signoff.engine.usage import check_stored_bytes, stored_size
 from signoff.service.access import named_user, recent_runs
 
-from signoff.api.deps import get_flows
+from signoff.api.deps import flows_of
 from signoff.api.errors import FlowTooLarge, InvalidRequest, printable
 from signoff.api.flowspec import read_flow
 from signoff.api.limits import check_body
@@ -37,7 +37,7 @@ RECENT_RUNS = 20  # the person's runs the page lists
 
 
 async def _flows_page(request: Request, page: PageContext, status_code: int = 200, **extra: Any) -> Response:
-    flows = await get_flows(request).all(page.user)
+    flows = await flows_of(request).all(page.user)
     names = Names(page.store)
     runs = [{"job": job, "flow_name": await names.flow_name(job.flow_id), "duration": formatting.run_duration(job)}
             for _row, job in await recent_runs(page.store, page.user, limit=RECENT_RUNS)]
@@ -101,7 +101,7 @@ async def upload_flow(request: Request, page: PageContext = Page) -> Response:
 @router.post("/flows/{flow_id}/runs")
 async def start_run(request: Request, flow_id: str, page: PageContext = Page) -> Response:
     form = await read_form(request, page)
-    flow = await get_flows(request).get(page.user, flow_id)
+    flow = await flows_of(request).get(page.user, flow_id)
     try:
         body = WorkflowCreate.model_validate({"flow_id": flow.id, "input_value": text(form.get("input_value")) or "",
                                               "session_id": clean(text(form.get("session_id"))), "mode": "background"})
@@ -127,7 +127,7 @@ def _spec_of(flow: FlowRecord, user_id: str) -> dict[str, Any]:
 
 async def _flow_page(request: Request, page: PageContext, flow_id: str, status_code: int = 200,
                      **extra: Any) -> Response:
-    flow = await get_flows(request).get(page.user, flow_id)  # FlowNotFound (the 404 page) unless they may see it
+    flow = await flows_of(request).get(page.user, flow_id)  # FlowNotFound (the 404 page) unless they may see it
     spec = _spec_of(flow, page.user.id)
     names = Names(page.store)
     runs = [{"job": job, "flow_name": flow.name, "duration": formatting.run_duration(job)}
@@ -152,7 +152,7 @@ async def flow_page(request: Request, flow_id: str, page: PageContext = Page) ->
 @router.get("/flows/{flow_id}/export")
 async def flow_export(request: Request, flow_id: str, page: PageContext = Page, format: str = "signoff") -> Response:
     """The spec as a file to download (``format=langflow``: a Langflow export), as the API's export."""
-    flow = await get_flows(request).get(page.user, flow_id)
+    flow = await flows_of(request).get(page.user, flow_id)
     spec = _spec_of(flow, page.user.id)
     doc = to_langflow(spec, flow_id=flow.id) if format == "langflow" else spec
     filename = re.sub(r"[^A-Za-z0-9._-]+", "-", flow.name).strip("-")[:80] or flow.id
@@ -161,7 +161,7 @@ async def flow_export(request: Request, flow_id: str, page: PageContext = Page, 
 
 
 async def _owned(request: Request, page: PageContext, flow_id: str) -> FlowRecord:
-    flow = await get_flows(request).get(page.user, flow_id)
+    flow = await flows_of(request).get(page.user, flow_id)
     if flow.owner_id != page.user.id:
         raise Forbidden("Only the flow's owner may share or delete it")  # (the API's 403)
     return flow

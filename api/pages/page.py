@@ -27,7 +27,7 @@ from signoff.service import RunService
 from signoff.service.access import visible_job
 
 from signoff.api.auth import guarded
-from signoff.api.deps import get_service
+from signoff.api.deps import service_of
 from signoff.api.errors import STATUS_BY_CODE, printable, retry_headers
 from signoff.api.pages.render import render
 from signoff.api.pages.session import CsrfRefused, PageSession, Sessions, check_csrf, check_same_origin
@@ -132,7 +132,7 @@ async def signed_in(request: Request) -> PageContext:
         raise SignInRequired()
     session, user = found
     act_for(user.id)  # the request's work takes this user's turns (engine/fairgate.py), as an API key's does
-    page = PageContext(session=session, user=user, store=request.app.state.store, service=get_service(request),
+    page = PageContext(session=session, user=user, store=request.app.state.store, service=service_of(request),
                        sessions=sessions)
     request.state.page = page
     return page

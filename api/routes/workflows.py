@@ -206,11 +206,15 @@ async def resume(job_id: str, body: ResumeRequest, service: ServiceDep, store: S
 
 
 async def _resumed(store: Store, user: User, job_id: str, resumed: Resumed) -> ResumeResponse:
-    """The answer to a decision that was applied (or a vote recorded), with the run as it is now."""
-    try:  # the decider took part (recorded with the decision): they see it
-        run: JobPublic | WorkflowResponse | None = _status_body(await visible_job(store, user, job_id))
-    except JobNotFound:  # deleted meanwhile
-        run = None
+    """The answer to a decision that was applied (or a vote recorded), with the run as it is now:
+    completed by the decision's own step, as that step answered it (nothing read); else read."""
+    if resumed.completed is not None:
+        run: JobPublic | WorkflowResponse | None = _status_body(resumed.completed)
+    else:
+        try:  # the decider took part (recorded with the decision): they see it
+            run = _status_body(await visible_job(store, user, job_id))
+        except JobNotFound:  # deleted meanwhile
+            run = None
     if resumed.status == "vote_recorded":
         return ResumeResponse(job_id=job_id, status="vote_recorded", votes=resumed.votes, required=resumed.required,
                               run=run)

@@ -661,6 +661,12 @@ class Store(CheckpointStore, HistoryStore):
     async def get_job(self, job_id: str) -> Job | None: ...
 
     @abc.abstractmethod
+    async def get_job_with_flow(self, job_id: str) -> tuple[Job | None, FlowRecord | None]:
+        """The job and its flow as :meth:`get_flow` gives it (the latest version; None when the
+        flow was deleted), in one read: a decision's check needs both (issue 33). (None, None)
+        when there is no such job."""
+
+    @abc.abstractmethod
     async def set_status(
         self,
         job_id: str,
@@ -893,7 +899,8 @@ class Store(CheckpointStore, HistoryStore):
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
                               access_since: tuple[str, datetime] | None = None,
-                              reads: DecisionReads | None = None) -> list[int] | None:
+                              reads: DecisionReads | None = None,
+                              stamp: datetime | None = None) -> list[int] | None:
         """A decision's records in one transaction, while the job is ``in_progress`` under the
         claim ``token`` (claim_suspended_for_resume; with ``claim``, the claim is taken first in
         the same transaction when the job is ``suspended`` waiting for ``request_id``, as
@@ -912,7 +919,11 @@ class Store(CheckpointStore, HistoryStore):
         ``access_since`` (user id, when): the decider was checked then, by the caller's caller
         (the API's pre-check, carried to the worker): AccessChanged, nothing written, when an
         access note of that user (ACCESS_NOTES) was written after it, read in the transaction.
-        ``reads``: filled in the same transaction when the records are written (DecisionReads)."""
+        ``reads``: filled in the same transaction when the records are written (DecisionReads).
+        ``stamp`` (with ``claim``): the job's ``updated_at`` as the caller read it (a job carried
+        from the API's read, engine/carried.py); the claim is taken only while the row still has
+        that stamp (every change of a job's row sets it), else nothing is written (None), as for
+        a job that no longer waits: the caller, who cannot tell which, looks again."""
 
     @abc.abstractmethod
     async def read_events(self, job_id: str, *, after_seq: int = 0, limit: int = 1000) -> list[Event]: ...

@@ -14,6 +14,7 @@ from signoff.engine.decisions import (
     deadline_decision,
     decision_event,
     expired_event,
+    quick_to_check,
     recorded_decision,
     with_decision,
 )
@@ -214,3 +215,18 @@ def test_every_datetime_a_model_holds_is_utc_whatever_it_was_given():
     assert paris.paused_at.tzinfo is timezone.utc and paris.paused_at.hour == 12
     assert deadline(naive) == datetime(2026, 1, 1, 12, 1, tzinfo=timezone.utc)
     assert PendingRequest.model_validate_json(naive.model_dump_json()).paused_at == naive.paused_at
+
+
+def test_only_a_check_with_nothing_to_validate_is_quick():
+    """What the API and the worker check on their event loop (issue 33): a decision with no schema
+    for its values and no standing approval; anything with a schema, a tool approval's edit, a
+    ``remember``, goes off the loop, bounded in time, as before."""
+    fields = {"approve": {"type": "object", "properties": {"note": {"type": "string", "pattern": "^[a-z]+$"}}}}
+    with_fields = gate().model_copy(update={"fields": fields})
+    assert quick_to_check(gate(), Decision(action_id="approve"))
+    assert quick_to_check(None, Decision(action_id="approve"))
+    assert quick_to_check(with_fields, Decision(action_id="reject"))  # no schema for this action
+    assert not quick_to_check(with_fields, Decision(action_id="approve"))
+    assert not quick_to_check(with_fields, Decision(action_id="approve", values={"note": "x"}))
+    assert not quick_to_check(tool(), Decision(action_id="approve"))
+    assert not quick_to_check(gate(), Decision(action_id="approve", remember={"scope": "flow", "for": "1h"}))

@@ -64,7 +64,8 @@ class MemoryEvents(MemoryReceipts):
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
                               access_since: tuple[str, datetime] | None = None,
-                              reads: DecisionReads | None = None) -> list[int] | None:
+                              reads: DecisionReads | None = None,
+                              stamp: datetime | None = None) -> list[int] | None:
         """See Store.record_decision: checked and encoded first, then written in one step."""
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, dumps(data), key) for name, data, key in events]
@@ -82,8 +83,9 @@ class MemoryEvents(MemoryReceipts):
         if claim:
             if not token:
                 raise StoreError("A decision's claim token is a non-empty string.")
-            if job is not None and job.status == JobStatus.suspended and _same(job.pending_request_id, request_id):
-                job.status, job.claim_token = JobStatus.in_progress, token
+            if job is not None and job.status == JobStatus.suspended and _same(job.pending_request_id, request_id) \
+                    and (stamp is None or job.updated_at == as_utc(stamp)):
+                job.status, job.claim_token, job.updated_at = JobStatus.in_progress, token, utcnow()
         if job is None or job.status != JobStatus.in_progress or not _same(job.claim_token, token):
             return None
         made = self._next_receipt(t, job_id, receipt) if receipt is not None else None

@@ -14,6 +14,7 @@ from signoff.engine.models import (
     TERMINAL_STATUSES,
     DecisionClaim,
     Event,
+    FlowRecord,
     Job,
     JobStatus,
     Message,
@@ -90,6 +91,13 @@ class MemoryJobs(MemoryCore):
     async def get_job(self, job_id: str) -> Job | None:
         row = self._tables().jobs.get(job_id)
         return self._job(row) if row is not None else None
+
+    async def get_job_with_flow(self, job_id: str) -> tuple[Job | None, FlowRecord | None]:
+        """See Store.get_job_with_flow."""
+        row = self._tables().jobs.get(job_id)
+        if row is None:
+            return None, None
+        return self._job(row), await self.get_flow(row.flow_id)  # type: ignore[attr-defined]  # MemoryFlows
 
     async def set_status(
         self,

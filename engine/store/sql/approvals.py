@@ -76,7 +76,8 @@ class SQLApprovals(SQLReceipts, SQLJobs):
                               token: str, request_id: str, action_id: str, participants: Iterable[str],
                               claim: bool = False, receipt: ReceiptMaker | None = None,
                               access_since: tuple[str, datetime] | None = None,
-                              reads: DecisionReads | None = None) -> list[int] | None:
+                              reads: DecisionReads | None = None,
+                              stamp: datetime | None = None) -> list[int] | None:
         """See Store.record_decision. The conditional no-op UPDATE locks the job row while the
         claim is the caller's (job row, then the counter row: the order of every status change
         with its event, so no deadlock); with ``claim``, the claim's conditional UPDATE
@@ -84,6 +85,7 @@ class SQLApprovals(SQLReceipts, SQLJobs):
         ids = unique_strings(participants, "user_ids")
         bodies = [(name, self._enc_event(data), key) for name, data, key in events]
         now = self._enc_dt(utcnow())
+        seen = self._enc_dt(stamp) if stamp is not None else None
 
         async def write(tx: Tx) -> list[int]:
             if access_since is not None:  # the carried check still holds (issue 33), or nothing
@@ -93,7 +95,10 @@ class SQLApprovals(SQLReceipts, SQLJobs):
             if claim:
                 if not token:
                     raise StoreError("A decision's claim token is a non-empty string.")
-                await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
+                if stamp is None:
+                    await tx.execute(Q.claim_resume, (token, now, job_id, request_id))
+                else:  # only while the row is as the caller's read saw it
+                    await tx.execute(Q.claim_resume_stamped, (token, now, job_id, request_id, seen))
             held = await tx.fetchone(Q.lock_claimed, (job_id, token))  # the run's last receipt, too
             seqs = await self._append_all(tx, job_id, bodies)  # every key used: DuplicateEvents
             if held is None:

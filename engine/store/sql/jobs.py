@@ -17,6 +17,7 @@ from signoff.engine.models import (
     DECISION_KEYS,
     TERMINAL_STATUSES,
     DecisionClaim,
+    FlowRecord,
     Job,
     JobStatus,
     Message,
@@ -114,6 +115,17 @@ class SQLJobs(SQLEvents):
         async with self._tx(write=False) as tx:
             row = await tx.fetchone(Q.job_by_id, (job_id,))
         return self._job(row) if row else None
+
+    async def get_job_with_flow(self, job_id: str) -> tuple[Job | None, FlowRecord | None]:
+        """See Store.get_job_with_flow: one statement (the flow joined to the job)."""
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.job_with_flow, (job_id,))
+        if row is None:
+            return None, None
+        if row["f_id"] is None:  # the flow was deleted
+            return self._job(row), None
+        return self._job(row), self._flow(  # type: ignore[attr-defined]  # SQLFlows, beside this group
+            {k[2:]: v for k, v in row.items() if k.startswith("f_")})
 
     async def set_status(
         self,

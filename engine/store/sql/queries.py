@@ -331,6 +331,12 @@ class Q:
         "ORDER BY created_at LIMIT ?"
     )
     job_by_id = "SELECT * FROM jobs WHERE job_id = ?"
+    # the job and its flow's latest version in one statement (a decision's check, issue 33)
+    job_with_flow = (
+        "SELECT j.*, f.id AS f_id, f.owner_id AS f_owner_id, f.name AS f_name, f.spec AS f_spec, "
+        "f.version AS f_version, f.created_at AS f_created_at, f.updated_at AS f_updated_at "
+        "FROM jobs j LEFT JOIN flows f ON f.id = j.flow_id WHERE j.job_id = ?"
+    )
     job_by_idempotency = "SELECT * FROM jobs WHERE user_id = ? AND idempotency_key = ?"
     mark_suspended = (
         "UPDATE jobs SET status = 'suspended', pending = ?, pending_request_id = ?, claim_token = NULL, "
@@ -340,6 +346,12 @@ class Q:
     claim_resume = (
         "UPDATE jobs SET status = 'in_progress', claim_token = ?, updated_at = ? "
         "WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ?"
+    )
+    # record_decision's claim of a job carried from another read (issue 33): only while its row is
+    # as that read saw it (every change of a job's row sets updated_at)
+    claim_resume_stamped = (
+        "UPDATE jobs SET status = 'in_progress', claim_token = ?, updated_at = ? "
+        "WHERE job_id = ? AND status = 'suspended' AND pending_request_id = ? AND updated_at = ?"
     )
     # the same claimant again (a retried activity): the claim it took is still the job's last
     # (running on, or ended since: a terminal status keeps the token; a new pause clears it)

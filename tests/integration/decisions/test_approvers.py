@@ -311,6 +311,36 @@ async def test_a_name_nobody_has_matches_nobody_and_the_run_still_pauses(h: Harn
     await h.wait_status(job_id, JobStatus.completed)
 
 
+async def test_a_job_carried_past_a_change_of_its_row_is_claimed_as_it_is_then(h: Harness, monkeypatch):
+    """The API seals the job it read into the check it carries (issue 33); the worker takes it
+    instead of reading the job, and its claim holds only while the job's row is as the API read
+    it. Here another attempt claims the request and lets it go between the API's read and the
+    worker's decision: the job waits for the same request, its row changed. The decision's one
+    write is refused, and the worker claims the job as it is then and applies the decision: 200,
+    one decision, the run completed (and its result in the answer)."""
+    flow_id = await upload(h, gate_flow({}, name="carried-job"))
+    job_id = (await run_suspended(h, flow_id))["job_id"]
+    backend = h.service.temporal
+    sent = backend.resume
+
+    async def after_the_read(job, request_id, decision, decided_by, **kw):
+        assert kw.get("checked"), "the API carries its check, with the job"
+        assert (await h.store.claim_decision(job_id, request_id, "elsewhere")).won
+        assert await h.store.rollback_resume_claim(job_id, "elsewhere")
+        now = await h.store.get_job(job_id)
+        assert now.waits_for(request_id) and now.updated_at != job.updated_at
+        return await sent(job, request_id, decision, decided_by, **kw)
+
+    monkeypatch.setattr(backend, "resume", after_the_read)
+    r = await resume(h, "alice", job_id, "approve")
+    monkeypatch.undo()
+    assert r.status_code == 200, r.text
+    assert r.json()["run"]["status"] == "completed", r.text
+    done = await h.wait_status(job_id, JobStatus.completed)
+    assert r.json()["run"]["output"] is not None and done.result["output"]["text"] == r.json()["run"]["output"]["text"]
+    assert len([e for e in await h.store.read_events(job_id) if e.event == "human_input_decision"]) == 1
+
+
 async def test_a_check_carried_past_a_change_of_access_is_refused_not_applied(h: Harness, monkeypatch):
     """The API checks a decision and carries that check to the worker (engine/carried.py), which
     does not read the decider again. Carol passes the API's check as a member of the group the

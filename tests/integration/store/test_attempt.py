@@ -171,9 +171,10 @@ class _Counting(StoreProxy):
 async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: Store, signed: bool,
                                                                    reading: bool) -> None:
     """Issue 33's count, exact for this task (engine/store/counters.py: tallying): a decision whose
-    job and decider the caller carries (the API's check, engine/carried.py) and whose paused state
-    it holds is ONE store call, record_decision (the claim, the records, the access check and the
-    receipt in one transaction): one commit, no read connection. Its receipt (issue 32) costs
+    job and decider the caller carries (the API's check, engine/carried.py: the job as the API read
+    it, its row's stamp checked in the claim's WHERE) and whose paused state it holds (the
+    workflow's copy) is ONE store call, record_decision (the claim, the records, the access check
+    and the receipt in one transaction): one commit, no read connection. Its receipt (issue 32) costs
     one statement more than none: the INSERT (the run's last receipt comes back from the lock's
     UPDATE and goes on the row with the UPDATE that clears the request). What its deliveries need
     (``reads``: the webhooks of the people its events go to, the run's notifications) is read in
@@ -193,7 +194,8 @@ async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: St
     with tallying() as sent:
         out = await attempt_decision(counting, DecisionAttempt(  # type: ignore[arg-type]
             job_id, request_id, "t1", Decision(action_id="approve"), utcnow(), job.user_id, sent={"via": "test"},
-            access_since=(job.user_id, utcnow()), reads=reads), paused_state, _Keys() if signed else None, job=job)
+            access_since=(job.user_id, utcnow()), reads=reads, stamp=job.updated_at), paused_state,
+            _Keys() if signed else None, job=job)
     assert out.outcome == "applied"
     assert counting.calls == ["record_decision"]
     if reading:  # read with the decision: every webhook of the owner (filtered by event by the caller)
@@ -257,3 +259,27 @@ async def test_the_reads_of_a_decision_not_written_are_not_made(any_store: Store
                                                             utcnow(), reads=reads), paused_state, job=job)
     assert out.outcome == "not_claimed"
     assert reads.webhooks is None and reads.told is None
+
+
+async def test_a_carried_job_whose_row_changed_since_is_claimed_first(any_store: Store) -> None:
+    """A job carried from an earlier read with its stamp (the API's, engine/carried.py) that still
+    waits for the request but whose row changed since (another attempt's claim, let go of): the
+    one write is refused, and the attempt claims first on the job as it is now, then records; one
+    decision, applied."""
+    job_id, request_id, state = await paused_run(any_store)
+    read = await any_store.get_job(job_id)
+    assert (await any_store.claim_decision(job_id, request_id, "t0")).won
+    assert await any_store.rollback_resume_claim(job_id, "t0")
+    counting = _Counting(any_store)
+
+    async def paused_state(_job):
+        return state, Graph.from_spec(state.flow)
+
+    out = await attempt_decision(counting, DecisionAttempt(  # type: ignore[arg-type]
+        job_id, request_id, "t1", Decision(action_id="approve"), utcnow(), read.user_id, sent={"via": "test"},
+        stamp=read.updated_at), paused_state, job=read)
+    assert out.outcome == "applied" and out.job.status == JobStatus.in_progress
+    assert counting.calls == ["record_decision", "claim_decision", "claim_decision", "record_decision"]
+    (decided,) = await decisions(any_store, job_id)
+    assert decided.data["action_id"] == "approve"
+    assert (await any_store.get_job(job_id)).pending is None

@@ -109,3 +109,46 @@ async def test_instant_layers_around_the_gate_cost_no_activity_of_their_own(work
     before, after, names = await counts(client, job.job_id)
     assert names == ["run_layer", "local:resume_run"]
     assert_trips(before, after)
+
+
+async def test_a_decision_costs_the_service_one_store_call_and_the_worker_two(client, store, settings, user,
+                                                                            make_flow):
+    """Issue 33, store calls per decision through the real parts (Temporal, the worker, the
+    store), counted by name: the service's check reads the job and its flow in one call and
+    seals the job into the carried check; the worker takes that job and the workflow's copy of
+    the pause's state (no job or checkpoint read), claims and records in one write, completes the
+    run in one more; the Update's answer carries the run's result, so nothing is read after it.
+    (The API key's read is the HTTP layer's, before the service: 4 in all, bench/resume_profile.py.)"""
+    from signoff.engine.store.proxy import StoreProxy
+    from signoff.service.runs import RunService
+    from signoff.worker import build_worker
+
+    class Counting(StoreProxy):
+        def __init__(self, inner) -> None:
+            super().__init__(inner)
+            self.calls: list[str] = []
+
+        def _wrap(self, name: str):
+            async def call(*args, **kwargs):
+                self.calls.append(name)
+                return await getattr(self._store, name)(*args, **kwargs)
+
+            return call
+
+    counting = Counting(store)
+    service = RunService(settings, counting, client)
+    flow = await make_flow()
+    async with build_worker(client, counting, settings):
+        for _ in range(2):  # the first makes what is made once (the deployment's keys...)
+            job, _ = await service.submit(user, flow, input_value="refund 42", session_id=None, tweaks=None,
+                                          idempotency_key=None, mode="background")
+            job = await paused(client, store, job.job_id)
+            counting.calls.clear()
+            resumed = await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
+            calls = list(counting.calls)
+            await client.get_workflow_handle(job.job_id).result()
+    assert sorted(calls) == ["get_job_with_flow", "record_decision", "set_status"], calls
+    done = await store.get_job(job.job_id)
+    assert done.status == JobStatus.completed
+    assert resumed.completed is not None and resumed.completed.status == JobStatus.completed
+    assert resumed.completed.result == done.result and resumed.completed.job_id == job.job_id
