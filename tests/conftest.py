@@ -3,6 +3,7 @@ server, SQLite, PostgreSQL), tests/acceptance (the CLI and HTTP as a user drives
 
 import os
 import resource
+import time
 
 import pytest
 
@@ -117,6 +118,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     name = "cpu_seconds_session" if call.when == "teardown" and item.stash.get(_LAST, False) else "cpu_seconds"
     report.user_properties.append((name, round(now - item.stash.get(_CPU, now), 3)))
     item.stash[_CPU] = now
+    if call.when == "teardown":  # when the test ended, on which worker: each worker's last end is printed
+        report.user_properties.append(("ended_at", (os.environ.get("PYTEST_XDIST_WORKER", "main"), time.time())))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -131,16 +134,31 @@ def pytest_runtest_setup(item: pytest.Item):
     yield
 
 
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_STARTED] = time.time()
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     spent: dict[str, float] = {}
+    ended: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             for name, value in getattr(report, "user_properties", ()):
                 if name in ("cpu_seconds", "cpu_seconds_session"):
                     path = report.nodeid.split("::", 1)[0] if name == "cpu_seconds" else SESSION_FIXTURES
                     spent[path] = spent.get(path, 0.0) + value
+                elif name == "ended_at":
+                    worker, at = value
+                    ended[worker] = max(ended.get(worker, 0.0), at)
     if not spent:
         return
+    started = config.stash.get(_STARTED, None)
+    if started is not None and ended:  # a worker done long before the others: the tail is one long file
+        terminalreporter.write_sep("=", "each worker's last test ended at (s after the start)")
+        terminalreporter.write_line("  ".join(f"{w} {at - started:.0f}" for w, at in sorted(ended.items())))
     terminalreporter.write_sep("=", f"CPU by file: {sum(spent.values()):.0f} s in all (the 15 most)")
     for path, seconds in sorted(spent.items(), key=lambda kv: -kv[1])[:15]:
         terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
