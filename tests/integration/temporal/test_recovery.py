@@ -55,7 +55,7 @@ async def test_a_resume_while_no_worker_runs_is_503_then_applied_once(client, st
         # 503 says "may still be applied"): then the job still waits, and sending the decision
         # again works. Either way exactly one decision is applied.
         try:
-            done = await wait_status(store, job.job_id, JobStatus.completed, timeout=30)
+            done = await wait_status(store, job.job_id, JobStatus.completed, timeout=8)
         except AssertionError:
             assert (await store.get_job(job.job_id)).status in (JobStatus.suspended, JobStatus.in_progress,
                                                                  JobStatus.completed)
