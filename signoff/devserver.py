@@ -160,6 +160,8 @@ class DevServer:
     pid_file: Path | None = None
     # TUNING applied (False: the dev server's defaults, for the benches' before/after figures).
     tuned: bool = True
+    # SQLite pragmas beside SQLITE_TUNING's (the tests' server: ``synchronous=off``).
+    pragmas: dict[str, str] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
@@ -179,7 +181,7 @@ class DevServer:
         if self.db_file is not None:
             cmd += ["--db-filename", str(self.db_file)]
             if self.tuned:
-                for key, value in SQLITE_TUNING.items():
+                for key, value in {**SQLITE_TUNING, **self.pragmas}.items():
                     cmd += ["--sqlite-pragma", f"{key}={value}"]
         for name in SEARCH_ATTRIBUTES:
             cmd += ["--search-attribute", f"{name}=Keyword"]
