@@ -22,15 +22,26 @@ import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from signoff.commands._client import CommandError, add_client_options, client, check, run_handler, seg
-from signoff.engine.audit.receipts import FIELDS, Break, public_keys, verify_run
+
+if TYPE_CHECKING:
+    from signoff.engine.audit.receipts import Break
 
 EXIT_BROKEN = 2
 # the receipt's fields that are JSON in a CSV cell (the rest are text; empty is null)
 JSON_FIELDS = ("decided_by", "values", "proposed_args", "executed_args")
-CSV_COLUMNS = ("seq", *FIELDS)
+
+
+@cache
+def csv_columns() -> tuple[str, ...]:
+    """An export's CSV columns. The receipts' module is imported by the audit commands when they
+    run, not when ``signoff`` builds its parser: it brings the engine's decisions (jsonschema,
+    its models), ~0.12 s of every command's start (tests/unit/test_cli_start.py)."""
+    from signoff.engine.audit.receipts import FIELDS
+    return ("seq", *FIELDS)
 MAX_FILE_BYTES = 1 << 30  # an export read for verification, at most
 
 
@@ -54,7 +65,7 @@ def _pages(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 
 def csv_row(receipt: dict[str, Any]) -> list[str]:
     row = []
-    for name in CSV_COLUMNS:
+    for name in csv_columns():
         value = receipt.get(name)
         if value is None:
             row.append("")
@@ -69,7 +80,7 @@ def _export(args: argparse.Namespace) -> int:
     out = sys.stdout
     writer = csv.writer(out) if args.format == "csv" else None
     if writer is not None:
-        writer.writerow(CSV_COLUMNS)
+        writer.writerow(csv_columns())
     n = 0
     for receipt in _pages(args):
         if writer is not None:
@@ -90,7 +101,7 @@ def from_csv(text: str) -> list[dict[str, Any]]:
     found = []
     for row in csv.DictReader(io.StringIO(text)):
         receipt: dict[str, Any] = {}
-        for name in CSV_COLUMNS:
+        for name in csv_columns():
             cell = row.get(name)
             if cell is None or cell == "":
                 receipt[name] = None
@@ -135,6 +146,8 @@ def load_keys(args: argparse.Namespace) -> dict[str, Any]:
     else:
         with client(args) as http:
             body = check(http.get("/api/v1/audit/public-key"))
+    from signoff.engine.audit.receipts import public_keys
+
     keys = public_keys(body.get("keys") or [] if isinstance(body, dict) else [])
     if not keys:
         raise CommandError("no usable public key (GET /api/v1/audit/public-key gives them)")
@@ -157,6 +170,8 @@ def check_receipts(receipts: list[dict[str, Any]], keys: dict[str, Any], *, whol
     export's run may start at a later ``seq``, its window's first)."""
     first = receipts[0].get("seq") if receipts else None
     from_start = whole_run or not isinstance(first, int) or first <= 1
+    from signoff.engine.audit.receipts import verify_run
+
     signed = [{k: v for k, v in r.items() if k != "seq"} for r in receipts]
     return verify_run(signed, keys, from_start=from_start)
 

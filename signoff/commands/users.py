@@ -16,10 +16,13 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from signoff.engine.models import User
 from signoff.engine.settings import Settings
 from signoff.home import running_dev
+
+if TYPE_CHECKING:
+    from signoff.engine.models import User  # the engine's models: imported when a command reads a user
 
 
 class WrongDatabase(Exception):

@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from signoff.commands.audit import by_run, check_receipts, csv_row, from_csv, CSV_COLUMNS
+from signoff.commands.audit import by_run, check_receipts, csv_columns, csv_row, from_csv
 from signoff.engine.audit.canonical import canonical
 from signoff.engine.audit.receipts import (
     ArgsMismatch,
@@ -100,7 +100,7 @@ def test_the_csv_reads_back_as_written():
 
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(CSV_COLUMNS)
+    writer.writerow(csv_columns())
     for r in receipts:
         writer.writerow(csv_row(r))
     assert from_csv(out.getvalue()) == receipts
