@@ -269,6 +269,9 @@ class PostgresStore(SQLStore):
         text = dumps(value)  # fail here, with a StoreError, rather than inside the driver
         return Json(value, dumps=lambda _: text)
 
+    def _enc_json_text(self, value: Any, text: str) -> Any:
+        return Json(value, dumps=lambda _: text)
+
     def _json_text(self, encoded: Any) -> str:
         return encoded.dumps(encoded.obj)  # the text kept by _enc_json
 
