@@ -125,6 +125,7 @@ class PostgresStore(SQLStore):
     """The durable store on PostgreSQL through a psycopg 3 async connection pool."""
 
     dialect = "postgres"
+    _receipt_in_update = True  # a receipt's INSERT in a WITH of its job row's UPDATE (sql/receipts.py)
     ddl_types = {
         # json (not jsonb): stored verbatim, so key order survives and \u0000 escapes are allowed
         "json": "JSON",
