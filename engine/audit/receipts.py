@@ -15,13 +15,13 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict
 
-from signoff.engine.audit.canonical import canonical, sha256_hex
+from signoff.engine.audit.canonical import canonical, canonical_text, sha256_hex
 from signoff.engine.decisions import args_sha256, executed_args
 from signoff.engine.errors import SignoffError
 from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, PendingRequest
@@ -29,7 +29,7 @@ from signoff.engine.models import EXPIRED_ACTION, AppliedDecision, PendingReques
 __all__ = [
     "ALGORITHM", "FIELDS", "ArgsMismatch", "Break", "check_args", "public_keys", "Receipt", "ReceiptDraft", "args_sha256", "authority_of",
     "canonical", "check_chain", "check_signature", "executed_args", "justification", "key_id_of", "receipt_id",
-    "sha256_hex", "shown", "shown_sha256", "sign", "verify_run",
+    "sha256_hex", "shown", "shown_sha256", "sign", "SignedReceipt", "verify_run",
 ]
 
 ALGORITHM = "Ed25519"
@@ -40,6 +40,7 @@ FIELDS = ("receipt_id", "job_id", "flow_id", "flow_version", "request_id", "kind
 # the values that say why (the first one present, as text)
 JUSTIFICATION_KEYS = ("justification", "reason", "comment", "message")
 JUSTIFICATION_MAX_CHARS = 4000
+SIGNATURE = "signature"  # the one field the signature is not over
 
 
 class ArgsMismatch(SignoffError):
@@ -181,11 +182,35 @@ class ReceiptDraft:
                       authority="timeout" if applied.timed_out else authority, via=via,
                       at=applied.decided_at.isoformat())
 
-    def signed(self, prev_sha256: str | None, key_id: str, private: Ed25519PrivateKey) -> tuple[dict[str, Any], str]:
-        """The receipt, chained after ``prev_sha256`` and signed; and its own sha256."""
-        body = {**self.body, "prev_sha256": prev_sha256, "key_id": key_id}
-        receipt = {**body, "signature": sign(private, body)}
-        return receipt, sha256_hex(receipt)
+    def signed(self, prev_sha256: str | None, key_id: str, private: Ed25519PrivateKey) -> "SignedReceipt":
+        """The receipt, chained after ``prev_sha256`` and signed; its own sha256; and its
+        canonical JSON, the text the store keeps.
+
+        The body is encoded once: the canonical JSON of an object is its members in key order
+        between braces, so the members that sort before ``signature`` and those after it are
+        encoded apart, joined without it for the bytes the signature is over, and with it for
+        the receipt's text, which is hashed (the chain's link) and stored as it is. Each is
+        exactly ``canonical()`` of the same dict (tests/unit/test_receipts.py checks them
+        against it)."""
+        body = {k: v for k, v in {**self.body, "prev_sha256": prev_sha256, "key_id": key_id}.items()
+                if k != SIGNATURE}
+        before = canonical_text({k: v for k, v in body.items() if k < SIGNATURE})[1:-1]
+        after = canonical_text({k: v for k, v in body.items() if k > SIGNATURE})[1:-1]
+        unsigned = "{" + ",".join(m for m in (before, after) if m) + "}"
+        signature = base64.b64encode(private.sign(unsigned.encode("utf-8", "surrogatepass"))).decode("ascii")
+        text = "{" + ",".join(m for m in (before, f'"{SIGNATURE}":"{signature}"', after) if m) + "}"
+        return SignedReceipt({**body, SIGNATURE: signature},
+                             hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), text)
+
+
+class SignedReceipt(NamedTuple):
+    """A receipt as ReceiptDraft.signed makes it: the fields, their sha256 (what the run's next
+    receipt names as ``prev_sha256``), and their canonical JSON (what the store keeps: the
+    bytes hashed, read back as the same fields)."""
+
+    receipt: dict[str, Any]
+    sha256: str
+    text: str
 
 
 def sign(private: Ed25519PrivateKey, body: Mapping[str, Any]) -> str:

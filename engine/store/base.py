@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, AsyncIterator, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 
 from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
@@ -49,6 +49,9 @@ from signoff.engine.models import (
     WebhookDelivery,
     WebhookRecord,
 )
+
+if TYPE_CHECKING:
+    from signoff.engine.audit.receipts import SignedReceipt
 
 
 def run_of_blob(key: str) -> str | None:
@@ -171,9 +174,10 @@ class HistoryStore(abc.ABC):
 
 #: A receipt's maker, called inside the transaction that writes a decision's records, under the
 #: job row's lock: given the sha256 of the run's last receipt (None: it has none), it returns the
-#: receipt to store next (``receipt_id``, ``flow_id``, ``at`` among its fields) and its own
-#: sha256 (engine/audit/receipts.py: ReceiptDraft.signed). Called again if the write is.
-ReceiptMaker = Callable[[str | None], tuple[dict[str, Any], str]]
+#: receipt to store next (``receipt_id``, ``flow_id``, ``at`` among its fields), its own sha256
+#: and its canonical JSON, which is stored as it is (engine/audit/receipts.py:
+#: ReceiptDraft.signed, a SignedReceipt). Called again if the write is.
+ReceiptMaker = Callable[[str | None], "SignedReceipt"]
 
 
 class Store(CheckpointStore, HistoryStore):

@@ -125,6 +125,7 @@ class PostgresStore(SQLStore):
     """The durable store on PostgreSQL through a psycopg 3 async connection pool."""
 
     dialect = "postgres"
+    _receipt_in_update = True  # a receipt's INSERT in a WITH of its job row's UPDATE (sql/receipts.py)
     ddl_types = {
         # json (not jsonb): stored verbatim, so key order survives and \u0000 escapes are allowed
         "json": "JSON",
@@ -267,6 +268,9 @@ class PostgresStore(SQLStore):
 
     def _enc_json(self, value: Any) -> Any:
         text = dumps(value)  # fail here, with a StoreError, rather than inside the driver
+        return Json(value, dumps=lambda _: text)
+
+    def _enc_json_text(self, value: Any, text: str) -> Any:
         return Json(value, dumps=lambda _: text)
 
     def _json_text(self, encoded: Any) -> str:

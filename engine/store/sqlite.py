@@ -464,6 +464,9 @@ class SQLiteStore(SQLStore):
     def _enc_json(self, value: Any) -> Any:
         return dumps(value)
 
+    def _enc_json_text(self, value: Any, text: str) -> Any:
+        return text
+
     def _json_text(self, encoded: Any) -> str:
         return encoded
 

@@ -5,13 +5,14 @@ export's CSV read back as it was written."""
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from signoff.commands.audit import by_run, check_receipts, csv_columns, csv_row, from_csv
-from signoff.engine.audit.canonical import canonical
+from signoff.engine.audit.canonical import canonical, sha256_hex
 from signoff.engine.audit.receipts import (
     ArgsMismatch,
     Receipt,
@@ -44,7 +45,7 @@ def chain(n: int) -> list[dict]:
                                 action_id="edit", values={"args": {"b": f"{i} €"}, "reason": "  "},
                                 decided_by={"id": "u", "name": "Ünï"}, authority="approver", via="page",
                                 at=utcnow().isoformat())
-        receipt, sha = draft.signed(prev, key_id=KEY_ID, private=KEY)
+        receipt, sha, _ = draft.signed(prev, key_id=KEY_ID, private=KEY)
         found.append(receipt)
         prev = sha
     return found
@@ -52,6 +53,42 @@ def chain(n: int) -> list[dict]:
 
 def test_the_canonical_form_sorts_keys_and_keeps_utf8():
     assert canonical({"b": 1, "a": {"é": [1, 2.5, None, True]}}) == '{"a":{"é":[1,2.5,null,true]},"b":1}'.encode()
+
+
+@pytest.mark.parametrize("values", [
+    None,
+    {},
+    # the receipt's own field names inside a field: the two halves are split at the top level only
+    {"signature": "forged", "values": {"via": "x", "prev_sha256": None}, "shown_sha256": "y", "reason": "ok"},
+    # what the canonical form must keep as it is: non-ASCII, outside the BMP, escapes, floats
+    {"é": "ü", "\U0001F600": ["\u2028", 1.5, -0.0, 10**20, 1e-7], "": None, 'a"b': "c\\d\n", "z": {"a": [{}]}},
+])
+@pytest.mark.parametrize("prev", [None, "ab" * 32])
+def test_a_signed_receipt_is_its_canonical_json_encoded_once(values, prev):
+    """ReceiptDraft.signed encodes the body once (the members before ``signature`` and after it
+    apart) and joins them: the text it stores is exactly canonical() of the receipt, its sha256
+    is sha256_hex of it, and the signature is over canonical() of the receipt without it."""
+    draft = ReceiptDraft.of(job_id="j", flow_id="f", flow_version=2, pending=tool_request(), key="k",
+                            action_id="edit", values=values, decided_by={"id": "u", "name": "Ünï \U0001F600"},
+                            authority="approver", via=None, at=utcnow().isoformat())
+    made = draft.signed(prev, key_id=KEY_ID, private=KEY)
+    assert made.text.encode("utf-8") == canonical(made.receipt)
+    assert made.sha256 == sha256_hex(made.receipt)
+    assert json.loads(made.text) == made.receipt and list(made.receipt) == [*draft.body, "prev_sha256", "key_id",
+                                                                            "signature"]
+    unsigned = {k: v for k, v in made.receipt.items() if k != "signature"}
+    KEY.public_key().verify(base64.b64decode(made.receipt["signature"]), canonical(unsigned))  # raises if not
+    assert verify_run([made.receipt], KEYS, from_start=prev is None) is None
+
+
+def test_a_receipt_that_json_cannot_hold_is_refused():
+    """NaN has no JSON words: signed refuses (ValueError; the store says StoreError) rather than
+    signing and storing ``NaN``."""
+    draft = ReceiptDraft.of(job_id="j", flow_id="f", flow_version=2, pending=tool_request(), key="k",
+                            action_id="approve", values={"x": float("nan")}, decided_by=None,
+                            authority="timeout", via=None, at=utcnow().isoformat())
+    with pytest.raises(ValueError):
+        draft.signed(None, key_id=KEY_ID, private=KEY)
 
 
 def test_a_receipt_is_the_documented_form_and_verifies():

@@ -7,8 +7,8 @@ import json
 from datetime import datetime
 
 from signoff.engine.models import ReceiptRecord
-from signoff.engine.store.base import ReceiptMaker
-from signoff.engine.store.encoding import as_utc, dumps
+from signoff.engine.store.base import ReceiptMaker, StoreError
+from signoff.engine.store.encoding import as_utc
 from signoff.engine.store.memory.core import MemoryCore, _Tables
 
 RECEIPTS_MAX_PAGE = 1000
@@ -22,10 +22,13 @@ class MemoryReceipts(MemoryCore):
         """The run's next receipt, made and encoded (not written: the caller appends it once
         nothing else can fail)."""
         kept = t.receipts.get(job_id, [])
-        receipt, sha256 = maker(kept[-1].sha256 if kept else None)
+        try:
+            receipt, sha256, text = maker(kept[-1].sha256 if kept else None)
+        except ValueError as exc:  # NaN or ±Infinity: as _enc_json says of them (dumps)
+            raise StoreError(f"value is not JSON-serialisable: {exc}") from exc
         return ReceiptRecord(job_id=job_id, seq=len(kept) + 1, receipt_id=str(receipt["receipt_id"]),
                              flow_id=str(receipt["flow_id"]), at=as_utc(datetime.fromisoformat(str(receipt["at"]))),
-                             sha256=sha256, body=json.loads(dumps(receipt)))
+                             sha256=sha256, body=json.loads(text))  # as the SQL stores keep and read it
 
     @staticmethod
     def _keep_receipt(t: _Tables, record: ReceiptRecord) -> None:

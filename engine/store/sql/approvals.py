@@ -104,9 +104,8 @@ class SQLApprovals(SQLReceipts, SQLJobs):
             if held is None:
                 raise _NotHeld()
             await tx.execute(Q.stamp_card, (action_id, request_id))
-            if receipt is not None:  # its INSERT; the job row says it is the run's last below
-                chained = await self._write_receipt(tx, job_id, receipt, held)
-                await tx.execute(Q.clear_pending_receipt, (*chained, now, job_id))
+            if receipt is not None:  # its INSERT, with the UPDATE that says it is the run's last
+                await self._write_receipt(tx, job_id, receipt, held, Q.clear_pending_receipt, now, job_id)
             else:
                 await tx.execute(Q.clear_pending, (now, job_id))
             if ids:
@@ -247,8 +246,7 @@ class SQLApprovals(SQLReceipts, SQLJobs):
             if waiting is not None:
                 seq = await self._append(tx, job_id, event, body, dedupe_key)
                 if receipt is not None:
-                    chained = await self._write_receipt(tx, job_id, receipt, waiting)
-                    await tx.execute(Q.set_receipt, (*chained, job_id))
+                    await self._write_receipt(tx, job_id, receipt, waiting, Q.set_receipt, job_id)
                 return seq
             if dedupe_key is None:
                 return None

@@ -73,6 +73,12 @@ class SQLCore(Store):
     def _enc_json(self, value: Any) -> Any: ...
 
     @abc.abstractmethod
+    def _enc_json_text(self, value: Any, text: str) -> Any:
+        """``value`` as ``_enc_json`` would give it, from ``text``: its JSON, made by the caller
+        (a receipt's canonical JSON, hashed and signed as it is), stored as that text rather
+        than encoded again."""
+
+    @abc.abstractmethod
     def _dec_json(self, value: Any) -> Any: ...
 
     @abc.abstractmethod

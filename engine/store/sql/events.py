@@ -64,8 +64,7 @@ class SQLEvents(SQLCore):
             last = await tx.fetchone(Q.lock_receipt, (job_id,)) if receipt is not None else None
             seq = await self._append(tx, job_id, event, body, dedupe_key)
             if receipt is not None:
-                chained = await self._write_receipt(tx, job_id, receipt, last)  # type: ignore[attr-defined]
-                await tx.execute(Q.set_receipt, (*chained, job_id))
+                await self._write_receipt(tx, job_id, receipt, last, Q.set_receipt, job_id)  # type: ignore[attr-defined]
             if standing_use is not None:  # the rule's use counted with its record, once
                 rule_id, at = standing_use
                 await tx.execute(Q.use_standing, (self._enc_dt(at), rule_id))

@@ -7,7 +7,11 @@ sha256) is kept on the job row (migration 17): the UPDATE that takes the lock re
 READ COMMITTED an UPDATE sees the row's latest committed version once it holds the lock), so it
 is the last there is and the chain never forks; the new receipt's seq and sha256 go back on the
 row in an UPDATE the transaction makes anyway (record_decision's, clearing the request) or one
-of its own. A decision's receipt so costs one INSERT. An attempt run again writes nothing twice
+of its own. A decision's receipt so costs one INSERT, and on PostgreSQL not even a statement of
+its own: the INSERT is a WITH of that UPDATE, one round trip for both. The receipt's body is
+stored as the canonical JSON it was signed and hashed as (engine/audit/receipts.py:
+ReceiptDraft.signed), not encoded again; rows stored before, as json.dumps wrote them, read back
+the same. An attempt run again writes nothing twice
 (its events' dedupe already rolled it back), so ``receipt_id`` needs no unique index: each index
 is one more write per decision.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from signoff.engine.models import ReceiptRecord
-from signoff.engine.store.base import ReceiptMaker
+from signoff.engine.store.base import ReceiptMaker, StoreError
 from signoff.engine.store.sql.core import SQLCore, Tx
 from signoff.engine.store.sql.queries import Q
 
@@ -29,17 +33,32 @@ RECEIPTS_MAX_PAGE = 1000
 class SQLReceipts(SQLCore):
     """Part of SQLStore: receipts."""
 
-    async def _write_receipt(self, tx: Tx, job_id: str, maker: ReceiptMaker, last: dict | None) -> tuple[int, str]:
+    # PostgreSQL takes the receipt's INSERT inside the job row's UPDATE (a data-modifying WITH):
+    # one statement, so one round trip, for both; SQLite has no such WITH (nor round trips)
+    _receipt_in_update = False
+
+    async def _write_receipt(self, tx: Tx, job_id: str, maker: ReceiptMaker, last: dict | None,
+                             update: str, *params: object) -> None:
         """The receipt ``maker`` makes, chained after the run's last one (``last``: the job row's
-        ``receipt_seq`` and ``receipt_sha256`` as the lock returned them), inserted. Returns its
-        (seq, sha256), which the caller writes on the job row in the same transaction."""
+        ``receipt_seq`` and ``receipt_sha256`` as the lock returned them), inserted; and the job
+        row's ``update`` (its first two parameters the receipt's seq and sha256, then
+        ``params``), which says it is the run's last, in the same transaction (on PostgreSQL in
+        the same statement)."""
         prev = None if last is None else last["receipt_sha256"]
         seq = (int(last["receipt_seq"] or 0) if last is not None else 0) + 1
-        receipt, sha256 = maker(None if prev is None else str(prev))
+        try:
+            receipt, sha256, text = maker(None if prev is None else str(prev))
+        except ValueError as exc:  # NaN or ±Infinity: as _enc_json says of them (dumps)
+            raise StoreError(f"value is not JSON-serialisable: {exc}") from exc
         at = datetime.fromisoformat(str(receipt["at"]))
-        await tx.execute(Q.insert_receipt, (job_id, seq, str(receipt["receipt_id"]), str(receipt["flow_id"]),
-                                            self._enc_dt(at), sha256, self._enc_json(receipt)))
-        return seq, sha256
+        # its canonical JSON as the maker made it (signed, hashed): stored as it is, not encoded again
+        row = (job_id, seq, str(receipt["receipt_id"]), str(receipt["flow_id"]), self._enc_dt(at), sha256,
+               self._enc_json_text(receipt, text))
+        if self._receipt_in_update:
+            await tx.execute(f"WITH receipt AS ({Q.insert_receipt}) {update}", (*row, seq, sha256, *params))
+        else:
+            await tx.execute(Q.insert_receipt, row)
+            await tx.execute(update, (seq, sha256, *params))
 
     def _receipt(self, row: dict) -> ReceiptRecord:
         return ReceiptRecord(job_id=row["job_id"], seq=int(row["seq"]), receipt_id=row["receipt_id"],

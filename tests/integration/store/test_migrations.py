@@ -405,7 +405,7 @@ async def test_schema_15_database_chains_new_receipts_after_its_runs_last(
                              "?, ?, 'gate:a', ?, ?, ?)", (job_id, me.id, old._enc_json({}),
                                                           old._enc_json(request.model_dump(mode="json")), job_id, at, at))
         for seq in (1, 2):  # two receipts of with_two, chained, as schema 15 wrote them
-            receipt, sha = draft(with_two, seq).signed(prev, "kid", key)
+            receipt, sha, _ = draft(with_two, seq).signed(prev, "kid", key)
             await tx.execute("INSERT INTO receipts (job_id, seq, receipt_id, flow_id, at, sha256, body) "
                              "VALUES (?, ?, ?, 'f', ?, ?, ?)", (with_two, seq, receipt["receipt_id"],
                                                                old._enc_dt(utcnow()), sha, old._enc_json(receipt)))

@@ -103,7 +103,7 @@ async def test_verify_names_the_receipt_an_edit_of_the_database_broke(store: Sto
     last = (await store.read_receipts(job_id))[1]
     forger = Ed25519PrivateKey.generate()
     forged = ReceiptDraft({k: v for k, v in last.body.items() if k not in ("prev_sha256", "key_id", "signature")})
-    body, _ = forged.signed(last.body["prev_sha256"], key_id="0123456789abcdef", private=forger)
+    body = forged.signed(last.body["prev_sha256"], key_id="0123456789abcdef", private=forger).receipt
     await _sql(store, "UPDATE receipts SET body = ? WHERE receipt_id = ?", store._enc_json(body),  # type: ignore[attr-defined]
                last.receipt_id)
     broken = await _check(store, keys, job_id)
@@ -138,3 +138,49 @@ async def test_a_decision_attempt_run_again_writes_one_receipt(store: Store):
     assert receipt["decided_by"] == {"id": "u1", "name": "Ann"} and receipt["authority"] == "approver"
     assert receipt["via"] == "api" and receipt["action_id"] == "approve"
     assert await _check(store, keys, job_id) is None
+
+
+async def test_receipts_stored_before_the_canonical_body_still_verify(store: Store):
+    """Until issue 32 the store kept a receipt as its json.dumps wrote it (", " and ": ", the
+    fields in the draft's order); now it keeps the canonical JSON it signed and hashed. A run
+    whose first receipts are stored the old way, with new ones chained after them, verifies
+    whole; the new rows' text is the canonical JSON; and an old row changed is still caught."""
+    from signoff.engine.audit.canonical import canonical
+
+    keys = _keys(store)
+    job_id, request_id = await suspended_job(store)
+    signing = await keys.signing()
+
+    def draft(i: int) -> ReceiptDraft:
+        return ReceiptDraft.of(job_id=job_id, flow_id="f", flow_version=1, pending=pending(request_id),
+                               key=f"vote:{i}", action_id="approve", values={"i": i, "note": "é"},
+                               decided_by={"id": f"u{i}", "name": f"u{i}"}, authority="approver", via="api",
+                               at=utcnow().isoformat())
+
+    prev = None
+    for seq in (1, 2):  # as the store wrote them before: the fields encoded again by _enc_json
+        receipt, sha, _ = draft(seq).signed(prev, signing.key_id, signing.private)
+        await _sql(store, "INSERT INTO receipts (job_id, seq, receipt_id, flow_id, at, sha256, body) "
+                          "VALUES (?, ?, ?, 'f', ?, ?, ?)", job_id, seq, receipt["receipt_id"],
+                   store._enc_dt(utcnow()), sha, store._enc_json(receipt))  # type: ignore[attr-defined]
+        prev = sha
+    await _sql(store, "UPDATE jobs SET receipt_seq = 2, receipt_sha256 = ? WHERE job_id = ?", prev, job_id)
+    for seq in (3, 4):  # then through the store, as now
+        assert await store.append_event_if_waiting(
+            job_id, request_id, "human_input_vote", {}, dedupe_key=f"vote:{seq}",
+            receipt=partial(draft(seq).signed, key_id=signing.key_id, private=signing.private))
+    async with store._tx(write=False) as tx:  # type: ignore[attr-defined]
+        rows = await tx.fetchall("SELECT seq, CAST(body AS TEXT) AS text FROM receipts WHERE job_id = ? ORDER BY seq",
+                                 (job_id,))
+    found = await store.read_receipts(job_id)
+    assert [r["seq"] for r in rows] == [r.seq for r in found] == [1, 2, 3, 4]
+    for row, record in zip(rows, found):
+        is_canonical = row["text"].encode("utf-8") == canonical(record.body)
+        assert is_canonical == (row["seq"] > 2), row  # the old rows are not, the new ones are
+    assert found[2].body["prev_sha256"] == found[1].sha256
+    assert await _check(store, keys, job_id) is None
+    # an old row changed behind signoff's back: caught as any other
+    await _sql(store, "UPDATE receipts SET body = ? WHERE job_id = ? AND seq = 1",
+               store._enc_json({**found[0].body, "values": {"i": 9}}), job_id)  # type: ignore[attr-defined]
+    broken = await _check(store, keys, job_id)
+    assert broken is not None and broken.receipt_id == found[0].receipt_id and "signature" in broken.problem
