@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from signoff.activities.types import Delivery
-from signoff.activities.webhooks import WebhookActivities
+from signoff.activities.webhooks import RunOwner, WebhookActivities
 from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
 from signoff.engine.models import Job, Notification, PendingRequest, utcnow
@@ -112,10 +112,11 @@ class NotifyActivities(WebhookActivities):
         told = reads.told if reads is not None and reads.notifications else None
         return out + (await self._closing(job, request.request_id, written, told) if request is not None else [])
 
-    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None) -> list[Delivery]:
-        """The webhook deliveries of the event (WebhookActivities) and its notifications."""
-        out = await super()._deliveries(job, event, request_id, pending, seq)
+    async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None, *, approvers: list[str] | None = None) -> list[Delivery]:
+        """The webhook deliveries of the event (WebhookActivities) and its notifications.
+        ``approvers``: the request's references as the caller just wrote them."""
+        out = await super()._deliveries(job, event, request_id, pending, seq, approvers=approvers)
         if event in CLOSING and seq is not None:  # (on_timeout: fail) the request ended at its deadline
             return out + await self._closing(job, request_id, [(event, seq)])
         if event not in TOLD or pending is None or not self.channels(pending):

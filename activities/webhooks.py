@@ -5,6 +5,8 @@ webhook (``deliver_webhook``, retried by the workflow's policy, every attempt lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from temporalio import activity
 
 from signoff.activities.base import ActivityBase
@@ -16,6 +18,16 @@ from signoff.engine import webhooks
 from signoff.engine.context import egress_policy
 from signoff.engine.models import Job, PendingRequest
 from signoff.engine.store.base import DecisionReads
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """What a run's deliveries need of its job (its id, its owner) when the job was not read:
+    a pause written in one store call (activities/layers.py)."""
+
+    job_id: str
+    user_id: str
+    pending: PendingRequest | None = None  # the request the job now waits for
 
 
 class WebhookActivities(ActivityBase):
@@ -50,14 +62,16 @@ class WebhookActivities(ActivityBase):
                  if e.event == event and e.data.get("request_id") == request_id]
         return found[-1] if found else None
 
-    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None) -> list[Delivery]:
+    async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None, *, approvers: list[str] | None = None) -> list[Delivery]:
         """The webhooks that get the last ``event`` about ``request_id``: those of the run's owner
         and of the people who may decide the request (DESIGN §9). Nothing is read when nobody
-        has a webhook for that event."""
+        has a webhook for that event. ``approvers``: the request's references as the caller just
+        wrote them (not read again)."""
         people = {job.user_id}
         if pending is not None:
-            refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+            refs = (approvers if approvers is not None
+                    else await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs)
             people |= await self.access.people(refs)
         hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
         if not hooks:
@@ -90,7 +104,7 @@ class WebhookActivities(ActivityBase):
             hooks = {event: [h for h in reads.webhooks if event in h.events or "*" in h.events] for event, _ in written}
         return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for event, seq in written for h in hooks[event]]
 
-    async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
+    async def _not_muting(self, job: Job | RunOwner, people: set[str]) -> set[str]:
         """``people`` but those who muted the run's owner (their webhooks get none of the owner's
         requests; docs/security.md, "Fan-out and approvers"). The owner always gets their own."""
         others = sorted(people - {job.user_id})
