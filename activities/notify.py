@@ -49,7 +49,7 @@ class NotifyActivities(WebhookActivities):
             (["slack"] if self.settings.slack_enabled else [])
         return [c for c in configured if pending.notify is None or c in pending.notify]
 
-    async def _notifications(self, job: Job, event: str, pending: PendingRequest | None,
+    async def _notifications(self, job: Job | RunOwner, event: str, pending: PendingRequest | None,
                              seq: int) -> list[Delivery]:
         """The notifications of event ``seq`` (module docstring): one Delivery per person and
         channel."""
