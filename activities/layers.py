@@ -45,7 +45,7 @@ from signoff.engine.models import FlowRecord, Job, JobStatus, Message, PendingRe
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.spec import apply_tweaks, load_flow
 from signoff.engine.standing import StandingLookup
-from signoff.engine.store.base import PauseCheckpoint
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint
 from signoff.engine.state import RunState, Spent, new_run_state
 
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
@@ -338,13 +338,17 @@ class LayerActivities(NotifyActivities):
         checkpoint, the held messages and the approvers; issue 33), and its event's webhook
         deliveries; None when the write changed nothing (the job is not running: ended, or
         already waiting), with the messages left to the caller, held."""
+        owner = RunOwner(job_id=job_id, user_id=state.user_id, pending=pending)
+        # who gets the event's webhooks (the owner and the people the request names, but those
+        # muting the owner): their webhooks are read in the write (no round trip of their own)
+        reads = DecisionReads(owners=await self._webhook_owners(owner, pending))
         messages = held.take() if held is not None else []
         spans = take_spans()
         try:
             changed = await self.store.mark_suspended(
                 job_id, pending, event=("human_input_required", pending.model_dump(mode="json")),
                 dedupe_key=dedupe_key, spans=spans, checkpoint=checkpoint, messages=messages,
-                approvers=pending.approver_refs or None)
+                approvers=pending.approver_refs or None, reads=reads)
         except BaseException:
             keep_spans(spans)  # not written: the collector writes them as before
             if held is not None:
@@ -355,8 +359,7 @@ class LayerActivities(NotifyActivities):
                 held.messages = messages + held.messages
             return None
         # the approvers are those just written (an escalation adds to them only once the run waits)
-        return await self._deliveries(RunOwner(job_id=job_id, user_id=state.user_id, pending=pending), "human_input_required",
-                                      pending.request_id, pending, approvers=pending.approver_refs)
+        return await self._deliveries(owner, "human_input_required", pending.request_id, pending, reads=reads)
 
     async def _drop_leftovers(self, job: Job) -> None:
         """What a layer of the ended run ``job`` wrote after its cleanup: its checkpoint, its blobs."""

@@ -113,10 +113,10 @@ class NotifyActivities(WebhookActivities):
         return out + (await self._closing(job, request.request_id, written, told) if request is not None else [])
 
     async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None, *, approvers: list[str] | None = None) -> list[Delivery]:
+                          seq: int | None = None, *, reads: DecisionReads | None = None) -> list[Delivery]:
         """The webhook deliveries of the event (WebhookActivities) and its notifications.
-        ``approvers``: the request's references as the caller just wrote them."""
-        out = await super()._deliveries(job, event, request_id, pending, seq, approvers=approvers)
+        ``reads``: the webhooks as the event's own write read them."""
+        out = await super()._deliveries(job, event, request_id, pending, seq, reads=reads)
         if event in CLOSING and seq is not None:  # (on_timeout: fail) the request ended at its deadline
             return out + await self._closing(job, request_id, [(event, seq)])
         if event not in TOLD or pending is None or not self.channels(pending):

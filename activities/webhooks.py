@@ -63,17 +63,19 @@ class WebhookActivities(ActivityBase):
         return found[-1] if found else None
 
     async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None, *, approvers: list[str] | None = None) -> list[Delivery]:
+                          seq: int | None = None, *, reads: DecisionReads | None = None) -> list[Delivery]:
         """The webhooks that get the last ``event`` about ``request_id``: those of the run's owner
         and of the people who may decide the request (DESIGN §9). Nothing is read when nobody
-        has a webhook for that event. ``approvers``: the request's references as the caller just
-        wrote them (not read again)."""
-        people = {job.user_id}
-        if pending is not None:
-            refs = (approvers if approvers is not None
-                    else await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs)
-            people |= await self.access.people(refs)
-        hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
+        has a webhook for that event. ``reads``: those people's webhooks as the event's own write
+        read them (Store.mark_suspended's ``reads``: not read again)."""
+        if reads is not None and reads.webhooks is not None:
+            hooks = [h for h in reads.webhooks if event in h.events or "*" in h.events]
+        else:
+            people = {job.user_id}
+            if pending is not None:
+                refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+                people |= await self.access.people(refs)
+            hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
         if not hooks:
             return []
         seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
@@ -81,14 +83,19 @@ class WebhookActivities(ActivityBase):
             return []
         return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for h in hooks]
 
-    async def _decision_reads(self, job: Job, request: PendingRequest | None) -> DecisionReads:
+    async def _decision_reads(self, job: Job | RunOwner, request: PendingRequest | None) -> DecisionReads:
         """What the deliveries of a decision on ``request`` need, for the decision's own write to
         read (Store.record_decision's ``reads``): the webhooks of the people who get its events
         (the owner and the people who could decide it, but those muting the owner)."""
+        return DecisionReads(owners=await self._webhook_owners(job, request))
+
+    async def _webhook_owners(self, job: Job | RunOwner, request: PendingRequest | None) -> list[str]:
+        """Whose webhooks get an event about ``request``: the run's owner and the people the
+        request names (its approvers as given), but those muting the owner."""
         people = {job.user_id}
         if request is not None and request.approver_refs:
             people |= await self.access.people(request.approver_refs)
-        return DecisionReads(owners=sorted(await self._not_muting(job, people)))
+        return sorted(await self._not_muting(job, people))
 
     async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
                                    written: list[tuple[str, int]], reads: DecisionReads | None = None

@@ -46,7 +46,7 @@ from signoff.engine.models import (
 from signoff.engine.audit.events import event_sha256, verify_chain
 from signoff.engine.errors import RunsInFlightLimit
 from signoff.engine.store import Store, StoreConflict, StoreError
-from signoff.engine.store.base import PauseCheckpoint
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint
 
 
 def uid(prefix: str = "") -> str:
@@ -2926,3 +2926,29 @@ async def test_mark_suspended_with_its_state_and_spans_counts_both(store: Store)
         assert [m.text for m in await store.list_messages(f"s-{job_id}")] == ["refund 42"]
         costs.append(await store.stored_bytes(alice.id) - base)
     assert costs[0] == costs[1] > octets_of(span.inputs)
+
+
+async def test_mark_suspended_reads_the_owners_webhooks_in_its_write(store: Store) -> None:
+    """Issue 33: the pause's deliveries read in the pause's write (``reads``, as record_decision's):
+    the webhooks of the owners given, all of them whatever their events, as webhooks_for reads them
+    before it filters; nothing read when the write changes nothing."""
+    alice, bob, carol = [await new_user(store) for _ in range(3)]
+    mine = await store.create_webhook(alice.id, "https://example.com/a", ["human_input_required"], b"s")
+    theirs = await store.create_webhook(bob.id, "https://example.com/b", ["run_completed"], b"s")
+    await store.create_webhook(carol.id, "https://example.com/c", ["*"], b"s")  # not an owner given
+    job_id = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    reads = DecisionReads(owners=[bob.id, alice.id, alice.id])
+    assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}),
+                                      reads=reads)
+    assert sorted(h.id for h in reads.webhooks) == sorted([mine.id, theirs.id])
+    got = {h.id: h for h in await store.webhooks_for([alice.id, bob.id], "run_completed")}
+    assert {h.id: h for h in reads.webhooks}[theirs.id] == got[theirs.id]
+    nobody = DecisionReads(owners=[])
+    other = await new_job(store, alice.id)
+    assert await store.set_status(other, JobStatus.in_progress)
+    assert await store.mark_suspended(other, pending(f"gate:{other}"), reads=nobody)
+    assert nobody.webhooks == []
+    again = DecisionReads(owners=[alice.id])  # the job waits already: nothing written, nothing read
+    assert not await store.mark_suspended(job_id, pending(f"gate:{job_id}"), reads=again)
+    assert again.webhooks is None

@@ -744,6 +744,7 @@ class Store(CheckpointStore, HistoryStore):
         checkpoint: PauseCheckpoint | None = None,
         messages: Sequence[Message] = (),
         approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``in_progress → suspended`` with the pending request. ``event`` (name, data), e.g.
         ``("human_input_required", ...)``, is appended in the same transaction, only when the row
@@ -760,7 +761,10 @@ class Store(CheckpointStore, HistoryStore):
         set_request_approvers sets them (checked first: a bad reference raises before any
         change). A write that changes nothing writes none of them: the caller learns why from
         the job (ended: nothing of the pause is left behind; already waiting: an earlier attempt
-        wrote them)."""
+        wrote them). ``reads``: the webhooks of ``reads.owners`` (all of theirs, whatever their
+        events, as record_decision reads them: the pause's deliveries without a round trip of
+        their own) read in that transaction too, filled only when the row changed; its
+        ``notifications`` are not read here."""
 
     @abc.abstractmethod
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:

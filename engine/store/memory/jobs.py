@@ -23,8 +23,8 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
-from signoff.engine.store.encoding import as_utc, dumps, octets
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.encoding import as_utc, dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same
 
 
@@ -222,6 +222,7 @@ class MemoryJobs(MemoryCore):
         checkpoint: PauseCheckpoint | None = None,
         messages: Sequence[Message] = (),
         approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
         ``event`` appended with it, unless ``dedupe_key`` was used (see Store.mark_suspended);
@@ -232,6 +233,7 @@ class MemoryJobs(MemoryCore):
             dumps(message.card)
         if checkpoint is not None:
             dumps(checkpoint.data)
+        owners = set(unique_strings(reads.owners, "owner_ids")) if reads is not None else set()
         if spans:
             await self.save_spans(spans)  # type: ignore[attr-defined]  # one step: it awaits nothing else
         body = dumps(pending.model_dump(mode="json"))
@@ -251,6 +253,9 @@ class MemoryJobs(MemoryCore):
             await self.add_message(message)  # type: ignore[attr-defined]  # awaits nothing
         row.status, row.pending, row.pending_request_id = JobStatus.suspended, body, pending.request_id
         row.claim_token, row.updated_at = None, utcnow()
+        if reads is not None:  # in the same step (this awaits nothing)
+            reads.webhooks = [self._webhook_record(h)  # type: ignore[attr-defined]
+                              for h in self._hooks(lambda h: h.owner_id in owners)]  # type: ignore[attr-defined]
         return True
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:

@@ -27,7 +27,7 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
@@ -255,6 +255,7 @@ class SQLJobs(SQLEvents):
         checkpoint: PauseCheckpoint | None = None,
         messages: Sequence[Message] = (),
         approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
         ``event`` appended in the same transaction only when the row changed (see
@@ -273,6 +274,7 @@ class SQLJobs(SQLEvents):
         data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
+        owners = unique_strings(reads.owners, "owner_ids") if reads is not None else []
         cp = None
         if checkpoint is not None:
             cp_body = self._enc_json(checkpoint.data)
@@ -301,6 +303,10 @@ class SQLJobs(SQLEvents):
                 await self._spans_of_job(tx, job_id, spans, back)
             elif total:
                 await self._charge_job(tx, job_id, total)
+            if changed and reads is not None:  # the deliveries' webhooks, read here (no round trip of their own)
+                hooks = await tx.fetchall(Q.webhooks_of_owners.format(owners=", ".join("?" for _ in owners)),
+                                          owners) if owners else []
+                reads.webhooks = [self._webhook_record(r) for r in hooks]  # type: ignore[attr-defined]
             return changed
 
         try:
