@@ -153,9 +153,6 @@ class LayerActivities(NotifyActivities):
         if flow is None:
             raise FlowNotFound(f"flow {job.flow_id} was deleted")
         spec = load_flow(apply_tweaks(flow.spec, job.request.get("tweaks")))
-        state = new_run_state(spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
-                              owner_id=flow.owner_id, session_id=job.session_id,
-                              input_value=job.request.get("input_value"))
         # the run's provisional root span: the trace lists as running from the first layer. It
         # rides in the start's status write (issue 33: one commit), saved whether or not the row
         # changed (a retry of a first layer that found the job in_progress writes it on its own)
@@ -165,7 +162,9 @@ class LayerActivities(NotifyActivities):
             await self.store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued], spans=[root])
         else:
             await self.store.save_spans([root])
-        return state
+        return new_run_state(spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
+                             owner_id=flow.owner_id, session_id=job.session_id,
+                             input_value=job.request.get("input_value"))
 
     async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime],
                            budget: RunBudget | None = None, history: Any = None) -> RunState:
