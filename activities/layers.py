@@ -26,11 +26,13 @@ from signoff.activities.types import (
     StateRef,
 )
 from signoff.activities.notify import NotifyActivities
+from signoff.activities.webhooks import RunOwner
 from signoff.engine import tracing
 from signoff.engine.tracing.sdk import keep_spans, take_spans
 from signoff.engine.context import RunBudget
 from signoff.engine.errors import (
     FlowNotFound,
+    NotResumable,
     RunBudgetExceeded,
     SignoffError,
     WaitingOnOthersLimit,
@@ -39,10 +41,11 @@ from signoff.engine.graph import Graph
 from signoff.engine.aio import to_the_end
 from signoff.engine.lifecycle import RunEnd, end_run, run_blob_prefix
 from signoff.engine.liveness import is_finished, plan_next
-from signoff.engine.models import Job, JobStatus, Message, PendingRequest, utcnow
+from signoff.engine.models import FlowRecord, Job, JobStatus, Message, PendingRequest, utcnow
 from signoff.engine.run import apply_layer, build_vertices, context_for, final_result
 from signoff.engine.spec import apply_tweaks, load_flow
 from signoff.engine.standing import StandingLookup
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint
 from signoff.engine.state import RunState, Spent, new_run_state
 
 HEARTBEAT_EVERY = 1.0  # seconds; the workflow's heartbeat timeout is 5 s
@@ -57,14 +60,17 @@ class LayerActivities(NotifyActivities):
         the completion is recorded."""
         try:
             if inp.state is None:
-                job = await self._job(inp.job_id)
+                job, flow = await self.store.get_job_with_flow(inp.job_id)  # one read (issue 33)
+                if job is None:
+                    raise NotResumable(f"job {inp.job_id} not found")
                 if job.status.terminal:
                     # the job ended before its first layer (e.g. cancelled), or a retry of a first
                     # layer that already ran the whole run: report what the job really is, and
                     # its trace says so (same ids: a retry rewrites it)
                     await end_run(self.store, inp.job_id, RunEnd(job.status))
                     return RunLayerOutput(step=inp.step, state=StateRef(), cancelled=True, status=job.status.value)
-                state = await self._new_state(job)
+                state = await self._new_state(job, flow if flow is not None and flow.version == job.flow_version
+                                              else None)
             else:
                 state = await self.codec.load(inp.state)
             graph = self.graph(state)
@@ -88,20 +94,28 @@ class LayerActivities(NotifyActivities):
                 paused, done_step, done_built = done
                 return await self._layer_output(inp.job_id, graph, paused, inp.step + done_step, inp.now,
                                                 done_built, persist=inp.persist)
-            if ids:
-                # the run's budgets go on from what an earlier attempt of this layer spent
-                budget = RunBudget.of(_carried(state.spent, activity.info().heartbeat_details), self.settings)
-                async with _heartbeating(budget):
-                    state = await self._build_layer(graph, state, ids, lambda: inp.now, budget=budget)
-                if inp.inline:
-                    # stamped now, as resume_run's (the workflow's time when that is later): a gate
-                    # built here paused after the layer before it, and its span starts after that
-                    # layer's
-                    state, step, built = await self._instant_layers(graph, state, step, built,
-                                                                    lambda: max(inp.now, utcnow()),
-                                                                    over_budget_fails=True)
+            # the layers' messages held for the write that ends this activity: a pause's (its card,
+            # the User's message before it) or the end's, one commit (issue 33)
+            held = HeldMessages(self.store)
+            try:
+                if ids:
+                    # the run's budgets go on from what an earlier attempt of this layer spent
+                    budget = RunBudget.of(_carried(state.spent, activity.info().heartbeat_details), self.settings)
+                    async with _heartbeating(budget):
+                        state = await self._build_layer(graph, state, ids, lambda: inp.now, budget=budget,
+                                                        history=held)
+                    if inp.inline:
+                        # stamped now, as resume_run's (the workflow's time when that is later): a gate
+                        # built here paused after the layer before it, and its span starts after that
+                        # layer's
+                        state, step, built = await self._instant_layers(graph, state, step, built,
+                                                                        lambda: max(inp.now, utcnow()),
+                                                                        over_budget_fails=True, history=held)
+            except BaseException:
+                await to_the_end(held.flush())  # what was built is stored as it would have been
+                raise
             return await self._layer_output(inp.job_id, graph, state, step, inp.now, built, persist=inp.persist,
-                                            charge=True)
+                                            charge=True, held=held)
         except SignoffError as err:
             raise to_failure(err) from None
 
@@ -130,21 +144,27 @@ class LayerActivities(NotifyActivities):
         if job is not None and not job.status.terminal:
             await self.store.append_event(inp.job_id, inp.event, inp.data)
 
-    async def _new_state(self, job: Job) -> RunState:
+    async def _new_state(self, job: Job, flow: FlowRecord | None = None) -> RunState:
+        """The run's first state, the job ``in_progress`` with its provisional root span. ``flow``:
+        the job's flow when read with it at the job's version (else read here)."""
         # the version the job was created with, not a later edit of the flow
-        flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
+        if flow is None:
+            flow = await self.store.get_flow(job.flow_id, version=job.flow_version)
         if flow is None:
             raise FlowNotFound(f"flow {job.flow_id} was deleted")
         spec = load_flow(apply_tweaks(flow.spec, job.request.get("tweaks")))
+        # the run's provisional root span: the trace lists as running from the first layer. It
+        # rides in the start's status write (issue 33: one commit), saved whether or not the row
+        # changed (a retry of a first layer that found the job in_progress writes it on its own)
+        root = tracing.run_root(run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=flow.name,
+                                start=job.created_at)
         if job.status == JobStatus.queued:
-            await self.store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued])
-        state = new_run_state(spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
-                              owner_id=flow.owner_id, session_id=job.session_id,
-                              input_value=job.request.get("input_value"))
-        # the run's provisional root span: the trace lists as running from the first layer
-        await tracing.open_run(self.store, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, name=flow.name,
-                               start=job.created_at)
-        return state
+            await self.store.set_status(job.job_id, JobStatus.in_progress, expect=[JobStatus.queued], spans=[root])
+        else:
+            await self.store.save_spans([root])
+        return new_run_state(spec, run_id=job.run_id, job_id=job.job_id, flow_id=job.flow_id, user_id=job.user_id,
+                             owner_id=flow.owner_id, session_id=job.session_id,
+                             input_value=job.request.get("input_value"))
 
     async def _build_layer(self, graph: Graph, state: RunState, ids: list[str], clock: Callable[[], datetime],
                            budget: RunBudget | None = None, history: Any = None) -> RunState:
@@ -269,17 +289,29 @@ class LayerActivities(NotifyActivities):
                                   charge: bool, held: HeldMessages | None = None) -> RunLayerOutput:
         ref, data = await self.codec.dump(state, step if blob_step is None else blob_step,
                                           budget=RunBudget.of(state.spent, self.settings) if charge else None)
+        checkpoint = None
         if state.pending is not None:
             ttl = self.settings.checkpoint_ttl_seconds
-            await self.store.save_checkpoint(
-                state.run_id, data, job_id=job_id,
-                expires_at=(now + timedelta(seconds=ttl)) if ttl else None,
-            )
+            checkpoint = PauseCheckpoint(state.run_id, data, expires_at=(now + timedelta(seconds=ttl)) if ttl else None)
         done = state.pending is None and is_finished(graph, state)
         if done:  # the messages held for it ride in the end's one write (issue 33)
             status = await self._complete(job_id, final_result(graph, state), state, job,
                                           messages=held.take() if held is not None else ())
             return RunLayerOutput(step=step, state=ref, done=True, built=built, status=status)
+        if persist and state.pending is not None and checkpoint is not None:
+            # The pause in one write (issue 33): its checkpoint, the messages held (its card, and
+            # what came before it), who may decide, its event, ``suspended`` and the spans, in the
+            # transaction of the conditional status change. When it changes nothing (the job ended
+            # meanwhile, or an earlier attempt of this layer persisted the pause), the job is read
+            # and the pause is written as before, a write at a time.
+            deliveries = await self._pause_in_one_write(job_id, state, state.pending, checkpoint,
+                                                        f"pause:{step}:{state.pending.request_id}", held)
+            if deliveries is not None:
+                return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
+                                      deliveries=deliveries)
+        if checkpoint is not None:
+            await self.store.save_checkpoint(state.run_id, checkpoint.data, job_id=job_id,
+                                             expires_at=checkpoint.expires_at)
         if held is not None:  # a pause's card (and what came before it), before its event
             await held.flush()
         # A layer that outlived its run (stopped, superseded, timed out meanwhile: a layer's
@@ -297,6 +329,36 @@ class LayerActivities(NotifyActivities):
             return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built, persisted=True,
                                   deliveries=deliveries)
         return RunLayerOutput(step=step, state=ref, pending=state.pending, built=built)
+
+    async def _pause_in_one_write(self, job_id: str, state: RunState, pending: PendingRequest,
+                                  checkpoint: PauseCheckpoint, dedupe_key: str,
+                                  held: HeldMessages | None) -> list[Delivery] | None:
+        """The pause persisted in one store call and one commit (Store.mark_suspended with the
+        checkpoint, the held messages and the approvers; issue 33), and its event's webhook
+        deliveries; None when the write changed nothing (the job is not running: ended, or
+        already waiting), with the messages left to the caller, held."""
+        owner = RunOwner(job_id=job_id, user_id=state.user_id, pending=pending)
+        # who gets the event's webhooks (the owner and the people the request names, but those
+        # muting the owner): their webhooks are read in the write (no round trip of their own)
+        reads = DecisionReads(owners=await self._webhook_owners(owner, pending))
+        messages = held.take() if held is not None else []
+        spans = take_spans()
+        try:
+            changed = await self.store.mark_suspended(
+                job_id, pending, event=("human_input_required", pending.model_dump(mode="json")),
+                dedupe_key=dedupe_key, spans=spans, checkpoint=checkpoint, messages=messages,
+                approvers=pending.approver_refs or None, reads=reads)
+        except BaseException:
+            keep_spans(spans)  # not written: the collector writes them as before
+            if held is not None:
+                held.messages = messages + held.messages  # stored on their own (_layer_output)
+            raise
+        if not changed:  # the spans were saved all the same; the messages were not
+            if held is not None:
+                held.messages = messages + held.messages
+            return None
+        # the approvers are those just written (an escalation adds to them only once the run waits)
+        return await self._deliveries(owner, "human_input_required", pending.request_id, pending, reads=reads)
 
     async def _drop_leftovers(self, job: Job) -> None:
         """What a layer of the ended run ``job`` wrote after its cleanup: its checkpoint, its blobs."""

@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from signoff.activities.types import Delivery
-from signoff.activities.webhooks import WebhookActivities
+from signoff.activities.webhooks import RunOwner, WebhookActivities
 from signoff.engine import links, mail, slack
 from signoff.engine.decisions import deadline, user_ref
 from signoff.engine.models import Job, Notification, PendingRequest, utcnow
@@ -49,7 +49,7 @@ class NotifyActivities(WebhookActivities):
             (["slack"] if self.settings.slack_enabled else [])
         return [c for c in configured if pending.notify is None or c in pending.notify]
 
-    async def _notifications(self, job: Job, event: str, pending: PendingRequest | None,
+    async def _notifications(self, job: Job | RunOwner, event: str, pending: PendingRequest | None,
                              seq: int) -> list[Delivery]:
         """The notifications of event ``seq`` (module docstring): one Delivery per person and
         channel."""
@@ -112,10 +112,11 @@ class NotifyActivities(WebhookActivities):
         told = reads.told if reads is not None and reads.notifications else None
         return out + (await self._closing(job, request.request_id, written, told) if request is not None else [])
 
-    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None) -> list[Delivery]:
-        """The webhook deliveries of the event (WebhookActivities) and its notifications."""
-        out = await super()._deliveries(job, event, request_id, pending, seq)
+    async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None, *, reads: DecisionReads | None = None) -> list[Delivery]:
+        """The webhook deliveries of the event (WebhookActivities) and its notifications.
+        ``reads``: the webhooks as the event's own write read them."""
+        out = await super()._deliveries(job, event, request_id, pending, seq, reads=reads)
         if event in CLOSING and seq is not None:  # (on_timeout: fail) the request ended at its deadline
             return out + await self._closing(job, request_id, [(event, seq)])
         if event not in TOLD or pending is None or not self.channels(pending):

@@ -5,6 +5,8 @@ webhook (``deliver_webhook``, retried by the workflow's policy, every attempt lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from temporalio import activity
 
 from signoff.activities.base import ActivityBase
@@ -16,6 +18,16 @@ from signoff.engine import webhooks
 from signoff.engine.context import egress_policy
 from signoff.engine.models import Job, PendingRequest
 from signoff.engine.store.base import DecisionReads
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """What a run's deliveries need of its job (its id, its owner) when the job was not read:
+    a pause written in one store call (activities/layers.py)."""
+
+    job_id: str
+    user_id: str
+    pending: PendingRequest | None = None  # the request the job now waits for
 
 
 class WebhookActivities(ActivityBase):
@@ -50,16 +62,20 @@ class WebhookActivities(ActivityBase):
                  if e.event == event and e.data.get("request_id") == request_id]
         return found[-1] if found else None
 
-    async def _deliveries(self, job: Job, event: str, request_id: str, pending: PendingRequest | None,
-                          seq: int | None = None) -> list[Delivery]:
+    async def _deliveries(self, job: Job | RunOwner, event: str, request_id: str, pending: PendingRequest | None,
+                          seq: int | None = None, *, reads: DecisionReads | None = None) -> list[Delivery]:
         """The webhooks that get the last ``event`` about ``request_id``: those of the run's owner
         and of the people who may decide the request (DESIGN §9). Nothing is read when nobody
-        has a webhook for that event."""
-        people = {job.user_id}
-        if pending is not None:
-            refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
-            people |= await self.access.people(refs)
-        hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
+        has a webhook for that event. ``reads``: those people's webhooks as the event's own write
+        read them (Store.mark_suspended's ``reads``: not read again)."""
+        if reads is not None and reads.webhooks is not None:
+            hooks = [h for h in reads.webhooks if event in h.events or "*" in h.events]
+        else:
+            people = {job.user_id}
+            if pending is not None:
+                refs = await self.store.request_approvers(job.job_id, pending.request_id) or pending.approver_refs
+                people |= await self.access.people(refs)
+            hooks = await self.store.webhooks_for(sorted(await self._not_muting(job, people)), event)
         if not hooks:
             return []
         seq = seq if seq is not None else await self._seq_of(job.job_id, event, request_id)
@@ -67,14 +83,19 @@ class WebhookActivities(ActivityBase):
             return []
         return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for h in hooks]
 
-    async def _decision_reads(self, job: Job, request: PendingRequest | None) -> DecisionReads:
+    async def _decision_reads(self, job: Job | RunOwner, request: PendingRequest | None) -> DecisionReads:
         """What the deliveries of a decision on ``request`` need, for the decision's own write to
         read (Store.record_decision's ``reads``): the webhooks of the people who get its events
         (the owner and the people who could decide it, but those muting the owner)."""
+        return DecisionReads(owners=await self._webhook_owners(job, request))
+
+    async def _webhook_owners(self, job: Job | RunOwner, request: PendingRequest | None) -> list[str]:
+        """Whose webhooks get an event about ``request``: the run's owner and the people the
+        request names (its approvers as given), but those muting the owner."""
         people = {job.user_id}
         if request is not None and request.approver_refs:
             people |= await self.access.people(request.approver_refs)
-        return DecisionReads(owners=sorted(await self._not_muting(job, people)))
+        return sorted(await self._not_muting(job, people))
 
     async def _decision_deliveries(self, job: Job, request: PendingRequest | None,
                                    written: list[tuple[str, int]], reads: DecisionReads | None = None
@@ -90,7 +111,7 @@ class WebhookActivities(ActivityBase):
             hooks = {event: [h for h in reads.webhooks if event in h.events or "*" in h.events] for event, _ in written}
         return [Delivery(webhook_id=h.id, job_id=job.job_id, seq=seq) for event, seq in written for h in hooks[event]]
 
-    async def _not_muting(self, job: Job, people: set[str]) -> set[str]:
+    async def _not_muting(self, job: Job | RunOwner, people: set[str]) -> set[str]:
         """``people`` but those who muted the run's owner (their webhooks get none of the owner's
         requests; docs/security.md, "Fan-out and approvers"). The owner always gets their own."""
         others = sorted(people - {job.user_id})

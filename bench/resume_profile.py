@@ -8,7 +8,8 @@ Prints JSON (a profile, not a comparison: bench/latency.py measures against the 
 
 Issue 33's counts per resume (docs/temporal.md, "A resume in four store calls"): 4 store calls
 (user_for_api_key, get_job_with_flow, record_decision, set_status) and 2 commits, plus a
-fraction for the service's sweeps that fall in the window; a submit to its pause 18 and 7.
+fraction for the service's sweeps that fall in the window; a submit to its pause 10 and 3
+(docs/temporal.md, "A submit's pause in one write": 18 and 7 before).
 
 Usage: python bench/resume_profile.py [--runs 50] [--warmup 40] [--database-url postgresql://...]
 """

@@ -46,6 +46,7 @@ from signoff.engine.models import (
 from signoff.engine.audit.events import event_sha256, verify_chain
 from signoff.engine.errors import RunsInFlightLimit
 from signoff.engine.store import Store, StoreConflict, StoreError
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint
 
 
 def uid(prefix: str = "") -> str:
@@ -2815,3 +2816,139 @@ async def test_mark_suspended_with_spans_saves_them_with_the_pause(store: Store)
     assert not await store.mark_suspended(stopped, pending(f"gate:{stopped}"), spans=[late])
     assert [s.span_id for s in await store.get_trace(stopped)] == ["ask"]
     assert (await store.get_job(stopped)).status == JobStatus.cancelled
+
+
+async def test_mark_suspended_writes_the_pauses_state_with_it_or_none_of_it(store: Store) -> None:
+    """Issue 33: a submit's pause in one write. ``checkpoint``, ``messages`` and ``approvers`` are
+    written in the transaction of the status change, as save_checkpoint, add_message and
+    set_request_approvers write them (the same rows, counted to the run's user the same), and
+    only when the row changes: a job that ended meanwhile gets none of them, nor does a job that
+    waits already (an earlier attempt's write); a bad reference or card writes nothing at all."""
+    alice = await new_user(store)
+
+    def said(job_id: str, n: int, **kw) -> Message:
+        return Message(id=f"{job_id}-{n}", session_id=f"s-{job_id}", flow_id="f", job_id=job_id, sender="User",
+                       sender_name="User", text=f"said {n}", created_at=utcnow(), **kw)
+
+    refs = ["user:u-2", "group:o-1/finance", "user:u-2"]
+    data = {"layers": 2, "built": ["ask", "gate"], "big": "x" * 300}
+    expires = utcnow() + timedelta(days=1)
+    event = ("human_input_required", {"n": 1})
+    # the writes one at a time (as before), then in one: the same rows, the same count
+    apart = await new_job(store, alice.id)
+    assert await store.set_status(apart, JobStatus.in_progress)
+    base = await store.stored_bytes(alice.id)
+    await store.save_checkpoint(apart, data, job_id=apart, expires_at=expires)
+    await store.add_message(said(apart, 0))
+    await store.add_message(said(apart, 1, card={"request_id": f"gate:{apart}"}))
+    await store.set_request_approvers(apart, f"gate:{apart}", refs)
+    assert await store.mark_suspended(apart, pending(f"gate:{apart}"), event=event, dedupe_key="pause:2")
+    cost_apart = await store.stored_bytes(alice.id) - base
+
+    job_id = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    request_id = f"gate:{job_id}"
+    with pytest.raises((ValueError, TypeError)):  # a bad reference: nothing is written
+        await store.mark_suspended(job_id, pending(request_id), event=event, approvers=["nobody"],
+                                   checkpoint=PauseCheckpoint(job_id, data), messages=[said(job_id, 0)])
+    with pytest.raises(Exception):  # a card that cannot be stored: nothing is
+        await store.mark_suspended(job_id, pending(request_id), event=event, approvers=refs,
+                                   checkpoint=PauseCheckpoint(job_id, data),
+                                   messages=[said(job_id, 0), said(job_id, 1, card={"bad": object()})])
+    job = await store.get_job(job_id)
+    assert job.status == JobStatus.in_progress and job.pending is None
+    assert await store.load_latest_checkpoint(job_id) is None
+    assert await store.list_messages(f"s-{job_id}") == [] and await store.read_events(job_id) == []
+    assert await store.request_approvers(job_id, request_id) == []
+    base = await store.stored_bytes(alice.id)
+    await store.add_message(said(job_id, 0))  # stored before (a component read the history): once
+    assert await store.mark_suspended(job_id, pending(request_id), event=event, dedupe_key="pause:2",
+                                      checkpoint=PauseCheckpoint(job_id, data, expires_at=expires),
+                                      messages=[said(job_id, 0), said(job_id, 1, card={"request_id": request_id})],
+                                      approvers=refs)
+    assert (await store.get_job(job_id)).waits_for(request_id)
+    cp = await store.load_latest_checkpoint(job_id)
+    assert cp.data == data and cp.job_id == job_id and cp.run_id == job_id
+    assert abs((cp.expires_at - expires).total_seconds()) < 1
+    assert [m.text for m in await store.list_messages(f"s-{job_id}")] == ["said 0", "said 1"]
+    assert [(e.event, e.data) for e in await store.read_events(job_id)] == [("human_input_required", {"n": 1})]
+    assert await store.request_approvers(job_id, request_id) == ["user:u-2", "group:o-1/finance"]
+    assert await store.stored_bytes(alice.id) - base == cost_apart  # counted as the writes apart
+
+    # a retry of the write (an earlier attempt's committed, its answer lost): the job waits, so
+    # nothing is written again (no second checkpoint, event or approver change)
+    assert not await store.mark_suspended(job_id, pending(request_id), event=event, dedupe_key="pause:2",
+                                          checkpoint=PauseCheckpoint(job_id, {"other": 1}),
+                                          messages=[said(job_id, 2)], approvers=["user:u-3"])
+    assert (await store.load_latest_checkpoint(job_id)).data == data
+    assert len(await store.list_messages(f"s-{job_id}")) == 2 and len(await store.read_events(job_id)) == 1
+    assert await store.request_approvers(job_id, request_id) == ["user:u-2", "group:o-1/finance"]
+    assert await store.stored_bytes(alice.id) - base == cost_apart
+
+    # an ended job (stopped before the pause was written): none of the pause, nothing counted
+    stopped = await new_job(store, alice.id)
+    assert await store.set_status(stopped, JobStatus.cancelled)
+    before = await store.stored_bytes(alice.id)
+    assert not await store.mark_suspended(stopped, pending(f"gate:{stopped}"), event=event,
+                                          checkpoint=PauseCheckpoint(stopped, data), messages=[said(stopped, 0)],
+                                          approvers=refs)
+    assert (await store.get_job(stopped)).status == JobStatus.cancelled
+    assert await store.load_latest_checkpoint(stopped) is None
+    assert await store.list_messages(f"s-{stopped}") == [] and await store.read_events(stopped) == []
+    assert await store.request_approvers(stopped, f"gate:{stopped}") == []
+    assert await store.stored_bytes(alice.id) == before
+
+
+async def test_mark_suspended_with_its_state_and_spans_counts_both(store: Store) -> None:
+    """The pause's rows and the spans of what was built before it, in one transaction (the spans
+    through their own count, the rest charged with them): the user's count is that of the same
+    writes apart."""
+    alice = await new_user(store)
+    costs = []
+    for together in (False, True):
+        job_id = await new_job(store, alice.id)
+        assert await store.set_status(job_id, JobStatus.in_progress)
+        base = await store.stored_bytes(alice.id)
+        span = SpanRecord(trace_id=job_id, span_id="ask", name="ask", type="component", start_time=utcnow(),
+                          end_time=utcnow(), run_id=job_id, inputs={"q": "x" * 100}, outputs={}, attributes={})
+        message = Message(id=uid(), session_id=f"s-{job_id}", flow_id="f", job_id=job_id, sender="User",
+                          sender_name="User", text="refund 42", created_at=utcnow())
+        if together:
+            assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}),
+                                              spans=[span], checkpoint=PauseCheckpoint(job_id, {"a": 1}),
+                                              messages=[message])
+        else:
+            await store.save_checkpoint(job_id, {"a": 1}, job_id=job_id)
+            await store.add_message(message)
+            await store.save_spans([span])
+            assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}))
+        assert [s.span_id for s in await store.get_trace(job_id)] == ["ask"]
+        assert [m.text for m in await store.list_messages(f"s-{job_id}")] == ["refund 42"]
+        costs.append(await store.stored_bytes(alice.id) - base)
+    assert costs[0] == costs[1] > octets_of(span.inputs)
+
+
+async def test_mark_suspended_reads_the_owners_webhooks_in_its_write(store: Store) -> None:
+    """Issue 33: the pause's deliveries read in the pause's write (``reads``, as record_decision's):
+    the webhooks of the owners given, all of them whatever their events, as webhooks_for reads them
+    before it filters; nothing read when the write changes nothing."""
+    alice, bob, carol = [await new_user(store) for _ in range(3)]
+    mine = await store.create_webhook(alice.id, "https://example.com/a", ["human_input_required"], b"s")
+    theirs = await store.create_webhook(bob.id, "https://example.com/b", ["run_completed"], b"s")
+    await store.create_webhook(carol.id, "https://example.com/c", ["*"], b"s")  # not an owner given
+    job_id = await new_job(store, alice.id)
+    assert await store.set_status(job_id, JobStatus.in_progress)
+    reads = DecisionReads(owners=[bob.id, alice.id, alice.id])
+    assert await store.mark_suspended(job_id, pending(f"gate:{job_id}"), event=("human_input_required", {}),
+                                      reads=reads)
+    assert sorted(h.id for h in reads.webhooks) == sorted([mine.id, theirs.id])
+    got = {h.id: h for h in await store.webhooks_for([alice.id, bob.id], "run_completed")}
+    assert {h.id: h for h in reads.webhooks}[theirs.id] == got[theirs.id]
+    nobody = DecisionReads(owners=[])
+    other = await new_job(store, alice.id)
+    assert await store.set_status(other, JobStatus.in_progress)
+    assert await store.mark_suspended(other, pending(f"gate:{other}"), reads=nobody)
+    assert nobody.webhooks == []
+    again = DecisionReads(owners=[alice.id])  # the job waits already: nothing written, nothing read
+    assert not await store.mark_suspended(job_id, pending(f"gate:{job_id}"), reads=again)
+    assert again.webhooks is None

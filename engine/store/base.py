@@ -102,6 +102,16 @@ class DecisionReads:
     told: list[Notification] | None = None
 
 
+@dataclass
+class PauseCheckpoint:
+    """The checkpoint a pause writes with its status (Store.mark_suspended's ``checkpoint``, issue
+    33): as save_checkpoint(run_id, data, job_id=the job, expires_at=expires_at) writes it."""
+
+    run_id: str
+    data: dict[str, Any]
+    expires_at: datetime | None = None
+
+
 class StoreConflict(StoreError):
     """A unique value is already taken (user name, API key of another user, job id)."""
 
@@ -735,6 +745,10 @@ class Store(CheckpointStore, HistoryStore):
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
         spans: list[SpanRecord] | None = None,
+        checkpoint: PauseCheckpoint | None = None,
+        messages: Sequence[Message] = (),
+        approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``in_progress → suspended`` with the pending request. ``event`` (name, data), e.g.
         ``("human_input_required", ...)``, is appended in the same transaction, only when the row
@@ -742,7 +756,19 @@ class Store(CheckpointStore, HistoryStore):
         after its terminal one. With a ``dedupe_key`` already used for the job's events (an
         earlier attempt wrote the event), the event is not written again; the status still
         changes as without an event. ``spans``: saved as set_status saves them (this job's in
-        the same transaction, whether or not the row changed): the pause in one commit."""
+        the same transaction, whether or not the row changed): the pause in one commit.
+
+        Only when the row changes, in the same transaction (issue 33: a pause's whole state in
+        one commit): ``checkpoint``, written as save_checkpoint writes it (for this job, counted
+        to its user); ``messages``, stored as add_message stores them (idempotent by id, counted
+        to the job's user) before the event; ``approvers``, the request's references as
+        set_request_approvers sets them (checked first: a bad reference raises before any
+        change). A write that changes nothing writes none of them: the caller learns why from
+        the job (ended: nothing of the pause is left behind; already waiting: an earlier attempt
+        wrote them). ``reads``: the webhooks of ``reads.owners`` (all of theirs, whatever their
+        events, as record_decision reads them: the pause's deliveries without a round trip of
+        their own) read in that transaction too, filled only when the row changed; its
+        ``notifications`` are not read here."""
 
     @abc.abstractmethod
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:

@@ -57,13 +57,13 @@ from signoff.engine.tracing.ids import (
     tracer,
 )
 from signoff.engine.tracing.runs import RunTracing
-from signoff.engine.tracing.spans import close_run, flush, flusher, open_run, record_gate
+from signoff.engine.tracing.spans import close_run, flush, flusher, open_run, record_gate, run_root
 from signoff.engine.tracing.vertex import ChildSpan, RunTracer, model_call, tool_call
 
 __all__ = [
     "A_COMPONENT", "A_FLOW", "A_INPUTS", "A_JOB", "A_KIND", "A_OUTPUTS", "A_PARENT", "A_RUN", "A_VERTEX",
     "ChildSpan", "GATE_PREFIX", "MAX_VALUE_CHARS", "RequestedIds", "RunTracer", "RunTracing", "TRACER_NAME",
     "bounded", "close_run", "flush", "flusher", "gate_label", "gate_span_name", "hex_span", "hex_trace", "model_call",
-    "open_run", "record_gate", "requested_ids", "root_context", "root_span_id", "run_context", "span_id_for",
+    "open_run", "record_gate", "run_root", "requested_ids", "root_context", "root_span_id", "run_context", "span_id_for",
     "tool_call", "trace_id_for", "tracer",
 ]

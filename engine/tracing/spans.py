@@ -53,24 +53,30 @@ async def flush() -> None:
 
 
 
+def run_root(*, run_id: str, flow_id: str | None, name: str, start: datetime, job_id: str | None = None
+             ) -> SpanRecord:
+    """The provisional root (no end time) that lists the trace as running from the start, for a
+    write to carry (Store.set_status's ``spans``: the run's start in one commit, issue 33).
+    :func:`close_run` replaces it."""
+    return SpanRecord(
+        trace_id=str(run_id),
+        span_id=hex_span(root_span_id(run_id)),
+        name=name,
+        type="flow",
+        start_time=start,
+        status="unset",
+        attributes={A_RUN: str(run_id), A_JOB: str(job_id or run_id), A_KIND: "flow", "signoff.status": "running"},
+        run_id=str(run_id),
+        flow_id=flow_id,
+    )
+
+
 async def open_run(
     store: Store, *, run_id: str, flow_id: str | None, name: str, start: datetime, job_id: str | None = None
 ) -> None:
-    """Write the provisional root (no end time) so the trace lists as running from the start.
+    """Write the provisional root (:func:`run_root`) so the trace lists as running from the start.
     :func:`close_run` replaces it."""
-    await store.save_spans([
-        SpanRecord(
-            trace_id=str(run_id),
-            span_id=hex_span(root_span_id(run_id)),
-            name=name,
-            type="flow",
-            start_time=start,
-            status="unset",
-            attributes={A_RUN: str(run_id), A_JOB: str(job_id or run_id), A_KIND: "flow", "signoff.status": "running"},
-            run_id=str(run_id),
-            flow_id=flow_id,
-        )
-    ])
+    await store.save_spans([run_root(run_id=run_id, flow_id=flow_id, name=name, start=start, job_id=job_id)])
 
 
 def close_run(

@@ -23,8 +23,8 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
-from signoff.engine.store.encoding import as_utc, dumps, octets
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.encoding import as_utc, dumps, octets, unique_strings
 from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same
 
 
@@ -219,9 +219,21 @@ class MemoryJobs(MemoryCore):
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
         spans: list[SpanRecord] | None = None,
+        checkpoint: PauseCheckpoint | None = None,
+        messages: Sequence[Message] = (),
+        approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
-        ``event`` appended with it, unless ``dedupe_key`` was used (see Store.mark_suspended)."""
+        ``event`` appended with it, unless ``dedupe_key`` was used (see Store.mark_suspended);
+        ``checkpoint``, ``messages`` and ``approvers`` with it, only when the row changes. One
+        step: nothing below awaits anything else."""
+        refs = self._parse_refs(approvers) if approvers is not None else None  # type: ignore[attr-defined]
+        for message in messages:  # refused (a card that is not JSON) before any change
+            dumps(message.card)
+        if checkpoint is not None:
+            dumps(checkpoint.data)
+        owners = set(unique_strings(reads.owners, "owner_ids")) if reads is not None else set()
         if spans:
             await self.save_spans(spans)  # type: ignore[attr-defined]  # one step: it awaits nothing else
         body = dumps(pending.model_dump(mode="json"))
@@ -230,10 +242,20 @@ class MemoryJobs(MemoryCore):
         row = t.jobs.get(job_id)
         if row is None or row.status not in _RUNNING:
             return False
-        if ev is not None:
+        if ev is not None:  # first: it raises before writing anything
             self._append(t, job_id, *ev, dedupe_key)
+        if refs is not None:  # who may decide, as the status shows
+            await self.set_request_approvers(job_id, pending.request_id, list(refs))  # type: ignore[attr-defined]
+        if checkpoint is not None:  # the pause's state, with the pause (DESIGN §1.1)
+            await self.save_checkpoint(checkpoint.run_id, checkpoint.data, job_id=job_id,  # type: ignore[attr-defined]
+                                       expires_at=checkpoint.expires_at)
+        for message in messages:  # the card (and what came before it), then its event
+            await self.add_message(message)  # type: ignore[attr-defined]  # awaits nothing
         row.status, row.pending, row.pending_request_id = JobStatus.suspended, body, pending.request_id
         row.claim_token, row.updated_at = None, utcnow()
+        if reads is not None:  # in the same step (this awaits nothing)
+            reads.webhooks = [self._webhook_record(h)  # type: ignore[attr-defined]
+                              for h in self._hooks(lambda h: h.owner_id in owners)]  # type: ignore[attr-defined]
         return True
 
     async def claim_suspended_for_resume(self, job_id: str, request_id: str, token: str | None = None) -> str | None:

@@ -27,7 +27,8 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
 from signoff.engine.store.sql.queries import Q
@@ -251,28 +252,61 @@ class SQLJobs(SQLEvents):
         event: tuple[str, dict[str, Any]] | None = None,
         dedupe_key: str | None = None,
         spans: list[SpanRecord] | None = None,
+        checkpoint: PauseCheckpoint | None = None,
+        messages: Sequence[Message] = (),
+        approvers: Iterable[str] | None = None,
+        reads: DecisionReads | None = None,
     ) -> bool:
         """``queued|in_progress → suspended`` with the pending request (any stale claim dropped);
         ``event`` appended in the same transaction only when the row changed (see
         Store.mark_suspended). The UPDATE comes first: it locks the job row, so a concurrent
         terminal write (stop) either committed before (nothing changes here, no event) or waits
         for this transaction (its terminal event comes after this one). ``spans``: as set_status
-        saves them."""
+        saves them. ``checkpoint``, ``messages`` and ``approvers``: after the UPDATE, only when
+        it changed the row; what they count goes to the job's user with the spans' (one usage
+        write)."""
         if spans and not all(s.run_id in (None, job_id) for s in spans):
             await self.save_spans(spans)  # type: ignore[attr-defined]  # another run's: on their own
             spans = None
+        # ValueError / TypeError before any change (as set_request_approvers checks them)
+        refs = [(r, *approver_ref(r)) for r in unique_strings(approvers, "refs")] if approvers is not None else None
         body = self._enc_json(pending.model_dump(mode="json"))
         data = self._enc_event(event[1]) if event is not None else None
         # what the inbox sorts and filters by (migration 11), beside the request's JSON
         inbox = (self._enc_dt(pending.paused_at), pending.kind, int(bool(pending.approvers or pending.approver_refs)))
+        owners = unique_strings(reads.owners, "owner_ids") if reads is not None else []
+        cp = None
+        if checkpoint is not None:
+            cp_body = self._enc_json(checkpoint.data)
+            cp = (checkpoint.run_id, cp_body, self._enc_dt(checkpoint.expires_at), self._json_octets(cp_body))
 
         async def write(tx: Tx, with_event: bool = True) -> bool:
             changed = await tx.execute(
                 Q.mark_suspended, (body, pending.request_id, *inbox, self._enc_dt(utcnow()), job_id)) > 0
+            total, user = 0, None  # what the pause's own rows count to the job's user
+            if changed and refs is not None:  # who may decide, as the status shows
+                await self._write_refs(tx, job_id, pending.request_id, refs, replace=True)  # type: ignore[attr-defined]
+            if changed and cp is not None:  # the pause's state, with the pause (DESIGN §1.1)
+                run_id, cp_body, expires, size = cp
+                user = await self._job_user(tx, job_id)
+                await tx.execute(Q.insert_checkpoint, (
+                    str(uuid.uuid4()), run_id, job_id, cp_body, self._enc_dt(utcnow()), expires, size, user))
+                total += size
+            for message in messages if changed else ():  # the card (and what came before it), then its event
+                total += (await self._insert_message(tx, message))[1]  # type: ignore[attr-defined]  # SQLMessages
             if changed and event is not None and with_event:
                 await self._append(tx, job_id, event[0], data, dedupe_key)
             if spans:
-                await self._spans_of_job(tx, job_id, spans)
+                back: list[dict[str, Any]] = []
+                if total:
+                    back.append({"charged_to": user or await self._job_user(tx, job_id), "size": -total})
+                await self._spans_of_job(tx, job_id, spans, back)
+            elif total:
+                await self._charge_job(tx, job_id, total)
+            if changed and reads is not None:  # the deliveries' webhooks, read here (no round trip of their own)
+                hooks = await tx.fetchall(Q.webhooks_of_owners.format(owners=", ".join("?" for _ in owners)),
+                                          owners) if owners else []
+                reads.webhooks = [self._webhook_record(r) for r in hooks]  # type: ignore[attr-defined]
             return changed
 
         try:

@@ -25,8 +25,9 @@ from .test_surface import submit
 
 
 class HeldCheckpoint(StoreProxy):
-    """The store, holding ``save_checkpoint``: before its write until ``go``, after it until
-    ``hold`` (``written`` says the write is done)."""
+    """The store, holding the pause's write (``mark_suspended``, which carries its checkpoint since
+    issue 33): before its write until ``go``, after it until ``hold`` (``written`` says the write
+    is done)."""
 
     def __init__(self, store) -> None:
         super().__init__(store)
@@ -36,7 +37,7 @@ class HeldCheckpoint(StoreProxy):
         inner = getattr(self._store, name)
 
         async def call(*args, **kwargs):
-            if name != "save_checkpoint":
+            if name != "mark_suspended" or self.entered.is_set():
                 return await inner(*args, **kwargs)
             self.entered.set()
             await self.go.wait()
@@ -55,7 +56,7 @@ async def test_a_layer_cancelled_while_it_writes_its_pause_leaves_no_checkpoint(
     try:
         layer = asyncio.ensure_future(env.run(FlowActivities(held, settings).run_layer, RunLayerInput(
             job_id=job.job_id, step=0, now=utcnow(), inline=True, persist=True)))
-        await held.entered.wait()  # the layer reached the gate and saves its checkpoint
+        await held.entered.wait()  # the layer reached the gate and writes its pause with its checkpoint
         # the stop ends the job; its cleanup finds no checkpoint yet
         ended = await end_run(store, job.job_id, RunEnd(JobStatus.cancelled))
         assert ended.won and await store.load_latest_checkpoint(job.run_id) is None

@@ -12,6 +12,9 @@ the workflow completed with no activity dispatch and no second task."""
 from __future__ import annotations
 
 import json
+import uuid
+
+import pytest
 
 from temporalio.api.enums.v1 import EventType
 
@@ -152,3 +155,57 @@ async def test_a_decision_costs_the_service_one_store_call_and_the_worker_two(cl
     assert done.status == JobStatus.completed
     assert resumed.completed is not None and resumed.completed.status == JobStatus.completed
     assert resumed.completed.result == done.result and resumed.completed.job_id == job.job_id
+
+
+@pytest.mark.both_stores
+async def test_a_submit_to_its_pause_is_six_store_calls_and_three_commits(client, store, settings, user, make_flow):
+    """Issue 33, a submit's pause in one write, through the real parts (Temporal, the worker, the
+    store), counted by name and by the store's own counters (engine/store/counters.py): the
+    service checks the user's stored bytes, creates the job (a commit) and looks for the runs it
+    supersedes; the worker reads the job with its flow, starts the run (``in_progress`` with its
+    root span: a commit) and persists the pause with its checkpoint, the User's message and the
+    card, its event and its spans (``mark_suspended``: a commit), which reads the webhooks its
+    event goes to in the same transaction. (The API key's and the flow's reads are the HTTP layer's, before the service,
+    and a sync submit's reads of the job while it waits: bench/resume_profile.py.) Before: 14
+    calls here, 7 commits."""
+    from signoff.engine.store import counters
+    from signoff.engine.store.proxy import StoreProxy
+    from signoff.service.runs import RunService
+    from signoff.worker import build_worker
+
+    class Counting(StoreProxy):
+        def __init__(self, inner) -> None:
+            super().__init__(inner)
+            self.calls: list[str] = []
+
+        def _wrap(self, name: str):
+            async def call(*args, **kwargs):
+                self.calls.append(name)
+                return await getattr(self._store, name)(*args, **kwargs)
+
+            return call
+
+    counting = Counting(store)
+    service = RunService(settings, counting, client)
+    flow = await make_flow()
+    async with build_worker(client, counting, settings):
+        for _ in range(2):  # the first makes what is made once (the deployment's keys...)
+            counting.calls.clear()
+            commits = counters.COUNTS["commit"]
+            job, _ = await service.submit(user, flow, input_value="refund 42", session_id=f"s-{uuid.uuid4()}",
+                                          tweaks=None, idempotency_key=None, mode="background")  # none superseded
+            job = await paused(client, store, job.job_id)
+            calls, commits = list(counting.calls), counters.COUNTS["commit"] - commits
+    assert sorted(calls) == ["create_job", "find_suspended", "get_job_with_flow", "mark_suspended", "set_status",
+                             "stored_bytes"], calls
+    assert commits == 3
+    # what the one write carried is all there: the checkpoint, the User's message and the card,
+    # the event, the trace so far
+    assert (await store.load_latest_checkpoint(job.run_id)).data["pending"]["request_id"] == job.pending.request_id
+    said = await store.list_messages(job.effective_session)
+    assert [m.sender for m in said] == ["User", "Machine"] and said[0].text == "refund 42"
+    assert said[1].card["request_id"] == job.pending.request_id
+    assert [e.event for e in await store.read_events(job.job_id)] == ["human_input_required"]
+    trace = await store.get_trace(job.run_id)  # the root, provisional (running), and the ChatInput's
+    assert sorted((s.type, s.name) for s in trace) == [("component", "Chat Input"), ("flow", flow.name)]
+    assert [s.end_time for s in trace if s.type == "flow"] == [None]

@@ -36,6 +36,8 @@ class CountingStore(SQLiteStore):
         return await super().save_checkpoint(run_id, data, **kw)
 
     async def mark_suspended(self, job_id: str, *args: Any, **kw: Any) -> Any:
+        if kw.get("checkpoint") is not None:  # the pause's checkpoint in its own write (issue 33)
+            self.checkpoint_saves.append(kw["checkpoint"].run_id)
         self.suspensions.append(job_id)
         return await super().mark_suspended(job_id, *args, **kw)
 
