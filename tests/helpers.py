@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from signoff.engine.models import Job, JobStatus, NewJob, utcnow
+from signoff.engine.store.proxy import StoreProxy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -286,3 +287,22 @@ async def to_a_pause_and_its_retry(store, settings, job_id: str) -> tuple[Any, C
         return await env.run(acts.run_layer, layer)
 
     return paused, retry
+
+
+class CountingStore(StoreProxy):
+    """A store whose calls are kept by name (``calls``), for the tests that count a path's round
+    trips; ``before``: a coroutine function awaited before the first call of that name."""
+
+    def __init__(self, inner: Any, before: dict[str, Callable[[], Any]] | None = None) -> None:
+        super().__init__(inner)
+        self.calls: list[str] = []
+        self.before = before or {}
+
+    def _wrap(self, name: str):
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            if name in self.before:
+                await self.before.pop(name)()
+            return await getattr(self._store, name)(*args, **kwargs)
+
+        return call

@@ -21,8 +21,7 @@ from signoff.engine.runner import InProcessRunner
 from signoff.engine.store import Store
 from signoff.engine.store.base import DecisionReads
 from signoff.engine.store.counters import tallying
-from signoff.engine.store.proxy import StoreProxy
-from tests.helpers import gate_flow
+from tests.helpers import CountingStore, gate_flow
 from tests.store_conformance import new_job
 
 
@@ -151,19 +150,6 @@ class _Keys:
         return self.key
 
 
-class _Counting(StoreProxy):
-    """The store calls an attempt makes, by name."""
-
-    def __init__(self, store: Store) -> None:
-        super().__init__(store)
-        self.calls: list[str] = []
-
-    def _wrap(self, name: str):
-        async def call(*args, **kwargs):
-            self.calls.append(name)
-            return await getattr(self._store, name)(*args, **kwargs)
-
-        return call
 
 
 @pytest.mark.parametrize("signed", [False, True], ids=["no_receipt", "receipt"])
@@ -183,7 +169,7 @@ async def test_a_carried_decision_is_one_store_call_and_one_commit(any_store: St
     the same transaction: two statements more, no store call or connection of their own."""
     job_id, request_id, state = await paused_run(any_store)
     job = await any_store.get_job(job_id)
-    counting = _Counting(any_store)
+    counting = CountingStore(any_store)
 
     async def paused_state(_job):
         return state, Graph.from_spec(state.flow)
@@ -273,7 +259,7 @@ async def test_a_carried_job_whose_row_changed_since_is_claimed_first(any_store:
     read = await any_store.get_job(job_id)
     assert (await any_store.claim_decision(job_id, request_id, "t0")).won
     assert await any_store.rollback_resume_claim(job_id, "t0")
-    counting = _Counting(any_store)
+    counting = CountingStore(any_store)
 
     async def paused_state(_job):
         return state, Graph.from_spec(state.flow)

@@ -22,27 +22,10 @@ from signoff.engine.settings import Settings
 from signoff.engine.store import Store
 from signoff.engine.store.counters import tallying
 from signoff.engine.store.memory import MemoryStore
-from signoff.engine.store.proxy import StoreProxy
-from tests.helpers import gate_flow
+from tests.helpers import CountingStore, gate_flow
 from tests.store_conformance import uid
 
 
-class Counting(StoreProxy):
-    """The store, each call's name kept; ``before``: called (awaited) before the call named."""
-
-    def __init__(self, inner, before: dict | None = None) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-        self.before = before or {}
-
-    def _wrap(self, name: str):
-        async def call(*args, **kwargs):
-            self.calls.append(name)
-            if name in self.before:
-                await self.before.pop(name)()
-            return await getattr(self._store, name)(*args, **kwargs)
-
-        return call
 
 
 async def queued_run(store: Store, **gate) -> tuple[str, str]:
@@ -66,7 +49,7 @@ def settings(tmp_path) -> Settings:
 
 async def test_a_submits_pause_is_one_write_and_one_commit(any_store: Store, settings: Settings) -> None:
     job_id, _ = await queued_run(any_store)
-    counting = Counting(any_store)
+    counting = CountingStore(any_store)
     with tallying() as tally:
         out = await ActivityEnvironment().run(FlowActivities(counting, settings).run_layer, first_layer(job_id))
     assert out.pending is not None and out.persisted
@@ -91,7 +74,7 @@ async def test_the_approvers_ride_in_the_pause(any_store: Store, settings: Setti
     status shows it), and is not read back for the event's deliveries."""
     bob = await any_store.create_user(uid("bob-"))
     job_id, _ = await queued_run(any_store, approvers=[bob.name])
-    counting = Counting(any_store)
+    counting = CountingStore(any_store)
     out = await ActivityEnvironment().run(FlowActivities(counting, settings).run_layer, first_layer(job_id))
     assert out.persisted and out.pending.approver_refs == [f"user:{bob.id}"]
     assert "set_request_approvers" not in counting.calls and "request_approvers" not in counting.calls
@@ -128,7 +111,7 @@ async def test_a_layer_whose_run_was_stopped_before_its_pause_leaves_nothing_of_
     async def stop() -> None:
         assert (await end_run(any_store, job_id, RunEnd(JobStatus.cancelled))).won
 
-    out = await ActivityEnvironment().run(FlowActivities(Counting(any_store, {"mark_suspended": stop}),
+    out = await ActivityEnvironment().run(FlowActivities(CountingStore(any_store, {"mark_suspended": stop}),
                                                          settings).run_layer, first_layer(job_id))
     assert out.cancelled and out.status == "cancelled"
     job = await any_store.get_job(job_id)

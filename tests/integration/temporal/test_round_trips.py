@@ -20,7 +20,7 @@ from temporalio.api.enums.v1 import EventType
 
 from signoff.engine.models import Decision, JobStatus
 from signoff.workflows.types import PENDING_QUERY
-from tests.helpers import eventually, wait_status
+from tests.helpers import CountingStore, eventually, wait_status
 
 ACTIVITY = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 TASK = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
@@ -122,23 +122,11 @@ async def test_a_decision_costs_the_service_one_store_call_and_the_worker_two(cl
     the pause's state (no job or checkpoint read), claims and records in one write, completes the
     run in one more; the Update's answer carries the run's result, so nothing is read after it.
     (The API key's read is the HTTP layer's, before the service: 4 in all, bench/resume_profile.py.)"""
-    from signoff.engine.store.proxy import StoreProxy
     from signoff.service.runs import RunService
     from signoff.worker import build_worker
 
-    class Counting(StoreProxy):
-        def __init__(self, inner) -> None:
-            super().__init__(inner)
-            self.calls: list[str] = []
 
-        def _wrap(self, name: str):
-            async def call(*args, **kwargs):
-                self.calls.append(name)
-                return await getattr(self._store, name)(*args, **kwargs)
-
-            return call
-
-    counting = Counting(store)
+    counting = CountingStore(store)
     service = RunService(settings, counting, client)
     flow = await make_flow()
     async with build_worker(client, counting, settings):
@@ -169,23 +157,11 @@ async def test_a_submit_to_its_pause_is_six_store_calls_and_three_commits(client
     and a sync submit's reads of the job while it waits: bench/resume_profile.py.) Before: 14
     calls here, 7 commits."""
     from signoff.engine.store import counters
-    from signoff.engine.store.proxy import StoreProxy
     from signoff.service.runs import RunService
     from signoff.worker import build_worker
 
-    class Counting(StoreProxy):
-        def __init__(self, inner) -> None:
-            super().__init__(inner)
-            self.calls: list[str] = []
 
-        def _wrap(self, name: str):
-            async def call(*args, **kwargs):
-                self.calls.append(name)
-                return await getattr(self._store, name)(*args, **kwargs)
-
-            return call
-
-    counting = Counting(store)
+    counting = CountingStore(store)
     service = RunService(settings, counting, client)
     flow = await make_flow()
     async with build_worker(client, counting, settings):
