@@ -250,7 +250,16 @@ class DecisionActivities(LayerActivities):
         if not claim.won:  # neither its claim nor a pause of the run after it: nothing to go on from
             return ResumeRunOutput(claimed=False)
         # still running after the decision: from the run's latest checkpoint
-        latest, graph = await self._paused_state(job, inp.state)
+        try:
+            latest, graph = await self._paused_state(job, inp.state)
+        except NotResumable:
+            # that attempt ended the run since the claim read the job (its end dropped the
+            # checkpoint): report the end it reached, as for a job found ended above
+            now = await self._job(inp.job_id)
+            if not now.status.terminal:
+                raise
+            return ResumeRunOutput(claimed=True, update_id=update_id, action_id=action_id, deliveries=deliveries,
+                                   out=_where_it_was(inp, now.status, done=True))
         if latest.pending is None:
             raise StoreError("The run's checkpoint holds no pause; asked again")
         if latest.pending.request_id != decided.data.get("request_id"):

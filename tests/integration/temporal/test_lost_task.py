@@ -472,3 +472,34 @@ async def test_refusals_before_a_claim_cost_no_rollback_and_catch_ups_are_bounde
     assert (await store.get_job(job.job_id)).status == JobStatus.suspended
     await service.resume(user, job.job_id, job.pending.request_id, Decision(action_id="approve"))
     await wait_status(store, job.job_id, JobStatus.completed)
+
+
+async def test_an_attempt_that_reads_the_run_going_on_after_the_decision_and_finds_it_ended_reports_the_end(
+        worker, store, settings, service, user, make_flow):
+    """The race the test above can meet (a landing-check CI did): A's record reads the job still
+    running after B's decision, then B's run ends and its end drops the checkpoint before A looks
+    for it. A, without the workflow's copy of the state, must report the end B reached (B's
+    decision, the run done), not fail with "the checkpoint is gone". Made certain here: the claim
+    as A's record read it (the job running) is handed to A once the run has ended."""
+    from signoff.engine.models import DecisionClaim
+
+    job = await paused(service, user, await make_flow())
+    handle = service.client.get_workflow_handle(job.job_id)
+    token = f"wf-{(await handle.describe()).run_id}-d0"
+    b = await handle.execute_update("resume", ResumeInput(request_id=job.pending.request_id,
+                                                          decision=Decision(action_id="reject"),
+                                                          decided_by=user.id), id="u-B")
+    assert b["action_id"] == "reject"
+    done = await wait_status(store, job.job_id, JobStatus.completed)
+    assert await store.load_latest_checkpoint(done.run_id) is None  # the end dropped it
+    decided = next(e for e in await store.read_events(job.job_id) if e.event == "human_input_decision")
+    running = done.model_copy(update={"status": JobStatus.in_progress})  # as A's record read it
+    out = await FlowActivities(store, settings)._go_on_from(
+        ResumeRunInput(job_id=job.job_id, token=token, request_id=job.pending.request_id,
+                       decision=Decision(action_id="approve"), decided_by=user.id, now=utcnow(), update_id="u-A",
+                       client_identity="", persist=True),
+        DecisionClaim(won=True, job=running, recorded={"decision": decided}))
+    assert (out.claimed, out.update_id, out.action_id) == (True, "u-B", "reject")
+    assert out.out is not None and out.out.done and out.out.status == JobStatus.completed.value
+    assert [e.data["update_id"] for e in await store.read_events(job.job_id)
+            if e.event == "human_input_decision"] == ["u-B"]
