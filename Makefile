@@ -6,9 +6,9 @@ PY ?= $(shell for p in python3.11 python3.12 python3.13 python3.14 python3; do \
 	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
 	&& { echo $$p; break; }; done)
 VENV := .venv
-# The suite waits on Temporal and subprocesses as much as it computes: two workers a core
+# The suite waits on Temporal and subprocesses as much as it computes: one worker more than cores
 # (pytest-xdist; each worker has its own Temporal dev server and PostgreSQL database).
-TEST_WORKERS ?= $(shell $(PY) -c 'import os; print((os.cpu_count() or 1) * 2)' 2>/dev/null || echo 2)
+TEST_WORKERS ?= $(shell $(PY) -c 'import os; print((os.cpu_count() or 1) + 1)' 2>/dev/null || echo 2)
 RUNTIME := $(VENV)/.installed
 TESTING := $(VENV)/.installed-test
 PIP = $(VENV)/bin/pip install -q --disable-pip-version-check
