@@ -289,7 +289,7 @@ class Settings(BaseSettings):
         "0 = no limit.",
     )
     inline_lease_seconds: float = Field(30.0, gt=0, description="How long an inline run's lease lasts unrenewed.")
-    inline_heartbeat_seconds: float = Field(1.0, gt=0, description="How often an inline run renews its lease and checks for a stop.")
+    inline_heartbeat_seconds: float = Field(1.0, gt=0, description="How often an inline run checks for a stop (a read); its lease is renewed (a write) every third of inline_lease_seconds.")
     inline_sweep_seconds: float = Field(10.0, gt=0, description="How often the API and the worker end inline jobs whose lease expired.")
 
     # Payloads: vertex outputs larger than this travel by reference, not through Temporal history.

@@ -952,6 +952,19 @@ async def test_renew_lease_reports_running_cancel_requested_and_ended(store: Sto
     assert not await store.request_cancel(job_id)
 
 
+async def test_lease_state_reads_what_a_renewal_would_answer_and_renews_nothing(store: Store) -> None:
+    job_id = await run_job(store, seconds=-1)  # a lease that ran out, not swept yet
+    assert await store.lease_state(job_id) == "running"
+    assert job_id in [j for j in await store.fail_expired_leases(utcnow(), ERROR)]  # the read renewed nothing
+    assert await store.lease_state(job_id) == "ended"
+    running = await run_job(store, seconds=60)
+    await store.set_status(running, JobStatus.in_progress, expect=[JobStatus.queued])
+    assert await store.request_cancel(running)
+    assert await store.lease_state(running) == "cancel_requested"
+    assert await store.lease_state(await run_job(store, lease=False)) == "ended"  # a run for Temporal: no lease
+    assert await store.lease_state("no-such-job") == "ended"
+
+
 async def test_a_job_without_lease_is_never_renewed_nor_swept(store: Store) -> None:
     job_id = await run_job(store, lease=False)
     assert await store.renew_lease(job_id, utcnow()) == "ended"

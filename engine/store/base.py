@@ -718,6 +718,11 @@ class Store(CheckpointStore, HistoryStore):
         cancel) or ``"ended"`` (nothing changed: the job ended, e.g. swept, or holds no lease)."""
 
     @abc.abstractmethod
+    async def lease_state(self, job_id: str) -> str:
+        """What renew_lease would answer, read without renewing (a read, no write): the
+        runner's heartbeats between renewals look for a stop this way."""
+
+    @abc.abstractmethod
     async def request_cancel(self, job_id: str) -> bool:
         """Ask the process running a leased job to cancel it (durable: seen at its next renewal).
         Returns whether the job was still running and leased."""

@@ -171,6 +171,12 @@ class MemoryJobs(MemoryCore):
         row.lease_until = as_utc(until)
         return "cancel_requested" if row.cancel_requested_at is not None else "running"
 
+    async def lease_state(self, job_id: str) -> str:
+        row = self._tables().jobs.get(job_id)
+        if row is None or not row.leased_and_running:
+            return "ended"
+        return "cancel_requested" if row.cancel_requested_at is not None else "running"
+
     async def request_cancel(self, job_id: str) -> bool:
         row = self._tables().jobs.get(job_id)
         if row is None or not row.leased_and_running:

@@ -212,6 +212,14 @@ class SQLJobs(SQLEvents):
             return "ended"
         return "cancel_requested" if row["cancel_requested_at"] is not None else "running"
 
+    async def lease_state(self, job_id: str) -> str:
+        """See Store.lease_state."""
+        async with self._tx(write=False) as tx:
+            row = await tx.fetchone(Q.lease_state, (job_id,))
+        if row is None:
+            return "ended"
+        return "cancel_requested" if row["cancel_requested_at"] is not None else "running"
+
     async def request_cancel(self, job_id: str) -> bool:
         """See Store.request_cancel."""
         async with self._tx(write=True) as tx:

@@ -313,6 +313,10 @@ class Q:
         "UPDATE jobs SET lease_until = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
         "AND lease_until IS NOT NULL RETURNING cancel_requested_at"
     )
+    lease_state = (
+        "SELECT cancel_requested_at FROM jobs WHERE job_id = ? AND status IN ('queued', 'in_progress') "
+        "AND lease_until IS NOT NULL"
+    )
     request_cancel = (
         "UPDATE jobs SET cancel_requested_at = ? WHERE job_id = ? AND status IN ('queued', 'in_progress') "
         "AND lease_until IS NOT NULL"

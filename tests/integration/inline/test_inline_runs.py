@@ -6,6 +6,7 @@ cancels the run and says so."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -161,3 +162,29 @@ async def test_a_repeated_idempotency_key_returns_the_first_inline_job(service, 
                                         idempotency_key=key, mode="sync")
     assert not created and job.job_id == first.job_id and job.status == JobStatus.completed
     assert [e.event for e in await store.read_events(first.job_id)] == ["end"]
+
+
+async def test_the_heartbeat_reads_each_beat_and_writes_the_lease_every_third_of_it(
+        service, store, user, make_flow, settings, http_counter, monkeypatch):
+    """Issue 28: a run's heartbeat looks for a stop every beat with a read, and renews its lease
+    (a write, which waits its turn for SQLite's one writer) once a third of the lease has passed:
+    here a lease of 5 s and beats of 0.2 s, so a renewal every ~1.7 s, not every 0.2 s."""
+    calls: list[tuple[str, float]] = []
+    for name in ("renew_lease", "lease_state"):
+        async def counted(*args: Any, _real: Any = getattr(store, name), _name: str = name, **kw: Any) -> Any:
+            calls.append((_name, time.monotonic()))
+            return await _real(*args, **kw)
+        monkeypatch.setattr(store, name, counted)
+    flow = await make_flow(blocking_flow(f"{http_counter.url}/block/{uuid.uuid4()}"))
+    job = await submit(service, user, flow, "sync", sync_timeout=0.05)
+    await eventually(lambda: sum(1 for n, _ in calls if n == "renew_lease") >= 2, timeout=30,
+                     what="two renewals")
+    renewals = [t for n, t in calls if n == "renew_lease"]
+    third = settings.inline_lease_seconds / 3
+    assert renewals[1] - renewals[0] >= third - 0.05, calls
+    between = [n for n, t in calls if renewals[0] < t < renewals[1]]
+    assert between and set(between) == {"lease_state"}, calls  # the beats between were reads
+    # a stop written by another replica is seen by a read
+    assert await store.request_cancel(job.job_id)
+    assert await service.inline.wait(job.job_id, 10)
+    assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
