@@ -16,7 +16,8 @@ from signoff.activities.types import (
 )
 from signoff.engine import webhooks
 from signoff.engine.context import egress_policy
-from signoff.engine.models import Job, PendingRequest
+from signoff.engine.groupcommit import GroupCommit
+from signoff.engine.models import DeliveryAttempt, Job, PendingRequest, WebhookDelivery
 from signoff.engine.store.base import DecisionReads
 
 
@@ -31,6 +32,16 @@ class RunOwner:
 
 
 class WebhookActivities(ActivityBase):
+    @property
+    def delivery_log(self) -> GroupCommit[DeliveryAttempt, WebhookDelivery]:
+        """The deliveries' log: the attempts that end while another's log is written go in the
+        next write together (engine/groupcommit.py); each delivery returns once its own is
+        durable."""
+        log = self.__dict__.get("_delivery_log")
+        if log is None:
+            log = self.__dict__["_delivery_log"] = GroupCommit(self.store.log_deliveries)
+        return log
+
     @activity.defn(name="deliver_webhook")
     async def deliver_webhook(self, inp: Delivery) -> None:
         """One event to one webhook (retried with backoff by the workflow's policy); every
@@ -44,17 +55,19 @@ class WebhookActivities(ActivityBase):
         body = webhooks.payload(event, job, webhooks.card_url(self.settings.effective_api_url, job.job_id,
                                                               event.data.get("request_id")))
         attempt = activity.info().attempt
+
+        def logged(status_code: int | None, error: str | None, delivered: bool) -> DeliveryAttempt:
+            return DeliveryAttempt(webhook_id=hook.id, event=event.event, job_id=job.job_id, seq=event.seq,
+                                   attempt=attempt, status_code=status_code, error=error, delivered=delivered)
+
         try:
             status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
                                          event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
                                          policy=egress_policy(self.settings.egress_allow))
         except webhooks.DeliveryFailed as err:
-            await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq,
-                                          attempt=attempt, status_code=err.details.get("status_code"),
-                                          error=err.message, delivered=False)
+            await self.delivery_log.add(logged(err.details.get("status_code"), err.message, False))
             raise to_failure(err) from None
-        await self.store.log_delivery(hook.id, event=event.event, job_id=job.job_id, seq=event.seq, attempt=attempt,
-                                      status_code=status, error=None, delivered=True)
+        await self.delivery_log.add(logged(status, None, True))
 
     async def _seq_of(self, job_id: str, event: str, request_id: str) -> int | None:
         """The seq of the last ``event`` about ``request_id``."""

@@ -19,7 +19,8 @@ signoff lets it:
 
 Reported: the honest users' p50/p95 quiet and under load and their ratio (target: p95 within 2x),
 the answers by status per kind (target: no 5xx), the peak RSS of the signoff process and of the
-Temporal dev server, and the growth of signoff's database.
+Temporal dev server, the growth of signoff's database, and the store's work under load (write
+transactions, read connections and some write methods' calls, from ``/metrics``).
 
 Its phases go to stderr (``quiet: pid P, URL``, ``load``, ``done``), so a profiler or a scrape of
 ``/metrics`` beside it can take the load alone. On PostgreSQL: ``--set
@@ -254,6 +255,25 @@ class Soak:
         await self._run("writes", user, c, plain_flow(), "w")
 
 
+WATCHED_OPS = ("log_deliveries", "renew_lease", "lease_state", "add_message", "save_spans", "set_status", "create_job")
+
+
+async def store_counts(api: str) -> dict[str, float]:
+    """The store's write transactions (commits), read connections and some methods' calls so far,
+    from /metrics (engine/metrics.py)."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as c:
+        text = (await c.get("/metrics")).text
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'signoff_store_transactions_total\{kind="(\w+)"\} (\S+)', line)
+        if m:
+            found[m[1]] = float(m[2])
+        m = re.match(r'signoff_store_seconds_count\{op="(\w+)"\} (\S+)', line)
+        if m and m[1] in WATCHED_OPS:
+            found[m[1]] = float(m[2])
+    return found
+
+
 def create_user(env: dict[str, str], name: str) -> str:
     made = subprocess.run([*SIGNOFF, "users", "create", name], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
@@ -314,10 +334,12 @@ async def main() -> None:
         await asyncio.sleep(args.quiet)
         quiet_peak = dict(peaks)
         soak.phase = "load"
+        counts_before = await store_counts(api)
         print("load", file=sys.stderr, flush=True)
         tasks += [asyncio.create_task(soak.hostile_user(u, kinds[i % len(kinds)], honest[i % len(honest)]))
                   for i, u in enumerate(hostile)]
         await asyncio.gather(*tasks)
+        counts_after = await store_counts(api)
         print("done", file=sys.stderr, flush=True)
         sampler.cancel()
         quiet, load = summary(soak.honest["quiet"]), summary(soak.honest["load"])
@@ -329,6 +351,10 @@ async def main() -> None:
             "answers": {k: {str(s): n for s, n in v.items()} for k, v in soak.answers.items()},
             "server_errors": fives, "server_errors_total": sum(fives.values()),
             "outbound_calls_seen": sink.count,
+            # the store's work under load (/metrics before and after): write transactions (commit),
+            # read connections (read) and some write methods' calls
+            "store_under_load": {k: int(counts_after.get(k, 0) - counts_before.get(k, 0))
+                                 for k in sorted(set(counts_after) | set(counts_before))},
             "peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
             "quiet_peak_rss_mb": {k: round(v, 1) for k, v in quiet_peak.items()},
             "db_growth_mb": round((db_bytes(home, env.get("SIGNOFF_DATABASE_URL")) - db_before) / 2**20, 1),

@@ -477,6 +477,20 @@ class WebhookRecord(BaseModel):
     created_at: UTCDateTime
 
 
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    """One attempt to deliver one event to a webhook, to be logged (Store.log_deliveries)."""
+
+    webhook_id: str
+    event: str
+    job_id: str
+    seq: int
+    attempt: int
+    status_code: int | None
+    error: str | None
+    delivered: bool
+
+
 class WebhookDelivery(BaseModel):
     """One attempt to deliver one event to a webhook."""
 

@@ -3,8 +3,9 @@ they submitted and of the requests they may decide, as JSON signed with the webh
 ``X-Signoff-Signature: sha256=<hex HMAC-SHA256 of the body>``.
 
 A delivery is one POST of one event to one webhook, made by an activity that Temporal retries
-with backoff; every attempt is logged (``Store.log_delivery``). It dials through the run's egress
-policy like anything else a flow makes the server call. A failing endpoint never blocks or fails
+with backoff; every attempt is logged (``Store.log_deliveries``: the attempts that end together
+in one write). It dials through the run's egress policy like anything else a flow makes the
+server call. A failing endpoint never blocks or fails
 a run: the workflow does not wait for a delivery before it goes on.
 """
 

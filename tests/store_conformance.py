@@ -29,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from signoff.engine.models import (
+    DeliveryAttempt,
     Group,
     JobStatus,
     Message,
@@ -2064,6 +2065,27 @@ async def test_webhook_deliveries_newest_first_and_deleted_with_their_webhook(st
     assert await store.delete_webhook(owner.id, hook.id)
     assert await store.list_deliveries(hook.id) == []
     assert await store.list_deliveries(other.id) == [failed]
+
+
+async def test_log_deliveries_logs_several_in_one_call_in_their_order(store: Store) -> None:
+    owner = await new_user(store)
+    hook = await store.create_webhook(owner.id, "https://x", ["*"], b"s")
+    other = await store.create_webhook(owner.id, "https://y", ["*"], b"s")
+    job_id = uid("job-")
+    attempts = [DeliveryAttempt(webhook_id=h.id, event="human_input_required", job_id=job_id, seq=3, attempt=1,
+                                status_code=code, error=None if code == 200 else f"HTTP {code}", delivered=code == 200)
+                for h, code in ((hook, 200), (other, 503), (hook, 502))]
+    logged = await store.log_deliveries(attempts)
+    assert [(d.webhook_id, d.status_code, d.error, d.delivered, d.seq, d.job_id) for d in logged] == [
+        (hook.id, 200, None, True, 3, job_id), (other.id, 503, "HTTP 503", False, 3, job_id),
+        (hook.id, 502, "HTTP 502", False, 3, job_id)]
+    assert len({d.id for d in logged}) == 3 and all(utc(d.at) for d in logged)
+    assert await store.list_deliveries(hook.id) == [logged[2], logged[0]]  # newest first: the later one
+    assert await store.list_deliveries(other.id) == [logged[1]]
+    assert await store.log_deliveries([]) == []
+    one = await store.log_delivery(other.id, event="e", job_id=job_id, seq=4, attempt=2, status_code=200, error=None,
+                                   delivered=True)
+    assert await store.list_deliveries(other.id) == [one, logged[1]]
 
 
 async def test_delete_user_takes_their_webhooks_and_deliveries(store: Store) -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequen
 from signoff.engine.errors import RunsInFlightLimit, SignoffError
 from signoff.engine.models import (
     CheckpointRecord,
+    DeliveryAttempt,
     DecisionClaim,
     ContactToken,
     DecisionLink,
@@ -458,7 +459,6 @@ class Store(CheckpointStore, HistoryStore):
         """Every webhook of those owners subscribed to ``event`` (its events name it exactly, or
         hold ``"*"``), with its secret, oldest first (``created_at``, then id). No owners: []."""
 
-    @abc.abstractmethod
     async def log_delivery(
         self,
         webhook_id: str,
@@ -472,6 +472,16 @@ class Store(CheckpointStore, HistoryStore):
         delivered: bool,
     ) -> WebhookDelivery:
         """Record one delivery attempt (id and ``at`` set by the store)."""
+        attempt_ = DeliveryAttempt(webhook_id=webhook_id, event=event, job_id=job_id, seq=seq, attempt=attempt,
+                                   status_code=status_code, error=error, delivered=delivered)
+        return (await self.log_deliveries([attempt_]))[0]
+
+    @abc.abstractmethod
+    async def log_deliveries(self, attempts: Sequence[DeliveryAttempt]) -> list[WebhookDelivery]:
+        """Record delivery attempts in one transaction (all or none), in the order given (each
+        its id and ``at`` set by the store; list_deliveries shows the later ones first). The
+        deliveries of one event to many webhooks are logged in one commit this way
+        (activities/webhooks.py: ``DeliveryLog``)."""
 
     @abc.abstractmethod
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:

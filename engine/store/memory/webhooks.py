@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
-from signoff.engine.models import utcnow, Webhook, WebhookDelivery, WebhookRecord
+from signoff.engine.models import DeliveryAttempt, utcnow, Webhook, WebhookDelivery, WebhookRecord
 from signoff.engine.store.encoding import ciphertext_bytes, dumps, unique_strings
 from signoff.engine.store.memory.core import _first, MemoryCore, _Tables, _Webhook
 
@@ -65,25 +65,17 @@ class MemoryWebhooks(MemoryCore):
         hooks = [self._webhook_record(h) for h in self._hooks(lambda h: h.owner_id in owners)]
         return [h for h in hooks if event in h.events or "*" in h.events]
 
-    async def log_delivery(
-        self,
-        webhook_id: str,
-        *,
-        event: str,
-        job_id: str,
-        seq: int,
-        attempt: int,
-        status_code: int | None,
-        error: str | None,
-        delivered: bool,
-    ) -> WebhookDelivery:
-        delivery = WebhookDelivery(
-            id=str(uuid.uuid4()), webhook_id=webhook_id, event=event, job_id=job_id, seq=int(seq),
-            attempt=int(attempt), status_code=int(status_code) if status_code is not None else None,
-            error=error, delivered=bool(delivered), at=utcnow(),
-        )
-        self._tables().deliveries[delivery.id] = delivery
-        return delivery.model_copy()
+    async def log_deliveries(self, attempts: Sequence[DeliveryAttempt]) -> list[WebhookDelivery]:
+        at = utcnow()
+        logged = [WebhookDelivery(
+            id=str(uuid.uuid4()), webhook_id=a.webhook_id, event=a.event, job_id=a.job_id, seq=int(a.seq),
+            attempt=int(a.attempt), status_code=int(a.status_code) if a.status_code is not None else None,
+            error=a.error, delivered=bool(a.delivered), at=at,
+        ) for a in attempts]
+        deliveries = self._tables().deliveries
+        for delivery in logged:
+            deliveries[delivery.id] = delivery
+        return [d.model_copy() for d in logged]
 
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         """Newest first: the reverse of the order they were logged."""

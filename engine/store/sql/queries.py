@@ -165,7 +165,7 @@ class Q:
     delete_webhook_deliveries = "DELETE FROM webhook_deliveries WHERE webhook_id = ?"
     insert_delivery = (
         "INSERT INTO webhook_deliveries (id, webhook_id, event, job_id, seq, attempt, status_code, error, delivered, at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *"
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
 

@@ -8,10 +8,10 @@ never reads it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from signoff.engine.models import Webhook, WebhookDelivery, WebhookRecord, utcnow
+from signoff.engine.models import DeliveryAttempt, Webhook, WebhookDelivery, WebhookRecord, utcnow
 from signoff.engine.store.encoding import ciphertext_bytes, unique_strings
 from signoff.engine.store.sql.core import SQLCore
 from signoff.engine.store.sql.queries import Q
@@ -106,26 +106,21 @@ class SQLWebhooks(SQLCore):
         hooks = [self._webhook_record(r) for r in rows]
         return [h for h in hooks if subscribed(h.events, event)]
 
-    async def log_delivery(
-        self,
-        webhook_id: str,
-        *,
-        event: str,
-        job_id: str,
-        seq: int,
-        attempt: int,
-        status_code: int | None,
-        error: str | None,
-        delivered: bool,
-    ) -> WebhookDelivery:
-        params = (
-            str(uuid.uuid4()), webhook_id, event, job_id, int(seq), int(attempt),
-            int(status_code) if status_code is not None else None, error, 1 if delivered else 0,
-            self._enc_dt(utcnow()),
-        )
-        row = await self._write(lambda tx: tx.fetchone(Q.insert_delivery, params))
-        assert row is not None
-        return self._delivery(row)
+    async def log_deliveries(self, attempts: Sequence[DeliveryAttempt]) -> list[WebhookDelivery]:
+        """See Store.log_deliveries: the rows in one executemany, in one write transaction."""
+        at = utcnow()
+        logged = [WebhookDelivery(id=str(uuid.uuid4()), webhook_id=a.webhook_id, event=a.event, job_id=a.job_id,
+                                  seq=int(a.seq), attempt=int(a.attempt),
+                                  status_code=int(a.status_code) if a.status_code is not None else None,
+                                  error=a.error, delivered=bool(a.delivered), at=at) for a in attempts]
+        if not logged:
+            return []
+        enc_at = self._enc_dt(at)
+        params = [(d.id, d.webhook_id, d.event, d.job_id, d.seq, d.attempt, d.status_code, d.error,
+                   1 if d.delivered else 0, enc_at) for d in logged]
+
+        await self._write(lambda tx: tx.executemany(Q.insert_delivery, params))
+        return logged
 
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         async with self._tx(write=False) as tx:
