@@ -2,7 +2,9 @@
 gate flows on one ``signoff dev``. Prints JSON.
 
 The honest users (``--honest``, default 5) each loop: submit the refund flow (sync, it pauses),
-approve it, and time the pair. They run alone for ``--quiet`` seconds (the baseline of the same
+approve it, and time the pair; at once again, or with ``--pace P`` a round every P seconds at most
+(a person deciding, not a client as fast as it can: five users as fast as they can are a load of
+their own, and under load they get a fair share of the process with twenty more). They run alone for ``--quiet`` seconds (the baseline of the same
 run), then beside the hostile users for ``--seconds``.
 
 The hostile users (``--hostile``, default 20), one kind each in turn, each in a loop as fast as
@@ -26,7 +28,7 @@ Its phases go to stderr (``quiet: pid P, URL``, ``load``, ``done``), so a profil
 ``/metrics`` beside it can take the load alone. On PostgreSQL: ``--set
 SIGNOFF_DATABASE_URL=postgresql://...`` (a database of its own; the growth is then the database's).
 
-Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--hostile 20] [--kinds regex,...]
+Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--pace 0] [--hostile 20] [--kinds regex,...]
        [--set SIGNOFF_X=VALUE ...]
 """
 
@@ -157,8 +159,9 @@ def db_bytes(home: Path, url: str | None = None) -> int:
 
 
 class Soak:
-    def __init__(self, api: str, keys: dict[str, str], sink: Sink) -> None:
+    def __init__(self, api: str, keys: dict[str, str], sink: Sink, pace: float = 0.0) -> None:
         self.api = api
+        self.pace = pace
         self.keys = keys
         self.sink = sink
         self.answers: dict[str, Counter] = defaultdict(Counter)
@@ -194,18 +197,24 @@ class Soak:
             flow = await self.flow("honest", user, c, gate_flow("refund"))
             assert flow, f"the honest flow was refused: {dict(self.answers['honest'])}"
             while time.monotonic() < self.until:
-                phase = self.phase
                 t0 = time.monotonic()
-                r = await self.call("honest", c, "POST", "/api/v2/workflows",
-                                    json={"flow_id": flow, "input_value": "refund 42", "mode": "sync"})
-                if r is None or r.status_code != 200 or r.json().get("status") != "suspended":
-                    await asyncio.sleep(0.2)
-                    continue
-                job = r.json()["job_id"]
-                r = await self.call("honest", c, "POST", f"/api/v2/workflows/{job}/resume",
-                                    json={"request_id": f"gate:{job}", "decision": {"action_id": "approve"}})
-                if r is not None and r.status_code == 200:
-                    self.honest[phase].append(time.monotonic() - t0)
+                await self.honest_round(c, flow)
+                if self.pace:  # a person's pace: a round starts every `pace` seconds at most
+                    await asyncio.sleep(max(0.0, t0 + self.pace - time.monotonic()))
+
+    async def honest_round(self, c: httpx.AsyncClient, flow: str) -> None:
+        phase = self.phase
+        t0 = time.monotonic()
+        r = await self.call("honest", c, "POST", "/api/v2/workflows",
+                            json={"flow_id": flow, "input_value": "refund 42", "mode": "sync"})
+        if r is None or r.status_code != 200 or r.json().get("status") != "suspended":
+            await asyncio.sleep(0.2)
+            return
+        job = r.json()["job_id"]
+        r = await self.call("honest", c, "POST", f"/api/v2/workflows/{job}/resume",
+                            json={"request_id": f"gate:{job}", "decision": {"action_id": "approve"}})
+        if r is not None and r.status_code == 200:
+            self.honest[phase].append(time.monotonic() - t0)
 
     async def hostile_user(self, user: str, kind: str, victim: str) -> None:
         async with self.client(user) as c:
@@ -285,6 +294,8 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--quiet", type=float, default=30)
     ap.add_argument("--honest", type=int, default=5)
+    ap.add_argument("--pace", type=float, default=0.0,
+                    help="an honest user starts a round every PACE seconds at most (0: the next at once)")
     ap.add_argument("--hostile", type=int, default=20)
     ap.add_argument("--kinds", default=",".join(KINDS), help="the hostile kinds, comma-separated")
     ap.add_argument("--set", action="append", default=[], metavar="SIGNOFF_X=VALUE",
@@ -314,7 +325,7 @@ async def main() -> None:
         hostile = [f"hostile{i}" for i in range(args.hostile)]
         with ThreadPoolExecutor(4) as pool:  # a CLI process each: four at a time
             keys = dict(zip(honest + hostile, pool.map(lambda name: create_user(env, name), honest + hostile)))
-        soak = Soak(api, keys, sink)
+        soak = Soak(api, keys, sink, pace=args.pace)
         db_before = db_bytes(home, env.get("SIGNOFF_DATABASE_URL"))
         peaks: dict[str, float] = defaultdict(float)
 
