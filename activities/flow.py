@@ -23,4 +23,5 @@ class FlowActivities(DecisionActivities, GateActivities):
 
     def all(self) -> list[Any]:
         return [self.run_layer, self.resume_run, self.rollback_resume, self.finish,
-                self.record_event, self.record_vote, self.gate_timer, self.deliver_webhook, self.notify_person]
+                self.record_event, self.record_vote, self.gate_timer, self.deliver_event, self.deliver_webhook,
+                self.notify_person]

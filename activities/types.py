@@ -33,6 +33,19 @@ class Delivery(BaseModel):
     request_id: str | None = None
 
 
+class EventDelivery(BaseModel):
+    """One event for some webhooks (at most ``HOOKS_PER_DELIVERY``): what the workflow hands to
+    ``deliver_event``, one activity where each webhook had one (issue 28: a pause reaching a
+    user's 20 webhooks was 20 activity tasks, 60 events of the run's history)."""
+
+    job_id: str
+    seq: int
+    webhook_ids: list[str]
+
+
+HOOKS_PER_DELIVERY = 20  # the webhooks one deliver_event POSTs to at once (each within 10 s)
+
+
 class RunLayerInput(BaseModel):
     job_id: str
     step: int

@@ -1,10 +1,12 @@
 """Webhooks: which webhooks get an event of a run (its owner's, and those of the people who may
-decide the request, but those who muted the owner), and the delivery of one event to one
-webhook (``deliver_webhook``, retried by the workflow's policy, every attempt logged).
+decide the request, but those who muted the owner), and the delivery of one event to them, to
+up to twenty webhooks at once (``deliver_event``: retried by the workflow's policy, each retry
+to the webhooks that have not taken it; every attempt logged).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from temporalio import activity
@@ -12,12 +14,14 @@ from temporalio import activity
 from signoff.activities.base import ActivityBase
 from signoff.activities.failures import to_failure
 from signoff.activities.types import (
+    HOOKS_PER_DELIVERY,
     Delivery,
+    EventDelivery,
 )
 from signoff.engine import webhooks
 from signoff.engine.context import egress_policy
 from signoff.engine.groupcommit import GroupCommit
-from signoff.engine.models import DeliveryAttempt, Job, PendingRequest, WebhookDelivery
+from signoff.engine.models import DeliveryAttempt, Event, Job, PendingRequest, WebhookDelivery, WebhookRecord
 from signoff.engine.store.base import DecisionReads
 
 
@@ -42,32 +46,56 @@ class WebhookActivities(ActivityBase):
             log = self.__dict__["_delivery_log"] = GroupCommit(self.store.log_deliveries)
         return log
 
+    @activity.defn(name="deliver_event")
+    async def deliver_event(self, inp: EventDelivery) -> None:
+        """One event to some webhooks, POSTed at once (retried with backoff by the workflow's
+        policy, each retry to the webhooks that have not taken it yet); every attempt is
+        logged, those of one attempt together. A webhook deleted meanwhile gets nothing."""
+        await self._deliver(inp.job_id, inp.seq, inp.webhook_ids[:HOOKS_PER_DELIVERY])
+
     @activity.defn(name="deliver_webhook")
     async def deliver_webhook(self, inp: Delivery) -> None:
-        """One event to one webhook (retried with backoff by the workflow's policy); every
-        attempt is logged. A webhook deleted meanwhile gets nothing."""
-        hook = await self.store.get_webhook(inp.webhook_id)
-        job = await self.store.get_job(inp.job_id)
-        events = await self.store.read_events(inp.job_id, after_seq=inp.seq - 1, limit=1)
-        if hook is None or job is None or not events:
+        """One event to one webhook: as deliver_event (which the workflow schedules now) for a
+        run whose history scheduled this one."""
+        await self._deliver(inp.job_id, inp.seq, [inp.webhook_id])
+
+    async def _deliver(self, job_id: str, seq: int, webhook_ids: list[str]) -> None:
+        attempt = activity.info().attempt
+        job = await self.store.get_job(job_id)
+        events = await self.store.read_events(job_id, after_seq=seq - 1, limit=1)
+        if job is None or not events:
             return
         event = events[0]
+        done = await self.store.delivered_webhooks(job_id, event.seq) if attempt > 1 else set()
+        wanted = list(dict.fromkeys(i for i in webhook_ids if i not in done))
+        hooks = [h for h in await asyncio.gather(*(self.store.get_webhook(i) for i in wanted)) if h is not None]
+        if not hooks:
+            return
         body = webhooks.payload(event, job, webhooks.card_url(self.settings.effective_api_url, job.job_id,
                                                               event.data.get("request_id")))
-        attempt = activity.info().attempt
+        policy = egress_policy(self.settings.egress_allow)
 
-        def logged(status_code: int | None, error: str | None, delivered: bool) -> DeliveryAttempt:
-            return DeliveryAttempt(webhook_id=hook.id, event=event.event, job_id=job.job_id, seq=event.seq,
-                                   attempt=attempt, status_code=status_code, error=error, delivered=delivered)
+        async def post(hook: WebhookRecord) -> tuple[DeliveryAttempt, webhooks.DeliveryFailed | None]:
+            try:
+                status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
+                                             event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
+                                             policy=policy)
+            except webhooks.DeliveryFailed as err:
+                return self._attempt(hook, event, attempt, err.details.get("status_code"), err.message), err
+            return self._attempt(hook, event, attempt, status, None), None
 
-        try:
-            status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
-                                         event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
-                                         policy=egress_policy(self.settings.egress_allow))
-        except webhooks.DeliveryFailed as err:
-            await self.delivery_log.add(logged(err.details.get("status_code"), err.message, False))
-            raise to_failure(err) from None
-        await self.delivery_log.add(logged(status, None, True))
+        posted = await asyncio.gather(*(post(h) for h in hooks))
+        await asyncio.gather(*(self.delivery_log.add(logged) for logged, _ in posted))
+        failed = [err for _, err in posted if err is not None]
+        if failed:
+            raise to_failure(webhooks.DeliveryFailed(
+                f"{len(failed)} of {len(posted)} webhooks did not take the event: {failed[0].message}")) from None
+
+    @staticmethod
+    def _attempt(hook: WebhookRecord, event: Event, attempt: int, status_code: int | None,
+                 error: str | None) -> DeliveryAttempt:
+        return DeliveryAttempt(webhook_id=hook.id, event=event.event, job_id=event.job_id, seq=event.seq,
+                               attempt=attempt, status_code=status_code, error=error, delivered=error is None)
 
     async def _seq_of(self, job_id: str, event: str, request_id: str) -> int | None:
         """The seq of the last ``event`` about ``request_id``."""

@@ -2083,9 +2083,15 @@ async def test_log_deliveries_logs_several_in_one_call_in_their_order(store: Sto
     assert await store.list_deliveries(hook.id) == [logged[2], logged[0]]  # newest first: the later one
     assert await store.list_deliveries(other.id) == [logged[1]]
     assert await store.log_deliveries([]) == []
+    # which webhooks took an event: a delivered attempt of that event, not of another, not a failed one
+    assert await store.delivered_webhooks(job_id, 3) == {hook.id}
+    assert await store.delivered_webhooks(job_id, 4) == set()
+    assert await store.delivered_webhooks(uid("job-"), 3) == set()
     one = await store.log_delivery(other.id, event="e", job_id=job_id, seq=4, attempt=2, status_code=200, error=None,
                                    delivered=True)
     assert await store.list_deliveries(other.id) == [one, logged[1]]
+    assert await store.delivered_webhooks(job_id, 4) == {other.id}
+    assert await store.delivered_webhooks(job_id, 3) == {hook.id}
 
 
 async def test_delete_user_takes_their_webhooks_and_deliveries(store: Store) -> None:

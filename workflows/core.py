@@ -17,7 +17,9 @@ from temporalio.exceptions import CancelledError
 with workflow.unsafe.imports_passed_through():
     from signoff.activities.flow import FlowActivities
     from signoff.activities.types import (
+        HOOKS_PER_DELIVERY,
         Delivery,
+        EventDelivery,
         FinishInput,
         FinishOutput,
         RunLayerOutput,
@@ -121,14 +123,19 @@ class RunCore:
         """Start the webhook deliveries and notifications of an event: retried with backoff by Temporal, never
         waited for by the run (a failing endpoint never blocks it); the workflow waits for them
         only once the run is over."""
+        hooks: dict[tuple[str, int], list[str]] = {}  # an event's webhooks, in the order given
         for d in deliveries:
             if d.channel is not None:  # a notification to a person (activities/notify.py)
                 self._outbox.append(workflow.start_activity_method(
                     FlowActivities.notify_person, d, start_to_close_timeout=NOTIFY_TIMEOUT, retry_policy=WEBHOOK_RETRY))
-                continue
-            self._outbox.append(workflow.start_activity_method(
-                FlowActivities.deliver_webhook, d, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=WEBHOOK_RETRY))
+            else:
+                hooks.setdefault((d.job_id, d.seq), []).append(d.webhook_id)
+        for (job_id, seq), ids in hooks.items():  # one activity per event (and per twenty webhooks)
+            for i in range(0, len(ids), HOOKS_PER_DELIVERY):
+                self._outbox.append(workflow.start_activity_method(
+                    FlowActivities.deliver_event, EventDelivery(job_id=job_id, seq=seq,
+                                                                webhook_ids=ids[i:i + HOOKS_PER_DELIVERY]),
+                    start_to_close_timeout=timedelta(seconds=30), retry_policy=WEBHOOK_RETRY))
 
     # ---- helpers -------------------------------------------------------------------------
 

@@ -484,6 +484,11 @@ class Store(CheckpointStore, HistoryStore):
         (activities/webhooks.py: ``DeliveryLog``)."""
 
     @abc.abstractmethod
+    async def delivered_webhooks(self, job_id: str, seq: int) -> set[str]:
+        """The webhooks that took the event ``seq`` of ``job_id``: those with a delivered
+        attempt logged (a retried delivery of the event goes to the others only)."""
+
+    @abc.abstractmethod
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         """The webhook's delivery attempts, newest first (the order they were logged)."""
 

@@ -77,6 +77,10 @@ class MemoryWebhooks(MemoryCore):
             deliveries[delivery.id] = delivery
         return [d.model_copy() for d in logged]
 
+    async def delivered_webhooks(self, job_id: str, seq: int) -> set[str]:
+        return {d.webhook_id for d in self._tables().deliveries.values()
+                if d.job_id == job_id and d.seq == int(seq) and d.delivered}
+
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         """Newest first: the reverse of the order they were logged."""
         mine = (d for d in reversed(self._tables().deliveries.values()) if d.webhook_id == webhook_id)

@@ -168,6 +168,9 @@ class Q:
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
     list_deliveries = "SELECT * FROM webhook_deliveries WHERE webhook_id = ? ORDER BY pos DESC LIMIT ?"
+    delivered_webhooks = (
+        "SELECT DISTINCT webhook_id FROM webhook_deliveries WHERE job_id = ? AND seq = ? AND delivered = 1"
+    )
 
     # standing approvals (engine/store/sql/standing.py)
     insert_standing = (

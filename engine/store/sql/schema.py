@@ -443,6 +443,11 @@ MIGRATIONS: list[list[str]] = [
         "receipt_sha256 = (SELECT r.sha256 FROM receipts r WHERE r.job_id = jobs.job_id ORDER BY r.seq DESC LIMIT 1) "
         "WHERE job_id IN (SELECT job_id FROM receipts)",
     ],
+    # 18: the deliveries of one event found by the event (issue 28: one delivery activity per
+    # event, retried for the webhooks that have not taken it yet: Store.delivered_webhooks)
+    [
+        "CREATE INDEX webhook_deliveries_event ON webhook_deliveries (job_id, seq)",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

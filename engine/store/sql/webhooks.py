@@ -122,6 +122,12 @@ class SQLWebhooks(SQLCore):
         await self._write(lambda tx: tx.executemany(Q.insert_delivery, params))
         return logged
 
+    async def delivered_webhooks(self, job_id: str, seq: int) -> set[str]:
+        """See Store.delivered_webhooks: by the index on (job_id, seq)."""
+        async with self._tx(write=False) as tx:
+            rows = await tx.fetchall(Q.delivered_webhooks, (job_id, int(seq)))
+        return {r["webhook_id"] for r in rows}
+
     async def list_deliveries(self, webhook_id: str, *, limit: int = 100) -> list[WebhookDelivery]:
         async with self._tx(write=False) as tx:
             rows = await tx.fetchall(Q.list_deliveries, (webhook_id, limit))

@@ -241,6 +241,42 @@ async def test_an_endpoint_that_fails_once_gets_a_retry(world, receivers):
     await h.wait_status(job_id, JobStatus.completed)
 
 
+async def test_an_events_webhooks_are_one_delivery_and_its_retry_goes_to_those_that_did_not_take_it(
+        world, receivers):
+    """Issue 28: a pause reaching four webhooks is one deliver_event activity (not four); one
+    webhook answers 500 once: the retry POSTs to it alone, the three that took the event get it
+    once, and every attempt is logged."""
+    h, _ = world
+    steady, flaky = receivers(), receivers(fail_first=1)
+    hooks = [await register_webhook(h, "alice", f"{steady.url}/{i}", SECRET, events=["human_input_required"])
+             for i in range(3)]
+    shaky = await register_webhook(h, "alice", flaky.url, SECRET, events=["human_input_required"])
+    flow_id = await save_flow(h, gate_flow("one delivery"))
+    job_id = (await start_suspended(h, flow_id))["job_id"]
+    await eventually(lambda: flaky.events(job_id) == ["human_input_required"], timeout=30, what="the retried delivery")
+    assert flaky.answers == [500, 200]
+    assert sorted(p["path"] for p in steady.posts) == ["/0", "/1", "/2"]  # once each, retry or not
+    assert all(p["code"] == 200 for p in steady.posts)
+
+    async def logged():
+        log = await deliveries(h, "alice", shaky)
+        return log if len(log) == 2 else None
+
+    newest, first = await eventually(logged, timeout=10, what="both attempts logged")
+    assert (first["attempt"], first["delivered"], first["status_code"]) == (1, False, 500)
+    assert (newest["attempt"], newest["delivered"], newest["status_code"]) == (2, True, 200)
+    for hook in hooks:
+        assert [(d["attempt"], d["delivered"]) for d in await deliveries(h, "alice", hook)] == [(1, True)]
+    history = await h.service.client.get_workflow_handle(job_id).fetch_history()
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled.count("deliver_event") == 1 and "deliver_webhook" not in scheduled, scheduled
+
+    r = await resume(h, "alice", job_id, "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
+
+
 async def test_a_dead_endpoint_changes_nothing_for_the_run(world, receivers):
     h, skipper = world
     port = closed_port()
