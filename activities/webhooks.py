@@ -75,21 +75,27 @@ class WebhookActivities(ActivityBase):
                                                               event.data.get("request_id")))
         policy = egress_policy(self.settings.egress_allow)
 
-        async def post(hook: WebhookRecord) -> tuple[DeliveryAttempt, webhooks.DeliveryFailed | None]:
+        async def post(hook: WebhookRecord) -> str | None:
+            """POST to one webhook and log the attempt as soon as it ends (a slow or broken
+            endpoint never holds back the log of the others, which a retry then skips); the
+            error, if it did not take the event."""
             try:
                 status = await webhooks.post(hook.url, body, self.vault.box.open(hook.secret_ciphertext),
                                              event=event.event, delivery_id=f"{job.job_id}:{event.seq}:{hook.id}",
                                              policy=policy)
             except webhooks.DeliveryFailed as err:
-                return self._attempt(hook, event, attempt, err.details.get("status_code"), err.message), err
-            return self._attempt(hook, event, attempt, status, None), None
+                status, error = err.details.get("status_code"), err.message
+            except Exception as err:  # noqa: BLE001 - e.g. a secret sealed under another key: its own failure
+                status, error = None, f"{type(err).__name__}: {err}"
+            else:
+                error = None
+            await self.delivery_log.add(self._attempt(hook, event, attempt, status, error))
+            return error
 
-        posted = await asyncio.gather(*(post(h) for h in hooks))
-        await asyncio.gather(*(self.delivery_log.add(logged) for logged, _ in posted))
-        failed = [err for _, err in posted if err is not None]
+        failed = [e for e in await asyncio.gather(*(post(h) for h in hooks)) if e is not None]
         if failed:
             raise to_failure(webhooks.DeliveryFailed(
-                f"{len(failed)} of {len(posted)} webhooks did not take the event: {failed[0].message}")) from None
+                f"{len(failed)} of {len(hooks)} webhooks did not take the event: {failed[0]}")) from None
 
     @staticmethod
     def _attempt(hook: WebhookRecord, event: Event, attempt: int, status_code: int | None,

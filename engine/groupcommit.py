@@ -12,6 +12,7 @@ front of it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -25,8 +26,8 @@ class GroupCommit(Generic[T, R]):
     """``add(item)`` returns ``write([..., item, ...])``'s result for ``item`` once that write is
     done. ``write`` takes up to ``max_batch`` items and returns one result per item, in order.
     A batch whose write fails is written again one item at a time, so an item that cannot be
-    written fails its own caller only. A caller cancelled while it waits does not take its
-    item back (it is written, or was)."""
+    written fails its own caller only (unless the first fails alone too: then all fail with it).
+    A caller cancelled while it waits does not take its item back (it is written, or was)."""
 
     def __init__(self, write: Callable[[list[T]], Awaitable[Sequence[R]]], *, max_batch: int = 100) -> None:
         if max_batch < 1:
@@ -38,10 +39,16 @@ class GroupCommit(Generic[T, R]):
         self.writes = 0  # write calls made (for tests and benches)
 
     async def add(self, item: T) -> R:
-        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._flusher is not None and self._flusher.get_loop() is not loop:  # its loop is gone
+            self._flusher, self._pending = None, []
+        fut: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, fut))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush())
+            # in a context of its own: the batches hold the writes of many callers (of many users),
+            # so they are nobody's in particular (engine/fairgate.py: acting_for), not the turn
+            # of whichever caller happened to start the flusher
+            self._flusher = asyncio.create_task(self._flush(), context=contextvars.Context())
         return await fut
 
     async def _flush(self) -> None:
@@ -52,14 +59,7 @@ class GroupCommit(Generic[T, R]):
                 try:
                     results = await self._written([item for item, _ in batch])
                 except Exception as err:  # noqa: BLE001 - settled per item
-                    if len(batch) == 1:
-                        _settle(batch[0][1], error=err)
-                    else:
-                        for item, fut in batch:
-                            try:
-                                _settle(fut, result=(await self._written([item]))[0])
-                            except Exception as one:  # noqa: BLE001 - this item's own
-                                _settle(fut, error=one)
+                    await self._one_by_one(batch, err)
                 else:
                     for (_, fut), result in zip(batch, results):
                         _settle(fut, result=result)
@@ -69,6 +69,24 @@ class GroupCommit(Generic[T, R]):
                 _settle(fut, error=asyncio.CancelledError())
             self._pending = []
             raise
+
+    async def _one_by_one(self, batch: list[tuple[T, asyncio.Future[R]]], err: Exception) -> None:
+        """A batch that failed, written again an item at a time so that an item the store refuses
+        fails its own caller only; but when the first item fails alone too, the store is failing
+        (an outage, a lock held elsewhere), not an item: the rest fail with it at once rather than
+        each waiting for the store in turn."""
+        if len(batch) == 1:
+            _settle(batch[0][1], error=err)
+            return
+        for i, (item, fut) in enumerate(batch):
+            try:
+                _settle(fut, result=(await self._written([item]))[0])
+            except Exception as one:  # noqa: BLE001 - this item's own, or the store's
+                _settle(fut, error=one)
+                if i == 0:
+                    for _, rest in batch[1:]:
+                        _settle(rest, error=one)
+                    return
 
     async def _written(self, items: list[T]) -> list[R]:
         self.writes += 1

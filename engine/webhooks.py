@@ -11,6 +11,7 @@ a run: the workflow does not wait for a delivery before it goes on.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -70,9 +71,12 @@ async def post(url: str, body: bytes, secret: str, *, event: str, delivery_id: s
     headers = {"Content-Type": "application/json", SIGNATURE: signature(secret, body), "X-Signoff-Event": event,
                "X-Signoff-Delivery": delivery_id, "User-Agent": "signoff-webhooks"}
     try:
-        async with egress_client(policy, timeout=TIMEOUT_SECONDS, max_response_bytes=MAX_ANSWER_BYTES) as client:
-            resp = await client.post(url, content=body, headers=headers)
-    except Exception as e:  # noqa: BLE001 - any failure to deliver is retried, then logged
+        # TIMEOUT_SECONDS bounds each step of the exchange (httpx) and the whole of it: an endpoint
+        # that answers a byte at a time cannot hold a delivery past it
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            async with egress_client(policy, timeout=TIMEOUT_SECONDS, max_response_bytes=MAX_ANSWER_BYTES) as client:
+                resp = await client.post(url, content=body, headers=headers)
+    except Exception as e:  # noqa: BLE001 - any failure to deliver is retried, then logged (a timeout too)
         raise DeliveryFailed(f"{url}: {e.__class__.__name__}: {e}") from None
     if not 200 <= resp.status_code < 300:
         raise DeliveryFailed(f"{url} answered {resp.status_code}", status_code=resp.status_code)

@@ -8,10 +8,11 @@ history, one trace per run, stop, and no job left ``in_progress`` forever:
 
 - the job is created with a **lease** (``lease_until``); while the run goes, a heartbeat reads the
   job's **stop request** every ``inline_heartbeat_seconds`` (``Store.lease_state``, a read) and
-  renews the lease once a third of it has passed since the last renewal (``Store.renew_lease``, a
-  write; after a failed renewal, at every beat until one succeeds): a run's writes to keep its
-  lease are one per ten seconds at the default 30 s lease, not one a second (issue 28: the
-  lease renewals were ~7 % of the write transactions under the budget soak);
+  renews the lease at the first beat and then once a third of it has passed since the last
+  renewal began (``Store.renew_lease``, a write; after a failed renewal, at every beat until one
+  succeeds): a run's writes to keep its lease are one per ten seconds at the default 30 s lease,
+  not one a second (issue 28: the lease renewals were ~7 % of the write transactions under the
+  budget soak); keep ``inline_heartbeat_seconds`` well under a third of the lease;
 - a stop in this process cancels the run's task; a stop on another replica writes a durable stop
   request (``Store.request_cancel``) that the owner's next heartbeat turns into the same cancel;
 - a process that dies mid-run stops renewing: :func:`sweep` (at API and worker start, then every
@@ -179,13 +180,16 @@ class InlineBackend(RunBackend):
         every = self.settings.inline_heartbeat_seconds
         renew_every = max(every, self.settings.inline_lease_seconds / 3)
         loop = asyncio.get_running_loop()
-        renewed = loop.time()  # the job was created with its lease
+        # the first beat renews: the lease the job was created with began before its insert
+        # and whatever came between it and this task (writes that waited their turn)
+        renewed = -float("inf")
         while True:
             await asyncio.sleep(every)
             try:
                 if loop.time() - renewed >= renew_every:
+                    began = loop.time()  # the new lease runs from before the write waits its turn
                     state = await self.store.renew_lease(job_id, self.lease_until())
-                    renewed = loop.time()
+                    renewed = began
                 else:
                     state = await self.store.lease_state(job_id)
             except Exception as err:  # noqa: BLE001 - a database blip: the lease has slack, try again

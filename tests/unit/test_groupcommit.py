@@ -88,3 +88,44 @@ async def test_a_write_returning_the_wrong_number_of_results_fails_its_callers()
     log = GroupCommit(short)
     done = await asyncio.gather(log.add("a"), log.add("b"), return_exceptions=True)
     assert [str(e) for e in done] == ["GroupCommit: 1 items written, 0 results"] * 2  # alone, each too
+
+
+async def test_when_the_store_fails_the_batch_fails_without_each_item_waiting_for_it_in_turn() -> None:
+    calls: list[list[str]] = []
+
+    async def down(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        raise ConnectionError("the database is away")
+
+    log = GroupCommit(down)
+    gate = asyncio.Event()
+
+    async def held(items: list[str]) -> list[str]:
+        await gate.wait()
+        return await down(items)
+
+    log._write = held  # the first write holds until the others queued behind it
+    first = asyncio.create_task(log.add("first"))
+    await asyncio.sleep(0.01)
+    rest = [asyncio.create_task(log.add(x)) for x in "abcd"]
+    await asyncio.sleep(0.01)
+    gate.set()
+    done = await asyncio.gather(first, *rest, return_exceptions=True)
+    assert all(isinstance(e, ConnectionError) for e in done)
+    assert calls == [["first"], list("abcd"), ["a"]]  # the batch, its first item alone, and no more
+
+
+async def test_the_batches_are_written_in_a_context_of_their_own() -> None:
+    import contextvars
+
+    who: contextvars.ContextVar[str | None] = contextvars.ContextVar("who", default=None)
+    seen: list[str | None] = []
+
+    async def write(items: list[str]) -> list[str]:
+        seen.append(who.get())
+        return items
+
+    log = GroupCommit(write)
+    who.set("mallory")  # the caller who happens to start the flusher
+    assert await log.add("x") == "x"
+    assert seen == [None]  # the write is not billed to mallory's turn

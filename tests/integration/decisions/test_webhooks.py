@@ -277,6 +277,32 @@ async def test_an_events_webhooks_are_one_delivery_and_its_retry_goes_to_those_t
     await h.wait_status(job_id, JobStatus.completed)
 
 
+async def test_a_webhook_that_cannot_be_sent_fails_alone_and_the_others_are_logged_and_not_sent_again(
+        world, receivers):
+    """One webhook of an event whose secret cannot be opened (sealed under another key): its
+    attempts are logged as failed, the other webhook takes the event once and is logged, and the
+    retries go to the broken one alone."""
+    h, _ = world
+    rx = receivers()
+    good = await register_webhook(h, "alice", f"{rx.url}/good", SECRET, events=["human_input_required"])
+    broken = await register_webhook(h, "alice", f"{rx.url}/broken", SECRET, events=["human_input_required"])
+    async with h.store._tx(write=True) as tx:  # the secret as another deployment key sealed it
+        await tx.execute("UPDATE webhooks SET secret_ciphertext = ? WHERE id = ?", (b"gAAAAA-not-this-key", broken))
+    job_id = (await start_suspended(h, await save_flow(h, gate_flow("broken secret"))))["job_id"]
+
+    async def failed_twice():
+        log = await deliveries(h, "alice", broken)
+        return log if len(log) >= 2 else None
+
+    log = await eventually(failed_twice, timeout=30, what="the broken webhook's retry logged")
+    assert all(not d["delivered"] and d["error"] and d["status_code"] is None for d in log)
+    assert [(d["attempt"], d["delivered"]) for d in await deliveries(h, "alice", good)] == [(1, True)]
+    assert [p["path"] for p in rx.posts] == ["/good"]  # once, though the event was retried
+    r = await resume(h, "alice", job_id, "approve")
+    assert r.status_code == 200, r.text
+    await h.wait_status(job_id, JobStatus.completed)
+
+
 async def test_a_dead_endpoint_changes_nothing_for_the_run(world, receivers):
     h, skipper = world
     port = closed_port()
