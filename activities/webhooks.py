@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import cached_property
 
 from temporalio import activity
 
@@ -36,15 +37,12 @@ class RunOwner:
 
 
 class WebhookActivities(ActivityBase):
-    @property
+    @cached_property
     def delivery_log(self) -> GroupCommit[DeliveryAttempt, WebhookDelivery]:
         """The deliveries' log: the attempts that end while another's log is written go in the
         next write together (engine/groupcommit.py); each delivery returns once its own is
         durable."""
-        log = self.__dict__.get("_delivery_log")
-        if log is None:
-            log = self.__dict__["_delivery_log"] = GroupCommit(self.store.log_deliveries)
-        return log
+        return GroupCommit(self.store.log_deliveries)
 
     @activity.defn(name="deliver_event")
     async def deliver_event(self, inp: EventDelivery) -> None:

@@ -1,5 +1,6 @@
 """How values are kept, the same for every backend: JSON text without NaN, UTC timestamps,
-hashed API keys, secrets' ciphertext as bytes, lists of names, approver references.
+hashed API keys, secrets' ciphertext as bytes, lists of names, approver references, a webhook
+delivery attempt as its log keeps it.
 
 The SQL backends and the in-memory store both encode through these, so a document, a
 timestamp or a key that one backend accepts and returns is accepted and returned the same
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from collections.abc import Iterable
 from datetime import date, datetime
 from enum import Enum
@@ -17,11 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from signoff.engine.models import as_utc
+from signoff.engine.models import DeliveryAttempt, WebhookDelivery, as_utc
 from signoff.engine.store.base import StoreError
 
-__all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "dumps", "hash_api_key", "octets",
-           "unique_strings"]
+__all__ = ["ApproverRef", "approver_ref", "as_utc", "ciphertext_bytes", "delivery_logged", "dumps", "hash_api_key",
+           "octets", "unique_strings"]
 
 
 def hash_api_key(key: str) -> str:
@@ -68,6 +70,14 @@ def octets(text: str | None) -> int:
         return 0
     return len(text.encode("utf-8", "surrogatepass"))
 
+
+
+def delivery_logged(attempt: DeliveryAttempt, at: datetime) -> WebhookDelivery:
+    """A delivery attempt as Store.log_deliveries keeps it: a new id, logged ``at``."""
+    return WebhookDelivery(id=str(uuid.uuid4()), webhook_id=attempt.webhook_id, event=attempt.event,
+                           job_id=attempt.job_id, seq=int(attempt.seq), attempt=int(attempt.attempt),
+                           status_code=int(attempt.status_code) if attempt.status_code is not None else None,
+                           error=attempt.error, delivered=bool(attempt.delivered), at=at)
 
 
 def unique_strings(values: Iterable[str], what: str) -> list[str]:

@@ -12,30 +12,43 @@ from signoff.engine.groupcommit import GroupCommit
 
 
 class Writer:
-    """A write that holds until released, records each batch, and refuses the item 'bad'."""
+    """A write that holds until released, records each call and each batch written, and refuses
+    the item 'bad' (or, ``down``, every write: the store is away)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, down: bool = False) -> None:
+        self.calls: list[list[str]] = []
         self.batches: list[list[str]] = []
+        self.down = down
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def __call__(self, items: list[str]) -> list[str]:
         await self.gate.wait()
+        self.calls.append(list(items))
+        if self.down:
+            raise ConnectionError("the database is away")
         if "bad" in items:
             raise ValueError("bad item")
         self.batches.append(list(items))
         return [f"wrote {i}" for i in items]
 
 
+async def behind_a_held_write(log: GroupCommit, w: Writer, first: str, items: str | list[str]
+                              ) -> tuple[asyncio.Task, list[asyncio.Task]]:
+    """``first`` added while ``w`` holds its write, then ``items`` queued behind it; then released."""
+    w.gate.clear()
+    head = asyncio.create_task(log.add(first))
+    await asyncio.sleep(0.01)  # the first write is under way, held
+    rest = [asyncio.create_task(log.add(x)) for x in items]
+    await asyncio.sleep(0.01)
+    w.gate.set()
+    return head, rest
+
+
 async def test_items_that_arrive_during_a_write_go_in_the_next_write_together() -> None:
     w = Writer()
     log = GroupCommit(w)
-    w.gate.clear()
-    first = asyncio.create_task(log.add("a"))
-    await asyncio.sleep(0.01)  # the first write is under way, held
-    rest = [asyncio.create_task(log.add(x)) for x in "bcdef"]
-    await asyncio.sleep(0.01)
-    w.gate.set()
+    first, rest = await behind_a_held_write(log, w, "a", "bcdef")
     assert await first == "wrote a"
     assert await asyncio.gather(*rest) == [f"wrote {x}" for x in "bcdef"]
     assert w.batches == [["a"], list("bcdef")]
@@ -53,12 +66,7 @@ async def test_a_batch_is_at_most_max_batch_items() -> None:
 async def test_an_item_that_cannot_be_written_fails_its_own_caller_only() -> None:
     w = Writer()
     log = GroupCommit(w)
-    w.gate.clear()
-    blocker = asyncio.create_task(log.add("first"))
-    await asyncio.sleep(0.01)
-    tasks = [asyncio.create_task(log.add(x)) for x in ("a", "bad", "b")]
-    await asyncio.sleep(0.01)
-    w.gate.set()
+    blocker, tasks = await behind_a_held_write(log, w, "first", ["a", "bad", "b"])
     await blocker
     done = await asyncio.gather(*tasks, return_exceptions=True)
     assert done[0] == "wrote a" and done[2] == "wrote b"
@@ -91,28 +99,12 @@ async def test_a_write_returning_the_wrong_number_of_results_fails_its_callers()
 
 
 async def test_when_the_store_fails_the_batch_fails_without_each_item_waiting_for_it_in_turn() -> None:
-    calls: list[list[str]] = []
-
-    async def down(items: list[str]) -> list[str]:
-        calls.append(list(items))
-        raise ConnectionError("the database is away")
-
-    log = GroupCommit(down)
-    gate = asyncio.Event()
-
-    async def held(items: list[str]) -> list[str]:
-        await gate.wait()
-        return await down(items)
-
-    log._write = held  # the first write holds until the others queued behind it
-    first = asyncio.create_task(log.add("first"))
-    await asyncio.sleep(0.01)
-    rest = [asyncio.create_task(log.add(x)) for x in "abcd"]
-    await asyncio.sleep(0.01)
-    gate.set()
+    w = Writer(down=True)
+    log = GroupCommit(w)
+    first, rest = await behind_a_held_write(log, w, "first", "abcd")
     done = await asyncio.gather(first, *rest, return_exceptions=True)
     assert all(isinstance(e, ConnectionError) for e in done)
-    assert calls == [["first"], list("abcd"), ["a"]]  # the batch, its first item alone, and no more
+    assert w.calls == [["first"], list("abcd"), ["a"]]  # the batch, its first item alone, and no more
 
 
 async def test_the_batches_are_written_in_a_context_of_their_own() -> None:

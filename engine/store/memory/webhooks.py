@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 
 from signoff.engine.models import DeliveryAttempt, utcnow, Webhook, WebhookDelivery, WebhookRecord
-from signoff.engine.store.encoding import ciphertext_bytes, dumps, unique_strings
+from signoff.engine.store.encoding import ciphertext_bytes, delivery_logged, dumps, unique_strings
 from signoff.engine.store.memory.core import _first, MemoryCore, _Tables, _Webhook
 
 
@@ -67,11 +67,7 @@ class MemoryWebhooks(MemoryCore):
 
     async def log_deliveries(self, attempts: Sequence[DeliveryAttempt]) -> list[WebhookDelivery]:
         at = utcnow()
-        logged = [WebhookDelivery(
-            id=str(uuid.uuid4()), webhook_id=a.webhook_id, event=a.event, job_id=a.job_id, seq=int(a.seq),
-            attempt=int(a.attempt), status_code=int(a.status_code) if a.status_code is not None else None,
-            error=a.error, delivered=bool(a.delivered), at=at,
-        ) for a in attempts]
+        logged = [delivery_logged(a, at) for a in attempts]
         deliveries = self._tables().deliveries
         for delivery in logged:
             deliveries[delivery.id] = delivery

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from signoff.engine.models import DeliveryAttempt, Webhook, WebhookDelivery, WebhookRecord, utcnow
-from signoff.engine.store.encoding import ciphertext_bytes, unique_strings
+from signoff.engine.store.encoding import ciphertext_bytes, delivery_logged, unique_strings
 from signoff.engine.store.sql.core import SQLCore
 from signoff.engine.store.sql.queries import Q
 
@@ -109,10 +109,7 @@ class SQLWebhooks(SQLCore):
     async def log_deliveries(self, attempts: Sequence[DeliveryAttempt]) -> list[WebhookDelivery]:
         """See Store.log_deliveries: the rows in one executemany, in one write transaction."""
         at = utcnow()
-        logged = [WebhookDelivery(id=str(uuid.uuid4()), webhook_id=a.webhook_id, event=a.event, job_id=a.job_id,
-                                  seq=int(a.seq), attempt=int(a.attempt),
-                                  status_code=int(a.status_code) if a.status_code is not None else None,
-                                  error=a.error, delivered=bool(a.delivered), at=at) for a in attempts]
+        logged = [delivery_logged(a, at) for a in attempts]
         if not logged:
             return []
         enc_at = self._enc_dt(at)
