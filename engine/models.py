@@ -1,7 +1,8 @@
 """Plain data shapes shared by every layer (engine, store, activities, workflows, API).
 
 These are pydantic v2 models with no behaviour beyond validation, so the Temporal workflow
-sandbox can pass them through and the API can build its public models from them.
+sandbox can pass them through and the API can build its public models from them. Over 500 lines
+on purpose: the contract between the layers, data shapes only.
 """
 
 from __future__ import annotations
