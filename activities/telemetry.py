@@ -4,6 +4,7 @@ from :func:`signoff.service.temporal.client_interceptors`)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import temporalio.worker
@@ -12,6 +13,7 @@ from signoff.engine import metrics
 from signoff.engine.fairgate import acting_for
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
+from signoff.activities.types import USER_HEADER
 
 
 class SpanFlushInterceptor(temporalio.worker.Interceptor):
@@ -37,7 +39,7 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
         try:
             # the run's work takes its own turns in the process (the SQLite writer's:
             # engine/fairgate.py), not the turn of everyone's work done for nobody
-            with acting_for(_fairness_key()):
+            with acting_for(_fairness_key(input)):
                 async with collect_spans(self.store):
                     return await self.next.execute_activity(input)
         except Exception as err:  # counted (signoff_activity_failures_total), then Temporal's to retry
@@ -45,18 +47,32 @@ class _FlushActivityInbound(temporalio.worker.ActivityInboundInterceptor):
             raise
 
 
-def _fairness_key() -> str | None:
-    """Whose work the activity does: the run's Temporal fairness key (its user) when the server
-    handed it on, else its run (the workflow id is the job id). Every activity of the budget soak
-    came without one (local activities never have one), and keyed as nobody's they all shared
-    one turn."""
+def _fairness_key(input: temporalio.worker.ExecuteActivityInput) -> str | None:
+    """Whose work the activity does: the run's user, as its workflow named it in the activity's
+    headers (workflows/whose.py), else the run's Temporal fairness key when the server handed it
+    on, else its run (the workflow id is the job id). Every activity of the budget soak came
+    without a key (local activities never have one): keyed as nobody's they all shared one turn,
+    keyed by run each run of a user was a newcomer in the gates' turns (engine/fairgate.py)."""
     from temporalio import activity
 
     if not activity.in_activity():
         return None
     info = activity.info()
-    key = info.priority.fairness_key if info.priority is not None else None
+    key = user_of(input.headers) or (info.priority.fairness_key if info.priority is not None else None)
     return key or (f"run:{info.workflow_id}" if info.workflow_id else None)
+
+
+def user_of(headers: Any) -> str | None:
+    """The run's user as its workflow named it in an activity's headers (:data:`USER_HEADER`,
+    workflows/whose.py); None: none, or not a string."""
+    payload = (headers or {}).get(USER_HEADER)
+    if payload is None:
+        return None
+    try:
+        value = json.loads(payload.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _name(input: temporalio.worker.ExecuteActivityInput) -> str:

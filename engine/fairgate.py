@@ -2,11 +2,15 @@
 and whose work the current task does (:func:`acting_for`, :func:`current_user`).
 
 :class:`FairGate` lets at most ``slots`` holders in at once. When all are taken, a newcomer waits
-in its user's line, and a freed slot goes to the next user in turn (round robin over the users
-who wait, each user's own in the order they came; the user whose slot was freed goes last): a user with many runs waiting gets one slot
-per turn like a user with one, so one user's backlog never sits in front of another's run. What
-waits holds nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot
-it was just given).
+in its user's line, and a freed slot goes to the waiting user who has held the gate least lately:
+each user's time holding it, halved every ``half_life`` seconds (10 by default), ties in turn
+(round robin over the users who wait, each user's own in the order they came; the user whose slot
+was freed goes last). A user with many runs waiting gets one slot per turn like a user with one,
+so one user's backlog never sits in front of another's run; and a user who used the gate little
+(a person deciding now and then) goes before those who hold it all the time (a client as fast as
+it can), so their wait is the holds in progress, not a turn of everyone who waits. What waits holds
+nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot it was just
+given). Choosing costs one look at each user who waits (not at each waiter).
 
 Used by the inline runs of an API process (``service/inline.py``: runs being built) and by the
 SQLite store's one writer (``engine/store/sqlite.py``: write transactions), keyed by the user
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterator
 
@@ -47,14 +52,25 @@ def acting_for(user_id: str | None) -> Iterator[None]:
 
 
 class FairGate:
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, *, half_life: float = 10.0) -> None:
         self.slots = slots  # 0: no limit
         self.busy = 0
+        self.half_life = half_life
         self._lines: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
+        self._used: dict[str, tuple[float, float]] = {}  # user -> (seconds held, as of when)
+        self._prune_at = 1024
 
     @property
     def waiting(self) -> int:
         return sum(len(line) for line in self._lines.values())
+
+    def used(self, user_id: str, now: float | None = None) -> float:
+        """``user_id``'s time holding the gate, each second counting half after ``half_life``."""
+        held, at = self._used.get(user_id, (0.0, 0.0))
+        if not held:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        return held * 0.5 ** ((now - at) / self.half_life)
 
     @contextlib.asynccontextmanager
     async def hold(self, user_id: str) -> AsyncIterator[None]:
@@ -74,10 +90,19 @@ class FairGate:
                 else:
                     self._leave(user_id, given)
                 raise
+        start = time.monotonic()
         try:
             yield
         finally:
+            self._charge(user_id, start)
             self._release(user_id)
+
+    def _charge(self, user_id: str, start: float) -> None:
+        now = time.monotonic()
+        self._used[user_id] = (self.used(user_id, now) + (now - start), now)
+        if len(self._used) > self._prune_at:  # users long gone: their time has halved to nothing
+            self._used = {u: v for u, v in self._used.items() if u in self._lines or self.used(u, now) > 1e-4}
+            self._prune_at = max(1024, 2 * len(self._used))
 
     def _leave(self, user_id: str, given: asyncio.Future[None]) -> None:
         line = self._lines.get(user_id)
@@ -87,13 +112,24 @@ class FairGate:
             if not line:
                 del self._lines[user_id]
 
+    def _next(self) -> str:
+        """The waiting user who held the gate least lately; the first in turn among equals."""
+        now, best, least = time.monotonic(), "", None
+        for user_id in self._lines:
+            used = self.used(user_id, now)
+            if least is None or used < least:
+                best, least = user_id, used
+        return best
+
     def _release(self, user_id: str) -> None:
-        """A slot of ``user_id`` is free: the next user in turn gets it (the slot passes on, busy
-        unchanged); ``user_id`` just had one, so their own line goes behind everyone else's."""
+        """A slot of ``user_id`` is free: the next user (:meth:`_next`) gets it (the slot passes
+        on, busy unchanged); ``user_id`` just had one, so their own line goes behind everyone
+        else's in turn."""
         if user_id in self._lines:
             self._lines.move_to_end(user_id)
         while self._lines:
-            user_id, line = next(iter(self._lines.items()))
+            user_id = self._next()
+            line = self._lines[user_id]
             given = line.popleft()
             if line:
                 self._lines.move_to_end(user_id)  # their next waits for everyone else's turn

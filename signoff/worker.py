@@ -21,6 +21,7 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store
 from signoff.workflows.caller import CallerInterceptor, CallerRunner, context_free
 from signoff.workflows.flow_run import FlowRun
+from signoff.workflows.whose import WhoseInterceptor
 
 # What the worker's sandbox shares with the process instead of importing again for each run:
 # the engine and pydantic (the workflow's types), and the workflow module itself.
@@ -53,7 +54,9 @@ def build_worker(
     acts = list(activities) if activities is not None else FlowActivities(patient, settings).all()
     # every activity's spans reach the store before it returns (docs/tracing.md)
     # who sent each Update and Signal, handed to the workflow from the activation (workflows/caller.py)
-    interceptors = [SpanFlushInterceptor(patient), CallerInterceptor(), *worker_kwargs.pop("interceptors", [])]
+    # and whose work each activity does, from the run's user (workflows/whose.py)
+    interceptors = [SpanFlushInterceptor(patient), CallerInterceptor(), WhoseInterceptor(),
+                    *worker_kwargs.pop("interceptors", [])]
     client = with_converter(client)
     return Worker(
         client,

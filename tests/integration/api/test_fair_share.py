@@ -162,3 +162,38 @@ async def test_a_users_inline_runs_wait_their_turn_behind_anothers_one(
                 assert blocking.seen == [f"a0-{tag}", f"b-{tag}", f"a1-{tag}", f"a2-{tag}", f"a3-{tag}"]
         finally:
             blocking.close()
+
+
+async def test_a_runs_activities_take_their_users_turns(h: Harness, monkeypatch) -> None:
+    """The worker's writes for a run (its layers' activity, the decision's local activity) are
+    keyed by the run's user, as the workflow names them in each activity's headers
+    (workflows/whose.py): keyed by run, each run of a user who starts them as fast as they can
+    would be a newcomer at the SQLite writer (engine/fairgate.py) and go before a person's run."""
+    from temporalio import activity
+
+    gate = getattr(h.store, "_write_lock", None)
+    if gate is None:
+        pytest.skip("the SQLite store's writer")
+    seen: list[tuple[str, bool, str]] = []
+    hold = gate.hold
+
+    def spy(user_id: str):
+        if activity.in_activity():
+            info = activity.info()
+            seen.append((info.activity_type, info.is_local, user_id))
+        return hold(user_id)
+
+    monkeypatch.setattr(gate, "hold", spy)
+    user_id = h.users["alice"][0]
+    async with serving(h.app) as base, client(base, h, "alice") as c:
+        r = await c.post("/api/v2/workflows", json={"flow_id": h.flows["refund"], "input_value": "x", "mode": "sync"})
+        assert r.status_code == 200 and r.json()["status"] == "suspended", r.text
+        job_id = r.json()["job_id"]
+        job = await h.store.get_job(job_id)
+        r = await c.post(f"/api/v2/workflows/{job_id}/resume",
+                         json={"request_id": job.pending.request_id, "decision": {"action_id": "approve"}})
+        assert r.status_code == 200, r.text
+        await h.wait_status(job_id, JobStatus.completed)
+    kinds = {(name, local) for name, local, _ in seen}
+    assert any(local for _, local in kinds) and any(not local for _, local in kinds), kinds
+    assert {u for _, _, u in seen} == {user_id}, seen
