@@ -166,6 +166,8 @@ class Soak:
         self.sink = sink
         self.answers: dict[str, Counter] = defaultdict(Counter)
         self.honest: dict[str, list[float]] = {"quiet": [], "load": []}
+        # each round's two halves apart: the submit (to its pause) and the decision (to its answer)
+        self.halves: dict[str, list[tuple[float, float]]] = {"quiet": [], "load": []}
         self.phase = "quiet"
         self.until = 0.0
         self.flows: dict[str, dict[str, str]] = defaultdict(dict)
@@ -211,10 +213,12 @@ class Soak:
             await asyncio.sleep(0.2)
             return
         job = r.json()["job_id"]
+        t1 = time.monotonic()
         r = await self.call("honest", c, "POST", f"/api/v2/workflows/{job}/resume",
                             json={"request_id": f"gate:{job}", "decision": {"action_id": "approve"}})
         if r is not None and r.status_code == 200:
             self.honest[phase].append(time.monotonic() - t0)
+            self.halves[phase].append((t1 - t0, time.monotonic() - t1))
 
     async def hostile_user(self, user: str, kind: str, victim: str) -> None:
         async with self.client(user) as c:
@@ -358,6 +362,10 @@ async def main() -> None:
         print(json.dumps({
             "seconds": round(time.monotonic() - started, 1),
             "honest_quiet": quiet, "honest_under_load": load,
+            "honest_halves_under_load": {
+                "submit": summary([a for a, _ in soak.halves["load"]]),
+                "decision": summary([b for _, b in soak.halves["load"]]),
+                "slowest_ms": sorted((round(a * 1000), round(b * 1000)) for a, b in soak.halves["load"])[-5:]},
             "ratio_p95": round(load["p95_ms"] / quiet["p95_ms"], 2), "target_ratio_p95": 2.0,
             "answers": {k: {str(s): n for s, n in v.items()} for k, v in soak.answers.items()},
             "server_errors": fives, "server_errors_total": sum(fives.values()),

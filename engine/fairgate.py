@@ -12,10 +12,12 @@ it can), so their wait is the holds in progress, not a turn of everyone who wait
 nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot it was just
 given). Choosing costs one look at each user who waits (not at each waiter).
 
-Used by the inline runs of an API process (``service/inline.py``: runs being built) and by the
-SQLite store's one writer (``engine/store/sqlite.py``: write transactions), keyed by the user
-whose work it is: the API request's user (``api/auth.py``), the run's user in an activity (its
-Temporal fairness key, ``activities/telemetry.py``) or an inline run (the request's context).
+Used by the inline runs of an API process (``service/inline.py``: runs being built), by the
+SQLite store's one writer (``engine/store/sqlite.py``: write transactions) and by the PostgreSQL
+store's pool (``engine/store/postgres.py``: its connections), keyed by the user
+whose work it is: the API request's user (``api/auth.py``), the run's user in an activity (named
+in its headers by the workflow: ``workflows/whose.py``, ``activities/telemetry.py``) or an inline
+run (the request's context).
 """
 
 from __future__ import annotations

@@ -9,8 +9,11 @@ went before a person's run.
 
 :class:`WhoseInterceptor` writes the run's fairness key into the header :data:`USER_HEADER` of
 each activity and local activity the workflow starts; the worker's activity interceptor
-(``activities/telemetry.py: user_of``) reads it there first. A header is not part of what a replay
-compares (the activity's type and id are), so histories recorded before it replay alike.
+(``activities/telemetry.py: user_of``) reads it there first. A regular activity is also scheduled
+with the run's priority (its fairness key) unless it names one: the server does not pass the
+workflow's on, and without it the activity tasks of every user waited in one first-come queue
+when the worker's pollers fell behind. Neither a header nor a priority is part of what a replay
+compares (the activity's type and id are): the recorded histories replay alike (test_replay).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import json
 import temporalio.worker
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
+from temporalio.common import Priority
 
 from signoff.activities.types import USER_HEADER
 
@@ -49,6 +53,9 @@ class _WhoseInbound(temporalio.worker.WorkflowInboundInterceptor):
 class _WhoseOutbound(temporalio.worker.WorkflowOutboundInterceptor):
     def start_activity(self, input: temporalio.worker.StartActivityInput) -> workflow.ActivityHandle:
         input.headers = _stamped(input.headers)
+        run = workflow.info().priority
+        if input.priority == Priority.default and run is not None and run.fairness_key:
+            input.priority = run  # its task waits in Temporal's queue under the run's key too
         return super().start_activity(input)
 
     def start_local_activity(self, input: temporalio.worker.StartLocalActivityInput) -> workflow.ActivityHandle:

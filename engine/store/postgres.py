@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Json
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from signoff.engine.fairgate import FairGate, current_user
 from signoff.engine.models import EventNote
 from signoff.engine.store.base import StoreConflict, StoreError, StoreUnavailable
 from signoff.engine.store.counters import count
@@ -150,6 +151,7 @@ class PostgresStore(SQLStore):
         self._max_size = max_size
         self._timeout = timeout
         self._pool: AsyncConnectionPool | None = None
+        self._turns = FairGate(max_size)  # the pool's connections, in turns per user (_tx)
         self._open_lock = asyncio.Lock()
         self._closed = False
         self._tails: set[psycopg.AsyncConnection[Any]] = set()  # closed by close(): their tails raise
@@ -190,9 +192,22 @@ class PostgresStore(SQLStore):
 
     @asynccontextmanager
     async def _tx(self, *, write: bool) -> AsyncIterator[Tx]:
+        """A connection of the pool, taken in turns per user (engine/fairgate.py): under load the
+        pool is the queue every call waits in, reads too, and first come, first served a
+        person's call waited behind every busy client's. The turn and the connection together
+        are waited for at most the pool's timeout."""
         pool = await self._get_pool()
+        deadline = time.monotonic() + self._timeout
         try:
-            async with pool.connection() as conn:
+            async with AsyncExitStack() as held:
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        await held.enter_async_context(self._turns.hold(current_user()))
+                except TimeoutError:
+                    raise StoreUnavailable(f"PostgreSQL is not available: no connection free within "
+                                           f"{self._timeout:g} s") from None
+                conn = await held.enter_async_context(
+                    pool.connection(timeout=max(0.05, deadline - time.monotonic())))
                 try:
                     count("commit" if write else "read")
                     if write:

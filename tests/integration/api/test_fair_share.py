@@ -168,19 +168,24 @@ async def test_a_runs_activities_take_their_users_turns(h: Harness, monkeypatch)
     """The worker's writes for a run (its layers' activity, the decision's local activity) are
     keyed by the run's user, as the workflow names them in each activity's headers
     (workflows/whose.py): keyed by run, each run of a user who starts them as fast as they can
-    would be a newcomer at the SQLite writer (engine/fairgate.py) and go before a person's run."""
+    would be a newcomer at the SQLite writer (engine/fairgate.py) and go before a person's run.
+    Its regular activities' tasks carry the user's fairness key too (the server does not hand the
+    workflow's on), so Temporal's queue takes them in turns per user."""
     from temporalio import activity
 
     gate = getattr(h.store, "_write_lock", None)
     if gate is None:
         pytest.skip("the SQLite store's writer")
     seen: list[tuple[str, bool, str]] = []
+    keys: set[str | None] = set()
     hold = gate.hold
 
     def spy(user_id: str):
         if activity.in_activity():
             info = activity.info()
             seen.append((info.activity_type, info.is_local, user_id))
+            if not info.is_local:  # and its task waited in Temporal's queue under the user's key
+                keys.add(info.priority.fairness_key if info.priority is not None else None)
         return hold(user_id)
 
     monkeypatch.setattr(gate, "hold", spy)
@@ -197,3 +202,4 @@ async def test_a_runs_activities_take_their_users_turns(h: Harness, monkeypatch)
     kinds = {(name, local) for name, local, _ in seen}
     assert any(local for _, local in kinds) and any(not local for _, local in kinds), kinds
     assert {u for _, _, u in seen} == {user_id}, seen
+    assert keys == {user_id}, keys
