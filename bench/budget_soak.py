@@ -2,10 +2,11 @@
 gate flows on one ``signoff dev``. Prints JSON.
 
 The honest users (``--honest``, default 5) each loop: submit the refund flow (sync, it pauses),
-approve it, and time the pair; at once again, or with ``--pace P`` a round every P seconds at most
-(a person deciding, not a client as fast as it can: five users as fast as they can are a load of
-their own, and under load they get a fair share of the process with twenty more). They run alone for ``--quiet`` seconds (the baseline of the same
-run), then beside the hostile users for ``--seconds``.
+approve it, and time the pair; a round every ``--pace`` seconds at most (default 2: a person
+deciding, each round ~0.2 s of work quiet; ``--pace 0``: the next round at once, a client as fast
+as it can, which does what the ``schema`` users do and so gets the share they get: the gates give
+way first to whoever used them least lately, engine/fairgate.py). They run alone for ``--quiet``
+seconds (the baseline of the same run), then beside the hostile users for ``--seconds``.
 
 The hostile users (``--hostile``, default 20), one kind each in turn, each in a loop as fast as
 signoff lets it:
@@ -28,7 +29,7 @@ Its phases go to stderr (``quiet: pid P, URL``, ``load``, ``done``), so a profil
 ``/metrics`` beside it can take the load alone. On PostgreSQL: ``--set
 SIGNOFF_DATABASE_URL=postgresql://...`` (a database of its own; the growth is then the database's).
 
-Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--pace 0] [--hostile 20] [--kinds regex,...]
+Usage: python bench/budget_soak.py [--seconds 120] [--quiet 30] [--honest 5] [--pace 2] [--hostile 20] [--kinds regex,...]
        [--set SIGNOFF_X=VALUE ...]
 """
 
@@ -58,6 +59,7 @@ import httpx  # noqa: E402
 from bench._proc import free_port, stop_group, summary  # noqa: E402
 
 SIGNOFF = [sys.executable, "-m", "signoff.cli"]
+MEMORY_BOUND_MB = 512  # each process's peak RSS under the soak (docs/security.md)
 KINDS = ("regex", "schema", "output", "calls", "fanout", "writes")
 
 
@@ -298,7 +300,7 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--quiet", type=float, default=30)
     ap.add_argument("--honest", type=int, default=5)
-    ap.add_argument("--pace", type=float, default=0.0,
+    ap.add_argument("--pace", type=float, default=2.0,
                     help="an honest user starts a round every PACE seconds at most (0: the next at once)")
     ap.add_argument("--hostile", type=int, default=20)
     ap.add_argument("--kinds", default=",".join(KINDS), help="the hostile kinds, comma-separated")
@@ -377,6 +379,12 @@ async def main() -> None:
             "peak_rss_mb": {k: round(v, 1) for k, v in peaks.items()},
             "quiet_peak_rss_mb": {k: round(v, 1) for k, v in quiet_peak.items()},
             "db_growth_mb": round((db_bytes(home, env.get("SIGNOFF_DATABASE_URL")) - db_before) / 2**20, 1),
+            # the bounds docs/security.md states for the soak: each process under 512 MB, the
+            # database's growth within the users' stored-bytes budgets together
+            "memory_bound_mb": MEMORY_BOUND_MB,
+            "within_memory_bound": all(v < MEMORY_BOUND_MB for v in peaks.values()),
+            "stored_bytes_budgets_mb": round((args.honest + args.hostile) * int(env.get(
+                "SIGNOFF_USER_MAX_STORED_BYTES", 1 << 30)) / 2**20),
         }, indent=2))
     finally:
         stop_group(dev)
