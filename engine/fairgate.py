@@ -5,12 +5,20 @@ and whose work the current task does (:func:`acting_for`, :func:`current_user`).
 in its user's line, and a freed slot goes to the waiting user who has held the gate least lately:
 each user's time holding it, halved every ``half_life`` seconds (10 by default), ties in turn
 (round robin over the users who wait, each user's own in the order they came; the user whose slot
-was freed goes last). A user with many runs waiting gets one slot per turn like a user with one,
-so one user's backlog never sits in front of another's run; and a user who used the gate little
-(a person deciding now and then) goes before those who hold it all the time (a client as fast as
-it can), so their wait is the holds in progress, not a turn of everyone who waits. What waits holds
-nothing but a future; a waiter that is cancelled leaves its line (or hands on the slot it was just
-given). Choosing costs one look at each user who waits (not at each waiter).
+was freed goes behind the others of equal time). A user with many runs waiting is one user in
+that order, so one user's backlog never sits in front of another's run; and a user who used the
+gate little (a person deciding now and then) goes before those who hold it all the time (a client
+as fast as it can), so their wait is the holds in progress, not a turn of everyone who waits.
+Nobody's work (``""``: sweeps, the lookup of an API key before its user is known, health checks)
+is not counted, so it is never pushed back behind the users it serves. What waits holds nothing
+but a future; a waiter that is cancelled leaves its line (or hands on the slot it was just given).
+Choosing costs O(log n) in the users who wait (a heap: every user's time halves at the same pace,
+so their order changes only when one of them holds the gate again).
+
+What least-used-first does not bound: a user who held the gate for long waits while users who
+held it less keep it busy; their time halves every ``half_life``, so that wait passes once the
+others have used as much (the time held is counted from the slot's start, so on PostgreSQL the
+wait for a connection of the pool counts too).
 
 Used by the inline runs of an API process (``service/inline.py``: runs being built), by the
 SQLite store's one writer (``engine/store/sqlite.py``: write transactions) and by the PostgreSQL
@@ -25,9 +33,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
+import itertools
+import math
 import time
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterator
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
 
 _USER: contextvars.ContextVar[str] = contextvars.ContextVar("signoff_acting_for", default="")
 
@@ -54,13 +65,21 @@ def acting_for(user_id: str | None) -> Iterator[None]:
 
 
 class FairGate:
-    def __init__(self, slots: int, *, half_life: float = 10.0) -> None:
+    def __init__(self, slots: int, *, half_life: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = slots  # 0: no limit
         self.busy = 0
         self.half_life = half_life
-        self._lines: OrderedDict[str, deque[asyncio.Future[None]]] = OrderedDict()
-        self._used: dict[str, tuple[float, float]] = {}  # user -> (seconds held, as of when)
+        self._clock = clock
+        self._lines: dict[str, deque[asyncio.Future[None]]] = {}
+        # user -> (seconds held, as of when); nobody's work ("") is not counted
+        self._used: dict[str, tuple[float, float]] = {}
         self._prune_at = 1024
+        # the users who wait, least used first, then in turn: (score, ticket, user); an entry is
+        # the user's only while its ticket is theirs in _ticket (older ones are skipped)
+        self._order: list[tuple[float, int, str]] = []
+        self._ticket: dict[str, int] = {}
+        self._tickets = itertools.count()
 
     @property
     def waiting(self) -> int:
@@ -71,8 +90,24 @@ class FairGate:
         held, at = self._used.get(user_id, (0.0, 0.0))
         if not held:
             return 0.0
-        now = time.monotonic() if now is None else now
+        now = self._clock() if now is None else now
         return held * 0.5 ** ((now - at) / self.half_life)
+
+    def _score(self, user_id: str) -> float:
+        """What orders the users who wait: log2 of their time held, as of one fixed instant. Every
+        user's time halves at the same pace, so the order of two users changes only when one of
+        them holds the gate again, and a score is computed once per hold, not per choice."""
+        held, at = self._used.get(user_id, (0.0, 0.0))
+        return math.log2(held) + at / self.half_life if held > 0 else -math.inf
+
+    def _queue(self, user_id: str) -> None:
+        """``user_id`` (who has a line) takes a place in the order behind the users of equal score."""
+        ticket = next(self._tickets)
+        self._ticket[user_id] = ticket
+        heapq.heappush(self._order, (self._score(user_id), ticket, user_id))
+        if len(self._order) > 64 + 4 * len(self._ticket):  # old places: dropped now and then
+            self._order = [e for e in self._order if self._ticket.get(e[2]) == e[1]]
+            heapq.heapify(self._order)
 
     @contextlib.asynccontextmanager
     async def hold(self, user_id: str) -> AsyncIterator[None]:
@@ -83,7 +118,11 @@ class FairGate:
             self.busy += 1
         else:
             given: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._lines.setdefault(user_id, deque()).append(given)
+            line = self._lines.get(user_id)
+            if line is None:
+                line = self._lines[user_id] = deque()
+                self._queue(user_id)
+            line.append(given)
             try:
                 await given
             except asyncio.CancelledError:
@@ -92,15 +131,19 @@ class FairGate:
                 else:
                     self._leave(user_id, given)
                 raise
-        start = time.monotonic()
+        start = self._clock()
         try:
             yield
         finally:
-            self._charge(user_id, start)
-            self._release(user_id)
+            try:
+                self._charge(user_id, start)
+            finally:
+                self._release(user_id)
 
     def _charge(self, user_id: str, start: float) -> None:
-        now = time.monotonic()
+        if not user_id:  # nobody's work (sweeps, an API key's lookup, health): never pushed back
+            return
+        now = self._clock()
         self._used[user_id] = (self.used(user_id, now) + (now - start), now)
         if len(self._used) > self._prune_at:  # users long gone: their time has halved to nothing
             self._used = {u: v for u, v in self._used.items() if u in self._lines or self.used(u, now) > 1e-4}
@@ -113,30 +156,30 @@ class FairGate:
                 line.remove(given)
             if not line:
                 del self._lines[user_id]
+                del self._ticket[user_id]
 
     def _next(self) -> str:
         """The waiting user who held the gate least lately; the first in turn among equals."""
-        now, best, least = time.monotonic(), "", None
-        for user_id in self._lines:
-            used = self.used(user_id, now)
-            if least is None or used < least:
-                best, least = user_id, used
-        return best
+        while True:
+            _, ticket, user_id = heapq.heappop(self._order)
+            if self._ticket.get(user_id) == ticket:
+                return user_id
 
     def _release(self, user_id: str) -> None:
         """A slot of ``user_id`` is free: the next user (:meth:`_next`) gets it (the slot passes
-        on, busy unchanged); ``user_id`` just had one, so their own line goes behind everyone
-        else's in turn."""
+        on, busy unchanged); ``user_id`` just had one, so with a line they take their place again,
+        as their time held now says and behind everyone equal."""
         if user_id in self._lines:
-            self._lines.move_to_end(user_id)
+            self._queue(user_id)
         while self._lines:
             user_id = self._next()
             line = self._lines[user_id]
             given = line.popleft()
             if line:
-                self._lines.move_to_end(user_id)  # their next waits for everyone else's turn
+                self._queue(user_id)  # their next waits for everyone else's equal turn
             else:
                 del self._lines[user_id]
+                del self._ticket[user_id]
             if not given.done():
                 given.set_result(None)
                 return

@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from signoff.engine import fairgate
 from signoff.engine.fairgate import FairGate, acting_for, current_user
 
 
@@ -23,15 +22,13 @@ class Clock:
 
 
 @pytest.fixture
-def clock(monkeypatch):
-    c = Clock()
-    monkeypatch.setattr(fairgate.time, "monotonic", c)
-    return c
+def clock():
+    return Clock()
 
 
 async def test_freed_slots_go_to_the_users_in_turn_not_first_come(clock):
     """Users who held the gate alike (here: no time at all) take it in turns."""
-    gate = FairGate(1)
+    gate = FairGate(1, clock=clock)
     order: list[str] = []
     release = asyncio.Event()
 
@@ -59,7 +56,7 @@ async def test_freed_slots_go_to_the_users_in_turn_not_first_come(clock):
 async def test_a_user_who_held_it_little_goes_before_those_who_hold_it_all_the_time(clock):
     """A person deciding now and then waits for the hold in progress, not for a turn of each user
     who keeps the gate busy (round robin would give small-1 the 7th place here)."""
-    gate = FairGate(1)
+    gate = FairGate(1, clock=clock)
     order: list[str] = []
 
     async def run(user: str, tag: str, seconds: float, hold: asyncio.Event | None = None) -> None:
@@ -88,7 +85,7 @@ async def test_a_user_who_held_it_little_goes_before_those_who_hold_it_all_the_t
 
 
 def test_the_time_held_counts_half_after_each_half_life(clock):
-    gate = FairGate(1, half_life=10.0)
+    gate = FairGate(1, half_life=10.0, clock=clock)
     gate._charge("u", clock.now - 4.0)  # held 4 s, just now
     assert gate.used("u") == pytest.approx(4.0)
     clock.now += 20.0
@@ -97,7 +94,7 @@ def test_the_time_held_counts_half_after_each_half_life(clock):
 
 
 def test_the_users_long_gone_are_forgotten(clock):
-    gate = FairGate(1, half_life=1.0)
+    gate = FairGate(1, half_life=1.0, clock=clock)
     for i in range(1000):
         gate._charge(f"old{i}", clock.now - 0.001)
     clock.now += 60.0  # every one's time has halved 60 times
@@ -181,3 +178,63 @@ def test_acting_for_is_the_tasks_and_ends_with_its_block():
         return seen
 
     assert asyncio.run(main()) == ["ann", "", "ann"]
+
+
+async def test_many_users_are_served_least_used_first_and_the_order_stays_small(clock):
+    """Fifty users who held the gate for different times, all waiting: served from the least
+    used up, whatever order they came in; and the heap of places does not grow with the holds."""
+    import random
+
+    gate = FairGate(1, clock=clock)
+    rng = random.Random(7)
+    users = [f"u{i:02d}" for i in range(50)]
+    for user in users:  # u00 held it 0.1 s, u01 0.2 s, ...
+        gate._charge(user, clock.now - 0.1 * (1 + int(user[1:])))
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def run(user: str, hold: asyncio.Event | None = None) -> None:
+        async with gate.hold(user):
+            order.append(user)
+            if hold is not None:
+                await hold.wait()
+
+    first = asyncio.create_task(run("first", release))
+    await asyncio.sleep(0)
+    tasks = [asyncio.create_task(run(u)) for u in rng.sample(users, len(users))]
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(first, *tasks)
+    assert order == ["first", *users]
+    for _ in range(2000):  # one user again and again: its old places are dropped
+        async with gate.hold("again"):
+            pass
+    assert len(gate._order) <= 64
+
+
+async def test_nobodys_work_is_not_counted_so_it_never_waits_behind_the_users_it_serves(clock):
+    """A sweep or an API key's lookup ("": before the user is known) adds up everyone's work; were
+    it counted, it would go behind every user who waits."""
+    gate = FairGate(1, clock=clock)
+    gate._charge("", clock.now - 100.0)
+    gate._charge("busy", clock.now - 1.0)
+    assert gate.used("") == 0.0
+    order: list[str] = []
+    release = asyncio.Event()
+
+    async def run(user: str, hold: asyncio.Event | None = None) -> None:
+        async with gate.hold(user):
+            order.append(user or "nobody")
+            if hold is not None:
+                await hold.wait()
+            clock.now += 1.0
+
+    tasks = [asyncio.create_task(run("busy", release))]
+    await asyncio.sleep(0)
+    tasks += [asyncio.create_task(run("busy")) for _ in range(3)]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.create_task(run("")))
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.gather(*tasks)
+    assert order == ["busy", "nobody", "busy", "busy", "busy"]
