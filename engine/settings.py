@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -387,6 +387,17 @@ class Settings(BaseSettings):
         from signoff.engine.egress import EgressPolicy
 
         EgressPolicy.parse(v)  # ValueError naming the entry
+        return v
+
+    @field_validator("inline_heartbeat_seconds")
+    @classmethod
+    def _check_inline_heartbeat(cls, v: float, info: ValidationInfo) -> float:
+        """A beat at a third of the lease or more makes renewals (every third of it, checked at a
+        beat) come late, and a live run could be swept (docs/inline.md)."""
+        lease = info.data.get("inline_lease_seconds")
+        if lease is not None and v >= lease / 3:
+            raise ValueError(f"must be under a third of SIGNOFF_INLINE_LEASE_SECONDS ({lease:g} s): a lease "
+                             f"is renewed at a beat, every third of it")
         return v
 
     @field_validator("smtp_url")

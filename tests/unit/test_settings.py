@@ -23,6 +23,8 @@ def test_a_malformed_egress_allow_list_is_refused_at_start_naming_the_entry() ->
     ("SIGNOFF_API_PORT", "99999", "less than or equal to 65535"),
     ("SIGNOFF_RUN_RETENTION_DAYS", "0", "greater than 0"),  # not "delete every ended run at once"
     ("SIGNOFF_RUN_RETENTION_DAYS", "a month", "valid number"),
+    # a beat at a third of the 30 s lease renews it late (docs/inline.md)
+    ("SIGNOFF_INLINE_HEARTBEAT_SECONDS", "10", "under a third of SIGNOFF_INLINE_LEASE_SECONDS (30 s)"),
 ])
 def test_a_command_with_a_bad_setting_says_which_and_exits_2(monkeypatch, capsys, tmp_path, name, value,
                                                              says) -> None:
@@ -32,6 +34,12 @@ def test_a_command_with_a_bad_setting_says_which_and_exits_2(monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"signoff: {name}: ") and says in err and err.count(name) == 1, err
     assert "Traceback" not in err
+
+
+def test_an_inline_heartbeat_under_a_third_of_the_lease_is_taken() -> None:
+    assert Settings(inline_lease_seconds=2, inline_heartbeat_seconds=0.5).inline_heartbeat_seconds == 0.5
+    with pytest.raises(ValidationError, match="under a third"):
+        Settings(inline_lease_seconds=3, inline_heartbeat_seconds=1)
 
 
 def test_runs_are_kept_forever_unless_a_retention_is_set(monkeypatch) -> None:
