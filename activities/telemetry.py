@@ -4,7 +4,6 @@ from :func:`signoff.service.temporal.client_interceptors`)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import temporalio.worker
@@ -13,7 +12,7 @@ from signoff.engine import metrics
 from signoff.engine.fairgate import acting_for
 from signoff.engine.store.base import Store
 from signoff.engine.tracing.sdk import collect_spans
-from signoff.activities.types import USER_HEADER
+from signoff.activities.headers import USER_HEADER, header_text
 
 
 class SpanFlushInterceptor(temporalio.worker.Interceptor):
@@ -65,14 +64,7 @@ def _fairness_key(input: temporalio.worker.ExecuteActivityInput) -> str | None:
 def user_of(headers: Any) -> str | None:
     """The run's user as its workflow named it in an activity's headers (:data:`USER_HEADER`,
     workflows/whose.py); None: none, or not a string."""
-    payload = (headers or {}).get(USER_HEADER)
-    if payload is None:
-        return None
-    try:
-        value = json.loads(payload.data)
-    except ValueError:
-        return None
-    return value if isinstance(value, str) and value else None
+    return header_text(headers, USER_HEADER) or None
 
 
 def _name(input: temporalio.worker.ExecuteActivityInput) -> str:

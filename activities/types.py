@@ -11,10 +11,6 @@ from pydantic import BaseModel, Field
 
 from signoff.engine.models import Decision, PendingRequest, Vote
 
-# the header of each activity the workflow starts that names the run's user (workflows/whose.py;
-# read by activities/telemetry.py)
-USER_HEADER = "signoff-user"
-
 
 class StateRef(BaseModel):
     """Where a run's state (the engine's RunState) is: inline when its JSON is at most

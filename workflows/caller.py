@@ -27,15 +27,15 @@ converter whatever the answer. For such a converter the answer is "none", at onc
 from __future__ import annotations
 
 import contextvars
-import json
 from typing import Any
 
 import temporalio.converter
 import temporalio.worker
-from temporalio.api.common.v1 import Payload
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import StorageDriverStoreContext
+
+from signoff.activities.headers import header_text, text_payload
 
 CALLER_HEADER = "signoff-caller-identity"
 
@@ -110,18 +110,11 @@ class _CallerInstance(temporalio.worker.WorkflowInstance):
 
 
 def _stamp(headers: Any, identity: str) -> None:
-    headers[CALLER_HEADER].CopyFrom(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(identity).encode()))
+    headers[CALLER_HEADER].CopyFrom(text_payload(identity))
 
 
 def _read(headers: Any) -> str | None:
-    payload = headers.get(CALLER_HEADER) if headers else None
-    if payload is None:
-        return None
-    try:
-        value = json.loads(payload.data)
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
+    return header_text(headers, CALLER_HEADER)
 
 
 class CallerInterceptor(temporalio.worker.Interceptor):

@@ -18,14 +18,12 @@ compares (the activity's type and id are): the recorded histories replay alike (
 
 from __future__ import annotations
 
-import json
-
 import temporalio.worker
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import Priority
 
-from signoff.activities.types import USER_HEADER
+from signoff.activities.headers import USER_HEADER, text_payload
 
 
 def _stamped(headers: dict[str, Payload]) -> dict[str, Payload]:
@@ -33,7 +31,7 @@ def _stamped(headers: dict[str, Payload]) -> dict[str, Payload]:
     key = priority.fairness_key if priority is not None else None
     if not key:
         return headers
-    return {**headers, USER_HEADER: Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(key).encode())}
+    return {**headers, USER_HEADER: text_payload(key)}
 
 
 class WhoseInterceptor(temporalio.worker.Interceptor):

@@ -149,7 +149,7 @@ def test_an_activity_takes_its_users_turns_not_its_runs_nor_nobodys():
     from temporalio.testing import ActivityEnvironment
 
     from signoff.activities.telemetry import _fairness_key
-    from signoff.activities.types import USER_HEADER
+    from signoff.activities.headers import USER_HEADER
 
     def headers(value: object) -> SimpleNamespace:
         return SimpleNamespace(headers={USER_HEADER: Payload(data=json.dumps(value).encode())})
