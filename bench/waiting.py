@@ -52,6 +52,10 @@ from signoff.devserver import DevServer, free_port  # noqa: E402
 from signoff.service import RunService, with_converter  # noqa: E402
 
 ID_COLUMNS = ("job_id", "run_id", "trace_id")
+# keys a run shares with no other run, though no row is found by them here: suffixed too, or the
+# template's decision would stamp the card of each copy (card_request_id) and its session hold
+# all the copies' messages and runs (a real run's are its own)
+OWN_KEYS = ("card_request_id", "session_id")
 SKIP = {"user_storage", "workflow_releases", "signoff_migrations"}
 
 
@@ -80,7 +84,7 @@ async def seed(store, template: str, n: int, users: int) -> dict[str, int]:
             for c in cols:
                 if c in ID_COLUMNS:
                     picks.append(f"CASE WHEN t.{c} = ? THEN t.{c} || '-s' || g ELSE t.{c} END")
-                elif c == "id":
+                elif c == "id" or c in OWN_KEYS:
                     picks.append(f"t.{c} || '-s' || g")
                 elif c == "user_id" and table == "jobs":
                     picks.append(f"'seed-user-' || (g % {users})")
@@ -151,7 +155,9 @@ async def main() -> None:
     try:
         client = with_converter(await server.wait_healthy())
         settings = Settings(home=tmp, database_url=args.database_url, temporal_address=server.address,
-                            task_queue=f"bench-{uuid.uuid4()}", max_cached_workflows=args.cache)
+                            task_queue=f"bench-{uuid.uuid4()}", max_cached_workflows=args.cache,
+                            # the bench's one user submits --small runs at once (the per-user limits lifted)
+                            user_max_runs_in_flight=0, write_rate=0, write_rate_total=0)
         store = open_store(settings.resolved_database_url)
         await store.setup()
         env = {**os.environ, "SIGNOFF_HOME": str(tmp), "SIGNOFF_DATABASE_URL": settings.resolved_database_url,
