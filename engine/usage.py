@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from signoff.engine.errors import StorageLimit
-from signoff.engine.store.base import Store
+from signoff.engine.store.base import Store, stored_bytes_check
 from signoff.engine.store.encoding import dumps, octets
 
 __all__ = ["check_stored_bytes", "stored_size"]
@@ -29,10 +28,5 @@ async def check_stored_bytes(store: Store, user_id: str, limit: int, *, adding: 
     if not limit:
         return 0
     used = await store.stored_bytes(user_id)
-    if used >= limit or used + adding > limit:
-        raise StorageLimit(
-            f"You keep {used:,} bytes in signoff{f' and this would add {adding:,}' if adding else ''}; this "
-            f"deployment allows {limit:,} per user (SIGNOFF_USER_MAX_STORED_BYTES): delete flows or ended runs you no "
-            "longer need (DELETE /api/v2/workflows/{job_id}, `signoff delete JOB`), or ask the operator for more",
-            used=used, limit=limit, adding=adding)
+    stored_bytes_check(used, limit, adding=adding)
     return used

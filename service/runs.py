@@ -33,8 +33,7 @@ from signoff.engine.validate import parse_and_validate
 from signoff.engine.lifecycle import RunEnd, end_run
 from signoff.engine.models import Decision, FlowRecord, InboxEntry, Job, JobStatus, NewJob, User, utcnow
 from signoff.engine.settings import Settings
-from signoff.engine.store.base import Store
-from signoff.engine.usage import check_stored_bytes
+from signoff.engine.store.base import Store, SubmitReads
 from signoff.engine.tracing import sdk
 from signoff.service.access import RunnableFlows, may_execute, visible_job, visible_job_with_flow
 from signoff.service.backend import Resumed, RunBackend, poll_job
@@ -111,7 +110,6 @@ class RunService(Sweep):
         keeps SIGNOFF_USER_MAX_STORED_BYTES or more is refused (StorageLimit), a retry of an
         accepted submit included (engine/usage.py)."""
         self.check_tweaks(user, flow, tweaks)
-        await check_stored_bytes(self.store, user.id, self.settings.user_max_stored_bytes)  # 409 STORAGE_LIMIT
         inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
         backend: RunBackend = self.inline if inline else self.temporal
         new = NewJob(
@@ -126,7 +124,11 @@ class RunService(Sweep):
             lease_until=backend.lease_until(),
             status=backend.initial_status,
         )
-        job, created = await self.store.create_job(new, max_in_flight=self.settings.user_max_runs_in_flight)
+        # the stored bytes (409 STORAGE_LIMIT) and the runs it supersedes read in the insert's
+        # transaction (issue 33: no round trips of their own)
+        reads = SubmitReads()
+        job, created = await self.store.create_job(new, max_in_flight=self.settings.user_max_runs_in_flight,
+                                                   max_stored_bytes=self.settings.user_max_stored_bytes, reads=reads)
         if not created and request_hash and job.request.get("body_sha256") not in (None, request_hash):
             raise IdempotencyMismatch(
                 f"The idempotency key {idempotency_key!r} was already used with a different request (job "
@@ -139,7 +141,7 @@ class RunService(Sweep):
             if job.status == JobStatus.queued:
                 await self.backend_of(job).start(job, flow)
             return job, False
-        await self.supersede(job)
+        await self.supersede(job, found=reads.suspended)
         await backend.start(job, flow)
         if inline:
             await backend.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
@@ -158,13 +160,16 @@ class RunService(Sweep):
         parse_and_validate(apply_tweaks(flow.spec, tweaks), max_nodes=self.settings.max_flow_nodes,
                            min_remind_every=self.settings.min_remind_every_seconds)
 
-    async def supersede(self, job: Job, *, older_only: bool = False) -> list[str]:
+    async def supersede(self, job: Job, *, older_only: bool = False, found: list[Job] | None = None) -> list[str]:
         """Cancel this user's suspended runs of this flow in the same effective session (never
         others); ``older_only``: only those submitted before ``job`` (finishing a submit that
-        died, which must not cancel a run submitted after it). Only the winner of each cancel
-        claim writes; returns the job ids cancelled."""
+        died, which must not cancel a run submitted after it). ``found``: those runs as the
+        job's insert read them (None: read now). Only the winner of each cancel claim writes;
+        returns the job ids cancelled."""
         cancelled: list[str] = []
-        for old in await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session):
+        if found is None:
+            found = await self.store.find_suspended(job.flow_id, job.user_id, job.effective_session)
+        for old in found:
             if old.job_id == job.job_id or (older_only and old.created_at >= job.created_at):
                 continue
             if await self._end_suspended(old, RunEnd(JobStatus.cancelled, reason="superseded",

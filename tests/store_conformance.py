@@ -45,9 +45,9 @@ from signoff.engine.models import (
     utcnow,
 )
 from signoff.engine.audit.events import event_sha256, verify_chain
-from signoff.engine.errors import RunsInFlightLimit
+from signoff.engine.errors import RunsInFlightLimit, StorageLimit
 from signoff.engine.store import Store, StoreConflict, StoreError
-from signoff.engine.store.base import DecisionReads, PauseCheckpoint
+from signoff.engine.store.base import DecisionReads, PauseCheckpoint, SubmitReads
 
 
 def uid(prefix: str = "") -> str:
@@ -1165,6 +1165,56 @@ async def test_create_job_with_max_in_flight_stops_at_it_for_that_user_only(stor
         assert created
     with pytest.raises(RunsInFlightLimit):
         await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id), max_in_flight=5)
+
+
+async def test_create_job_reads_the_runs_it_supersedes_in_its_insert(store: Store) -> None:
+    """Issue 33: a submit's look for the runs it supersedes rides in the job's insert
+    (``reads``), as find_suspended reads them: this user's suspended runs of the flow in the
+    job's effective session, oldest first, not the new job; a repeat reads nothing."""
+    alice, bob = await new_user(store), await new_user(store)
+    flow_id = uid("flow-")
+    a1, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")
+    a2, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")
+    await suspended_job(store, user_id=alice.id, flow_id=flow_id, session_id="s2")
+    await suspended_job(store, user_id=bob.id, flow_id=flow_id, session_id="s1")
+    await suspended_job(store, user_id=alice.id, flow_id=uid("flow-"), session_id="s1")
+    await new_job(store, user_id=alice.id, flow_id=flow_id, session_id="s1")  # running: not superseded
+    no_session, _ = await suspended_job(store, user_id=alice.id, flow_id=flow_id)
+
+    reads = SubmitReads()
+    job, created = await store.create_job(NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=alice.id,
+                                                 session_id="s1", idempotency_key="k"), reads=reads)
+    assert created and [j.job_id for j in reads.suspended] == [a1, a2]
+    assert reads.suspended == await store.find_suspended(flow_id, alice.id, "s1")
+    reads = SubmitReads()
+    await store.create_job(NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=alice.id), reads=reads)
+    assert [j.job_id for j in reads.suspended] == [no_session]  # no session: the flow's id is its session
+    again = SubmitReads()
+    first, created = await store.create_job(NewJob(job_id=uid(), flow_id=flow_id, flow_version=1, user_id=alice.id,
+                                                   session_id="s1", idempotency_key="k"), reads=again)
+    assert (first.job_id, created, again.suspended) == (job.job_id, False, None)
+
+
+async def test_create_job_with_max_stored_bytes_refuses_a_full_user_first(store: Store) -> None:
+    """Issue 33: the stored bytes' check (409 STORAGE_LIMIT) in the job's insert: a user who
+    keeps the limit or more is refused, a repeated key too, and nothing is inserted."""
+    alice, bob = await new_user(store), await new_user(store)
+    first = await new_job(store, alice.id, idempotency_key="k1")  # its request is counted
+    keeps = await store.stored_bytes(alice.id)
+    assert keeps > 0
+    for key in (None, "k1"):
+        with pytest.raises(StorageLimit) as refused:
+            await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id,
+                                          idempotency_key=key), max_stored_bytes=keeps)
+        assert refused.value.code == "STORAGE_LIMIT" and refused.value.details["used"] == keeps
+    assert [j.job_id for j in await store.list_user_active_jobs(alice.id)] == [first]  # nothing inserted
+    assert await store.stored_bytes(alice.id) == keeps
+    _, created = await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=alice.id),
+                                        max_stored_bytes=keeps + 1)  # under it: inserted
+    assert created
+    _, created = await store.create_job(NewJob(job_id=uid(), flow_id=uid(), flow_version=1, user_id=bob.id),
+                                        max_stored_bytes=keeps)  # another user's count
+    assert created
 
 
 async def test_concurrent_creations_never_pass_the_runs_in_flight_limit(store: Store) -> None:

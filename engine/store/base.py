@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterable, Sequence
 
-from signoff.engine.errors import RunsInFlightLimit, SignoffError
+from signoff.engine.errors import RunsInFlightLimit, SignoffError, StorageLimit
 from signoff.engine.models import (
     CheckpointRecord,
     DeliveryAttempt,
@@ -104,6 +104,17 @@ class DecisionReads:
 
 
 @dataclass
+class SubmitReads:
+    """What Store.create_job reads in its own transaction when it inserts the job (issue 33: a
+    submit's reads without round trips of their own): ``suspended``, the user's suspended runs
+    of the job's flow in its effective session (the session, or the flow id without one), as
+    find_suspended reads them, the runs a new one supersedes. Filled only when the job was
+    inserted; None: not read (a repeat: the caller reads as before)."""
+
+    suspended: list[Job] | None = None
+
+
+@dataclass
 class PauseCheckpoint:
     """The checkpoint a pause writes with its status (Store.mark_suspended's ``checkpoint``, issue
     33): as save_checkpoint(run_id, data, job_id=the job, expires_at=expires_at) writes it."""
@@ -129,6 +140,17 @@ RUNS_IN_FLIGHT_RETRY_SECONDS = 1
 # revoked (the API, the pages, the CLI). No job id has this form (ids are UUIDs).
 ACCESS_NOTES = "access:"
 ACCESS_CHANGED = "access_changed"
+
+
+def stored_bytes_check(used: int, limit: int, *, adding: int = 0) -> None:
+    """Raise StorageLimit when a user who keeps ``used`` bytes may not keep more (``limit`` 0:
+    no limit): at the limit or over, or over it with the ``adding`` bytes about to be stored."""
+    if limit and (used >= limit or used + adding > limit):
+        raise StorageLimit(
+            f"You keep {used:,} bytes in signoff{f' and this would add {adding:,}' if adding else ''}; this "
+            f"deployment allows {limit:,} per user (SIGNOFF_USER_MAX_STORED_BYTES): delete flows or ended runs you no "
+            "longer need (DELETE /api/v2/workflows/{job_id}, `signoff delete JOB`), or ask the operator for more",
+            used=used, limit=limit, adding=adding)
 
 
 def runs_in_flight_check(count: int, limit: int) -> None:
@@ -676,7 +698,8 @@ class Store(CheckpointStore, HistoryStore):
 
     # ---- jobs
     @abc.abstractmethod
-    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0, max_stored_bytes: int = 0,
+                         reads: SubmitReads | None = None) -> tuple[Job, bool]:
         """Insert a job; returns (job, created). With an idempotency key already used by the same
         user, returns (that first job, False) and inserts nothing.
 
@@ -684,7 +707,11 @@ class Store(CheckpointStore, HistoryStore):
         ``in_progress``, inserts nothing and raises RunsInFlightLimit (``retry_after`` set). The
         count is taken in the insert's transaction with the user's row locked, so racing creations
         for one existing user never pass it; a repeated idempotency key (or the same job again)
-        answers the first job as without a limit."""
+        answers the first job as without a limit.
+
+        ``max_stored_bytes`` (0: no limit): a user who keeps that many bytes or more
+        (stored_bytes) is refused first, StorageLimit, a repeated key included, nothing inserted.
+        ``reads``: filled in the same transaction when the job is inserted (SubmitReads)."""
 
     @abc.abstractmethod
     async def get_job(self, job_id: str) -> Job | None: ...

@@ -23,9 +23,17 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.base import (
+    DecisionReads,
+    PauseCheckpoint,
+    StoreConflict,
+    StoreError,
+    SubmitReads,
+    runs_in_flight_check,
+    stored_bytes_check,
+)
 from signoff.engine.store.encoding import as_utc, dumps, octets, unique_strings
-from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same
+from signoff.engine.store.memory.core import _event, _first, _holds, _Job, MemoryCore, _RUNNING, _same, _Tables
 
 
 class MemoryJobs(MemoryCore):
@@ -51,13 +59,17 @@ class MemoryJobs(MemoryCore):
             finished_at=row.finished_at,
         )
 
-    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
-        """See Store.create_job: the idempotency key first, then the same job submitted again,
-        then the user's jobs in flight (no await in between: one step of the event loop)."""
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0, max_stored_bytes: int = 0,
+                         reads: SubmitReads | None = None) -> tuple[Job, bool]:
+        """See Store.create_job: the user's stored bytes, the idempotency key, then the same job
+        submitted again, then the user's jobs in flight (no await in between: one step of the
+        event loop)."""
         status = JobStatus(job.status)
         request = dumps(job.request)
         now = utcnow()
         t = self._tables()
+        if max_stored_bytes > 0:
+            stored_bytes_check(t.stored.get(job.user_id, 0), max_stored_bytes)
         keyed = t.idempotency.get((job.user_id, job.idempotency_key)) if job.idempotency_key is not None else None
         if keyed is None and job.job_id not in t.jobs:
             if max_in_flight > 0:
@@ -80,6 +92,8 @@ class MemoryJobs(MemoryCore):
             if job.idempotency_key is not None:
                 t.idempotency[(job.user_id, job.idempotency_key)] = job.job_id
             self._charge(t, job.user_id, octets(request))
+            if reads is not None:
+                reads.suspended = self._suspended(t, job.flow_id, job.user_id, job.session_id or job.flow_id)
             return self._job(row), True
         if keyed is not None:
             return self._job(t.jobs[keyed]), False
@@ -319,9 +333,12 @@ class MemoryJobs(MemoryCore):
             row.pending, row.pending_request_id, row.updated_at = None, None, utcnow()
 
     async def find_suspended(self, flow_id: str, user_id: str, effective_session: str) -> list[Job]:
+        return self._suspended(self._tables(), flow_id, user_id, effective_session)
+
+    def _suspended(self, t: _Tables, flow_id: str, user_id: str, effective_session: str) -> list[Job]:
         found = [
             r
-            for r in self._tables().jobs.values()
+            for r in t.jobs.values()
             if r.flow_id == flow_id
             and r.user_id == user_id
             and r.status == JobStatus.suspended

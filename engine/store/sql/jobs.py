@@ -27,7 +27,15 @@ from signoff.engine.models import (
     SpanRecord,
     utcnow,
 )
-from signoff.engine.store.base import DecisionReads, PauseCheckpoint, StoreConflict, StoreError, runs_in_flight_check
+from signoff.engine.store.base import (
+    DecisionReads,
+    PauseCheckpoint,
+    StoreConflict,
+    StoreError,
+    SubmitReads,
+    runs_in_flight_check,
+    stored_bytes_check,
+)
 from signoff.engine.store.encoding import approver_ref, unique_strings
 from signoff.engine.store.sql.core import Tx
 from signoff.engine.store.sql.events import DuplicateEvent, SQLEvents
@@ -59,10 +67,12 @@ class SQLJobs(SQLEvents):
             finished_at=self._dec_dt(row["finished_at"]),
         )
 
-    async def create_job(self, job: NewJob, *, max_in_flight: int = 0) -> tuple[Job, bool]:
-        """See Store.create_job: with ``max_in_flight``, the user's row is locked first (SQLite's
-        write transaction is one at a time already), then a repeat is looked for, then the user's
-        jobs in flight counted, then the insert."""
+    async def create_job(self, job: NewJob, *, max_in_flight: int = 0, max_stored_bytes: int = 0,
+                         reads: SubmitReads | None = None) -> tuple[Job, bool]:
+        """See Store.create_job: the user's stored bytes read first (``max_stored_bytes``); with
+        ``max_in_flight``, the user's row is locked (SQLite's write transaction is one at a time
+        already), then a repeat is looked for, then the user's jobs in flight counted, then the
+        insert; then what ``reads`` asks for."""
         now = utcnow()
         status = JobStatus(job.status)
         params = (
@@ -83,8 +93,13 @@ class SQLJobs(SQLEvents):
         if job.lease_until is not None:  # an inline run (docs/inline.md): born with its lease
             insert, params = Q.insert_leased_job, (*params, self._enc_dt(job.lease_until))
 
+        suspended: list[dict[str, Any]] = []
+
         async def write(tx: Tx) -> tuple[dict[str, Any] | None, bool | None]:
             """The job's row and whether it was created (None: neither created nor a repeat)."""
+            if max_stored_bytes > 0:  # a repeat too: as check_stored_bytes before the insert was
+                used = await tx.fetchone(Q.stored_bytes, (job.user_id,))
+                stored_bytes_check(int(used["bytes"] or 0) if used else 0, max_stored_bytes)
             if max_in_flight > 0:
                 await tx.execute(Q.lock_user, (job.user_id,))
                 row = (await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
@@ -97,6 +112,9 @@ class SQLJobs(SQLEvents):
             row = await tx.fetchone(insert, params)
             if row is not None:
                 await self._charge(tx, job.user_id, self._json_octets(params[6]), job.job_id)  # the request
+                if reads is not None:  # the runs it supersedes, as find_suspended reads them
+                    suspended[:] = await tx.fetchall(Q.find_suspended, (job.flow_id, job.user_id,
+                                                                        job.session_id or job.flow_id))
                 return row, True
             if job.idempotency_key is not None:
                 row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
@@ -107,6 +125,8 @@ class SQLJobs(SQLEvents):
         row, created = await self._write(write)
         if created is not None:
             assert row is not None
+            if created and reads is not None:
+                reads.suspended = [self._job(r) for r in suspended]
             return self._job(row), created
         if row is not None and row["user_id"] == job.user_id and row["flow_id"] == job.flow_id:
             return self._job(row), False  # the same job submitted again (e.g. an activity retry)
