@@ -23,7 +23,7 @@ from typing import ClassVar
 from signoff.engine.errors import JobNotFound
 from signoff.engine.models import Decision, FlowRecord, Job, JobStatus
 from signoff.engine.store.base import Store
-from signoff.service.feed import EventFeed, TooManyStreams
+from signoff.service.feed import EventFeed, Follower, TooManyStreams
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,26 @@ class RunBackend(abc.ABC):
         """One round of the sweep: runs this backend lost (a process that died) are settled."""
 
 
+async def follow_job(store: Store, job_id: str, follower: Follower | None, deadline: float,
+                     done: Callable[[Job], bool], *, safety: float = 1.0, first: Job | None = None) -> Job:
+    """poll_job's wait with the feed: the job read, then read again at each of its events (the
+    ``follower``, entered before anything it waits for could be written: None, no wait) and
+    every ``safety`` seconds, until ``done(job)`` or the ``deadline`` (time.monotonic()).
+    ``first``: the job as it was when the follower was entered or later (a job just created
+    with the follower entered before its run could start: issue 33, no read of its own)."""
+    job = first
+    while True:
+        if job is None:
+            job = await store.get_job(job_id)
+            if job is None:
+                raise JobNotFound(job_id=job_id)
+        left = deadline - time.monotonic()
+        if done(job) or left <= 0 or follower is None:
+            return job
+        await follower.wait(min(safety, left))
+        job = None
+
+
 async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Job], bool], *,
                    feed: EventFeed | None = None, safety: float = 1.0, user_id: str | None = None) -> Job:
     """Read the job until ``done(job)`` or ``timeout`` passes (then the job as it is). With the
@@ -103,14 +123,7 @@ async def poll_job(store: Store, job_id: str, timeout: float, done: Callable[[Jo
                 follower = await stack.enter_async_context(feed.follow(job_id, user_id=user_id))
             except TooManyStreams:  # the person holds all the streams they may: no wait
                 follower = None
-            while True:
-                job = await store.get_job(job_id)
-                if job is None:
-                    raise JobNotFound(job_id=job_id)
-                left = deadline - time.monotonic()
-                if done(job) or left <= 0 or follower is None:
-                    return job
-                await follower.wait(min(safety, left))
+            return await follow_job(store, job_id, follower, deadline, done, safety=safety)
     delay = 0.002
     while True:
         job = await store.get_job(job_id)

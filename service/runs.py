@@ -12,9 +12,12 @@ anything is sent: who may see the job (404), who may execute the flow (403), the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
 from functools import partial
+from typing import Any
 
 import temporalio.client
 
@@ -36,8 +39,8 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store, SubmitReads
 from signoff.engine.tracing import sdk
 from signoff.service.access import RunnableFlows, may_execute, visible_job, visible_job_with_flow
-from signoff.service.backend import Resumed, RunBackend, poll_job
-from signoff.service.feed import EventFeed
+from signoff.service.backend import Resumed, RunBackend, follow_job, poll_job
+from signoff.service.feed import EventFeed, TooManyStreams
 from signoff.service.inline import InlineBackend
 from signoff.service.outcome import who_won
 from signoff.service.sweep import Sweep
@@ -95,6 +98,7 @@ class RunService(Sweep):
         mode: str,
         sync_timeout: float | None = None,
         request_hash: str | None = None,
+        job_id: str | None = None,
     ) -> tuple[Job, bool]:
         """Create the job and start its run. A repeated idempotency key returns (the first job,
         False) and starts nothing new; when both requests carry a ``request_hash`` (a hash of the
@@ -113,7 +117,7 @@ class RunService(Sweep):
         inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
         backend: RunBackend = self.inline if inline else self.temporal
         new = NewJob(
-            job_id=str(uuid.uuid4()),
+            job_id=job_id or str(uuid.uuid4()),
             flow_id=flow.id,
             flow_version=flow.version,
             user_id=user.id,
@@ -147,6 +151,25 @@ class RunService(Sweep):
             await backend.wait(job.job_id, sync_timeout if sync_timeout is not None else self.settings.sync_timeout_seconds)
             return await self._job(job.job_id), True
         return job, True
+
+    async def submit_sync(self, user: User, flow: FlowRecord, *, timeout: float, **asked: Any) -> Job:
+        """A ``sync`` submit (:meth:`submit` with ``asked``): the job once its run is suspended or
+        ended, or as it is when ``timeout`` has passed. The wait follows the new job's events
+        from before its run can start (its id chosen first), so the job just created needs no
+        read of its own (issue 33); a repeat (another job's id) or a person with no live stream
+        left waits as :meth:`wait_for_pause_or_end` does."""
+        deadline = time.monotonic() + timeout
+        job_id = str(uuid.uuid4())
+        async with contextlib.AsyncExitStack() as stack:
+            follower = None
+            with contextlib.suppress(TooManyStreams):  # none left: no wait, as wait_for_pause_or_end
+                follower = await stack.enter_async_context(self.feed.follow(job_id, user_id=user.id))
+            job, created = await self.submit(user, flow, mode="sync", sync_timeout=timeout, job_id=job_id, **asked)
+            if not _running(job) or time.monotonic() >= deadline:
+                return job
+            if created and follower is not None:
+                return await follow_job(self.store, job.job_id, follower, deadline, _paused_or_ended, first=job)
+        return await self.wait_for_pause_or_end(job.job_id, deadline - time.monotonic(), user_id=user.id)
 
     def check_tweaks(self, user: User, flow: FlowRecord, tweaks: dict | None) -> None:
         if not tweaks:
@@ -453,8 +476,7 @@ class RunService(Sweep):
             if backend.runs_here(job_id):  # a run of this process: no polling
                 await backend.wait(job_id, timeout)
                 return await self._job(job_id)
-        return await poll_job(self.store, job_id, timeout, lambda j: j.status == JobStatus.suspended or j.status.terminal,
-                              feed=self.feed, user_id=user_id)
+        return await poll_job(self.store, job_id, timeout, _paused_or_ended, feed=self.feed, user_id=user_id)
 
     async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
         return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal, feed=self.feed)
@@ -464,3 +486,11 @@ class RunService(Sweep):
         if job is None:
             raise JobNotFound(job_id=job_id)
         return job
+
+
+def _paused_or_ended(job: Job) -> bool:
+    return job.status == JobStatus.suspended or job.status.terminal
+
+
+def _running(job: Job) -> bool:
+    return job.status in (JobStatus.queued, JobStatus.in_progress)

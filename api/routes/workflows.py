@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
@@ -91,29 +90,18 @@ async def submit(
     check_body(body, settings, text=("input_value", "tweaks"))
     flow = await flows.get(user, body.flow_id)
     timeout = body.timeout or settings.sync_timeout_seconds
-    deadline = time.monotonic() + timeout  # one wait for the whole call, whichever runner waits
     if body.mode == "stream":
         service.feed.check(user.id)  # 429 TOO_MANY_STREAMS before the run is submitted
-    job, _created = await service.submit(
-        user,
-        flow,
-        input_value=body.input_value,
-        session_id=body.session_id,
-        tweaks=body.tweaks,
-        idempotency_key=body.idempotency_key,
-        mode=body.mode,
-        sync_timeout=timeout,  # a gate-less sync run runs in this process (docs/inline.md)
-        request_hash=request_hash(body) if body.idempotency_key else None,
-    )
-    if body.mode == "background":
-        return job_public(job)
+    asked = dict(input_value=body.input_value, session_id=body.session_id, tweaks=body.tweaks,
+                 idempotency_key=body.idempotency_key,
+                 request_hash=request_hash(body) if body.idempotency_key else None)
     if body.mode == "sync":
-        if job.status in ACTIVE:
-            remaining = deadline - time.monotonic()
-            if remaining > 0:
-                job = await service.wait_for_pause_or_end(job.job_id, remaining, user_id=user.id)
+        job = await service.submit_sync(user, flow, timeout=timeout, **asked)
         # still running after `timeout`: the job (with its links to follow it), as in background
         return job_public(job) if job.status in ACTIVE else workflow_response(job)
+    job, _created = await service.submit(user, flow, mode=body.mode, **asked)
+    if body.mode == "background":
+        return job_public(job)
     stream = job_events(store, service.feed, job.job_id, user_id=user.id)
     allowed = key_still_sees(store, _key(request), user, job.job_id)
     return sse_response(stream, allowed, settings=settings, feed=service.feed, user_id=user.id)

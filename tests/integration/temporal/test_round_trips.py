@@ -184,3 +184,24 @@ async def test_a_submit_to_its_pause_is_four_store_calls_and_three_commits(clien
     trace = await store.get_trace(job.run_id)  # the root, provisional (running), and the ChatInput's
     assert sorted((s.type, s.name) for s in trace) == [("component", "Chat Input"), ("flow", flow.name)]
     assert [s.end_time for s in trace if s.type == "flow"] == [None]
+
+
+@pytest.mark.both_stores
+async def test_a_sync_submit_reads_its_job_once_while_it_waits_for_the_pause(client, store, settings, user, make_flow):
+    """Issue 33: a sync submit follows its new job's events from before the run can start (the
+    job's id chosen first), so it reads the job only when its pause is told, not once more on
+    the way in (the job it just created). The answer is the job at its pause, as before."""
+    from signoff.service.runs import RunService
+    from signoff.worker import build_worker
+
+    counting = CountingStore(store)
+    service = RunService(settings, counting, client)
+    flow = await make_flow()
+    async with build_worker(client, counting, settings):
+        for _ in range(2):  # the first makes what is made once (the deployment's keys...)
+            counting.calls.clear()
+            job = await service.submit_sync(user, flow, timeout=30, input_value="refund 42",
+                                            session_id=f"s-{uuid.uuid4()}", tweaks=None, idempotency_key=None)
+            calls = list(counting.calls)
+    assert job.status == JobStatus.suspended and job.pending is not None
+    assert sorted(calls) == ["create_job", "get_job", "get_job_with_flow", "mark_suspended", "set_status"], calls
