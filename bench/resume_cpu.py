@@ -9,7 +9,10 @@ py-spy is not a dependency of signoff: ``.venv/bin/pip install py-spy`` first (i
 root, or ``kernel.yama.ptrace_scope=0``). ``--gil`` samples only the thread holding the GIL;
 ``--blocking`` pauses the process for each sample (whole stacks, at a cost: keep --rate low).
 
-Usage: python bench/resume_cpu.py [--runs 300] [--rate 100] [--gil] [--blocking] [--out stacks.txt]
+``--rate 0``: no profile (no py-spy needed): the CPU per resume, and per submit before it, as they
+run unsampled (the capacity model's figures, docs/scale.md).
+
+Usage: python bench/resume_cpu.py [--runs 300] [--rate 100 | 0] [--gil] [--blocking] [--out stacks.txt]
 """
 
 from __future__ import annotations
@@ -60,8 +63,8 @@ async def main() -> None:
     ap.add_argument("--out", default="resume-stacks.txt")
     args = ap.parse_args()
     spy_bin = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if spy_bin is None:
-        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
+    if spy_bin is None and args.rate > 0:
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy (or --rate 0: no profile)")
     dev = Dev(None)
     try:
         async with httpx.AsyncClient(base_url=dev.url, headers={"x-api-key": dev.key}, timeout=60) as http:
@@ -76,11 +79,16 @@ async def main() -> None:
 
             for _ in range(30):
                 await resume(await submit(http, gate, "refund 42"))
-            jobs = [await submit(http, gate, "refund 42") for _ in range(args.runs)]
             pid, server = dev.proc.pid, children(dev.proc.pid)
-            spy = subprocess.Popen([spy_bin, "record", "-p", str(pid), "-r", str(args.rate), "-f", "raw", "-o", args.out,
-                                    *([] if args.blocking else ["--nonblocking"]), *(["--gil"] if args.gil else [])],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sc0, ss0 = cpu_seconds(pid), {p: cpu_seconds(p) for p in server}
+            jobs = [await submit(http, gate, "refund 42") for _ in range(args.runs)]  # sync, each to its pause
+            submits = (cpu_seconds(pid) - sc0, sum(cpu_seconds(p) - ss0[p] for p in server))
+            spy = None
+            if args.rate > 0:
+                spy = subprocess.Popen([spy_bin, "record", "-p", str(pid), "-r", str(args.rate), "-f", "raw", "-o",
+                                        args.out, *([] if args.blocking else ["--nonblocking"]),
+                                        *(["--gil"] if args.gil else [])],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             await asyncio.sleep(2)
             t0, c0, s0 = threads(pid), cpu_seconds(pid), {p: cpu_seconds(p) for p in server}
             took, each = time.perf_counter(), []
@@ -92,8 +100,9 @@ async def main() -> None:
             took = time.perf_counter() - took
             t1, c1, s1 = threads(pid), cpu_seconds(pid), {p: cpu_seconds(p) for p in server}
             await asyncio.sleep(0.5)
-            spy.send_signal(2)
-            spy.wait(30)
+            if spy is not None:
+                spy.send_signal(2)
+                spy.wait(30)
     finally:
         dev.stop()
     n = args.runs
@@ -102,7 +111,10 @@ async def main() -> None:
                       "signoff_cpu_ms_per_resume": round((c1 - c0) * 1000 / n, 2),
                       "signoff_threads_ms_per_resume": by_name(t0, t1, n),
                       "temporal_server_cpu_ms_per_resume": round(sum(s1[p] - s0[p] for p in server) * 1000 / n, 2),
-                      "stacks": args.out}, indent=2))
+                      # the submits before (sync, each to its pause; never profiled)
+                      "signoff_cpu_ms_per_submit": round(submits[0] * 1000 / n, 2),
+                      "temporal_server_cpu_ms_per_submit": round(submits[1] * 1000 / n, 2),
+                      "stacks": args.out if args.rate > 0 else None}, indent=2))
 
 
 if __name__ == "__main__":
