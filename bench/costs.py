@@ -82,7 +82,10 @@ async def main() -> None:
         port = free_port()
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}, "SIGNOFF_DATABASE_URL": url,
                "SIGNOFF_TEMPORAL_ADDRESS": server.address, "SIGNOFF_HOME": str(tmp), "SIGNOFF_API_PORT": str(port),
-               "SIGNOFF_TASK_QUEUE": f"costs-{uuid.uuid4()}"}
+               "SIGNOFF_TASK_QUEUE": f"costs-{uuid.uuid4()}",
+               # its one user submits --runs runs at --concurrency: past the per-user write burst and
+               # in-flight limit (docs/security.md), which a bench of costs does not measure
+               "SIGNOFF_USER_MAX_RUNS_IN_FLIGHT": "0", "SIGNOFF_WRITE_RATE": "0", "SIGNOFF_WRITE_RATE_TOTAL": "0"}
         worker, api = Proc(["worker"], env, tmp / "worker.log"), Proc(["api", "--log-level", "warning"], env,
                                                                       tmp / "api.log")
         procs += [worker, api]
