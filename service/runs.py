@@ -99,6 +99,7 @@ class RunService(Sweep):
         sync_timeout: float | None = None,
         request_hash: str | None = None,
         job_id: str | None = None,
+        inline: bool | None = None,
     ) -> tuple[Job, bool]:
         """Create the job and start its run. A repeated idempotency key returns (the first job,
         False) and starts nothing new; when both requests carry a ``request_hash`` (a hash of the
@@ -114,7 +115,8 @@ class RunService(Sweep):
         keeps SIGNOFF_USER_MAX_STORED_BYTES or more is refused (StorageLimit), a retry of an
         accepted submit included (engine/usage.py)."""
         self.check_tweaks(user, flow, tweaks)
-        inline = mode == "sync" and self.settings.inline_sync and self.inline.accepts(flow, tweaks)
+        if inline is None:  # (submit_sync decided it already)
+            inline = mode == "sync" and self._runs_inline(flow, tweaks)
         backend: RunBackend = self.inline if inline else self.temporal
         new = NewJob(
             job_id=job_id or str(uuid.uuid4()),
@@ -157,19 +159,27 @@ class RunService(Sweep):
         ended, or as it is when ``timeout`` has passed. The wait follows the new job's events
         from before its run can start (its id chosen first), so the job just created needs no
         read of its own (issue 33); a repeat (another job's id) or a person with no live stream
-        left waits as :meth:`wait_for_pause_or_end` does."""
+        left waits as :meth:`wait_for_pause_or_end` does. A run of this process (a flow with no
+        gate, docs/inline.md) is waited for by :meth:`submit`, holding no live stream."""
         deadline = time.monotonic() + timeout
+        if self._runs_inline(flow, asked.get("tweaks")):  # runs here, waited for by submit: no follower
+            job, _ = await self.submit(user, flow, mode="sync", sync_timeout=timeout, inline=True, **asked)
+            return job
         job_id = str(uuid.uuid4())
         async with contextlib.AsyncExitStack() as stack:
             follower = None
             with contextlib.suppress(TooManyStreams):  # none left: no wait, as wait_for_pause_or_end
                 follower = await stack.enter_async_context(self.feed.follow(job_id, user_id=user.id))
-            job, created = await self.submit(user, flow, mode="sync", sync_timeout=timeout, job_id=job_id, **asked)
+            job, created = await self.submit(user, flow, mode="sync", job_id=job_id, inline=False, **asked)
             if not _running(job) or time.monotonic() >= deadline:
                 return job
             if created and follower is not None:
                 return await follow_job(self.store, job.job_id, follower, deadline, _paused_or_ended, first=job)
         return await self.wait_for_pause_or_end(job.job_id, deadline - time.monotonic(), user_id=user.id)
+
+    def _runs_inline(self, flow: FlowRecord, tweaks: dict | None) -> bool:
+        """A sync run of this flow runs in this process (docs/inline.md), not on Temporal."""
+        return self.settings.inline_sync and self.inline.accepts(flow, tweaks)
 
     def check_tweaks(self, user: User, flow: FlowRecord, tweaks: dict | None) -> None:
         if not tweaks:

@@ -69,10 +69,10 @@ class SQLJobs(SQLEvents):
 
     async def create_job(self, job: NewJob, *, max_in_flight: int = 0, max_stored_bytes: int = 0,
                          reads: SubmitReads | None = None) -> tuple[Job, bool]:
-        """See Store.create_job: the user's stored bytes read first (``max_stored_bytes``); with
-        ``max_in_flight``, the user's row is locked (SQLite's write transaction is one at a time
-        already), then a repeat is looked for, then the user's jobs in flight counted, then the
-        insert; then what ``reads`` asks for."""
+        """See Store.create_job: with ``max_in_flight``, the user's row is locked first (SQLite's
+        write transaction is one at a time already); then the user's stored bytes read
+        (``max_stored_bytes``), a repeat looked for, the user's jobs in flight counted, the
+        insert; then what ``reads`` asks for (by the index jobs_suspended_session)."""
         now = utcnow()
         status = JobStatus(job.status)
         params = (
@@ -97,11 +97,15 @@ class SQLJobs(SQLEvents):
 
         async def write(tx: Tx) -> tuple[dict[str, Any] | None, bool | None]:
             """The job's row and whether it was created (None: neither created nor a repeat)."""
-            if max_stored_bytes > 0:  # a repeat too: as check_stored_bytes before the insert was
+            if max_in_flight > 0:
+                await tx.execute(Q.lock_user, (job.user_id,))
+            if max_stored_bytes > 0:
+                # a repeat too, as check_stored_bytes before the insert was; read once the user's
+                # row is locked (with max_in_flight), so one user's submits at the same moment
+                # each see what the one before charged: none passes a count that another filled
                 used = await tx.fetchone(Q.stored_bytes, (job.user_id,))
                 stored_bytes_check(int(used["bytes"] or 0) if used else 0, max_stored_bytes)
             if max_in_flight > 0:
-                await tx.execute(Q.lock_user, (job.user_id,))
                 row = (await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))
                        if job.idempotency_key is not None else None)
                 if row is not None:

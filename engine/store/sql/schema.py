@@ -448,6 +448,15 @@ MIGRATIONS: list[list[str]] = [
     [
         "CREATE INDEX webhook_deliveries_event ON webhook_deliveries (job_id, seq)",
     ],
+    # 19: a submit's look for the runs it supersedes (Q.find_suspended: a user's suspended runs of
+    # one flow in one effective session, oldest first) by index: jobs_flow_user_status left the session to a
+    # scan of every suspended run the user has of the flow, and since issue 33 that look runs in
+    # the job's insert, on SQLite holding the process's one writer (a user with 50,000 runs
+    # waiting in sessions of their own made every other user's write wait ~60 ms)
+    [
+        "CREATE INDEX jobs_suspended_session ON jobs (user_id, flow_id, COALESCE(session_id, flow_id), created_at, "
+        "job_id) WHERE status = 'suspended'",
+    ],
 ]
 
 MIGRATIONS_TABLE = """CREATE TABLE IF NOT EXISTS signoff_migrations (

@@ -188,3 +188,26 @@ async def test_the_heartbeat_reads_each_beat_and_writes_the_lease_every_third_of
     assert await store.request_cancel(job.job_id)
     assert await service.inline.wait(job.job_id, 10)
     assert (await store.get_job(job.job_id)).status == JobStatus.cancelled
+
+
+async def test_a_sync_run_in_this_process_holds_no_live_stream_while_it_runs(service, store, user, make_flow,
+                                                                             monkeypatch):
+    """A sync submit's wait follows its job's events (issue 33, RunService.submit_sync), but a run
+    of this process is waited for by the submit itself: it takes none of the person's live
+    streams (SIGNOFF_MAX_STREAMS_PER_USER), so runs of a gate-less flow do not turn away their
+    own live pages (a review found the follower held for the whole run)."""
+    from signoff.service.inline import InlineBackend
+
+    held = []
+    real = InlineBackend.wait
+
+    async def wait(self, job_id, timeout):
+        held.append(service.feed.streams_of(user.id))
+        return await real(self, job_id, timeout)
+
+    monkeypatch.setattr(InlineBackend, "wait", wait)
+    flow = await make_flow(chat_flow())
+    job = await service.submit_sync(user, flow, timeout=30, input_value="hello", session_id=f"s-{uuid.uuid4()}",
+                                    tweaks=None, idempotency_key=None)
+    assert job.status == JobStatus.completed and job.request["runner"] == "inline"
+    assert held == [0]

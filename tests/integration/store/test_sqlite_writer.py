@@ -140,6 +140,7 @@ async def test_a_write_cancelled_while_its_commit_waits_for_the_thread_still_end
     store = SQLiteStore(tmp_path / "s.db")
     await store.setup()
     busy, release = threading.Event(), threading.Event()
+    at_commit = asyncio.Event()
     try:
         await store._write(lambda tx: tx.execute("CREATE TABLE t(v TEXT)"))
 
@@ -150,10 +151,12 @@ async def test_a_write_cancelled_while_its_commit_waits_for_the_thread_still_end
                 store._writer_exec.submit(lambda: (busy.set(), release.wait(30)))
                 while not busy.is_set():
                     await asyncio.sleep(0.001)
+                at_commit.set()  # the body is done: the COMMIT is sent once this step suspends
 
         task = asyncio.create_task(first())
-        while not busy.is_set():
-            await asyncio.sleep(0.001)
+        # the cancel must meet the COMMIT's wait, not the body's poll above (cancelled there, the
+        # write rolls back: a CI run under load cancelled it there when the test only polled busy)
+        await at_commit.wait()
         for _ in range(3):
             await asyncio.sleep(0)  # the task is in its COMMIT's wait now
         task.cancel()
