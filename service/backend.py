@@ -87,6 +87,11 @@ class RunBackend(abc.ABC):
         """One round of the sweep: runs this backend lost (a process that died) are settled."""
 
 
+def paused_or_ended(job: Job) -> bool:
+    """What a sync submit waits for: its run waits at a gate, or is over."""
+    return job.status == JobStatus.suspended or job.status.terminal
+
+
 async def follow_job(store: Store, job_id: str, follower: Follower | None, deadline: float,
                      done: Callable[[Job], bool], *, safety: float = 1.0, first: Job | None = None) -> Job:
     """poll_job's wait with the feed: the job read, then read again at each of its events (the

@@ -39,7 +39,7 @@ from signoff.engine.settings import Settings
 from signoff.engine.store.base import Store, SubmitReads
 from signoff.engine.tracing import sdk
 from signoff.service.access import RunnableFlows, may_execute, visible_job, visible_job_with_flow
-from signoff.service.backend import Resumed, RunBackend, follow_job, poll_job
+from signoff.service.backend import Resumed, RunBackend, follow_job, paused_or_ended, poll_job
 from signoff.service.feed import EventFeed, TooManyStreams
 from signoff.service.inline import InlineBackend
 from signoff.service.outcome import who_won
@@ -171,10 +171,10 @@ class RunService(Sweep):
             with contextlib.suppress(TooManyStreams):  # none left: no wait, as wait_for_pause_or_end
                 follower = await stack.enter_async_context(self.feed.follow(job_id, user_id=user.id))
             job, created = await self.submit(user, flow, mode="sync", job_id=job_id, inline=False, **asked)
-            if not _running(job) or time.monotonic() >= deadline:
+            if paused_or_ended(job) or time.monotonic() >= deadline:
                 return job
             if created and follower is not None:
-                return await follow_job(self.store, job.job_id, follower, deadline, _paused_or_ended, first=job)
+                return await follow_job(self.store, job.job_id, follower, deadline, paused_or_ended, first=job)
         return await self.wait_for_pause_or_end(job.job_id, deadline - time.monotonic(), user_id=user.id)
 
     def _runs_inline(self, flow: FlowRecord, tweaks: dict | None) -> bool:
@@ -486,7 +486,7 @@ class RunService(Sweep):
             if backend.runs_here(job_id):  # a run of this process: no polling
                 await backend.wait(job_id, timeout)
                 return await self._job(job_id)
-        return await poll_job(self.store, job_id, timeout, _paused_or_ended, feed=self.feed, user_id=user_id)
+        return await poll_job(self.store, job_id, timeout, paused_or_ended, feed=self.feed, user_id=user_id)
 
     async def wait_for_terminal(self, job_id: str, timeout: float) -> Job:
         return await poll_job(self.store, job_id, timeout, lambda j: j.status.terminal, feed=self.feed)
@@ -496,11 +496,3 @@ class RunService(Sweep):
         if job is None:
             raise JobNotFound(job_id=job_id)
         return job
-
-
-def _paused_or_ended(job: Job) -> bool:
-    return job.status == JobStatus.suspended or job.status.terminal
-
-
-def _running(job: Job) -> bool:
-    return job.status in (JobStatus.queued, JobStatus.in_progress)
