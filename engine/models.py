@@ -294,6 +294,11 @@ class SecretRecord(BaseModel):
     updated_at: UTCDateTime
 
 
+def effective_session(session_id: str | None, flow_id: str) -> str:
+    """A run's session for its chat history and supersede: its own, else its flow's id."""
+    return session_id or flow_id
+
+
 class NewJob(BaseModel):
     job_id: str
     flow_id: str
@@ -305,6 +310,10 @@ class NewJob(BaseModel):
     status: JobStatus = JobStatus.queued
     # an inline run's lease (docs/inline.md): set at creation so no crash leaves a job unleased
     lease_until: UTCDateTime | None = None
+
+    @property
+    def effective_session(self) -> str:
+        return effective_session(self.session_id, self.flow_id)
 
 
 class Job(BaseModel):
@@ -326,7 +335,7 @@ class Job(BaseModel):
 
     @property
     def effective_session(self) -> str:
-        return self.session_id or self.flow_id
+        return effective_session(self.session_id, self.flow_id)
 
     def waits_for(self, request_id: str) -> bool:
         """Whether the job waits for the request ``request_id``: ``suspended`` with that request

@@ -43,12 +43,6 @@ def rule_id(job_id: str, request_id: str) -> str:
     return "sa_" + hashlib.sha256(f"{job_id}\n{request_id}".encode()).hexdigest()[:32]
 
 
-def session_of(session_id: str | None, flow_id: str) -> str:
-    """The session a rule of scope ``session`` covers: the run's session id, else (a run without
-    one) the flow's default session, as the message history counts it (Job.effective_session)."""
-    return session_id or flow_id
-
-
 def make_rule(job: Job, flow_owner_id: str, pending: PendingRequest, maker_id: str, remember: Remember,
               now: datetime) -> StandingApproval:
     """The rule that ``maker_id``'s decision on ``pending`` of ``job`` makes."""
@@ -57,7 +51,7 @@ def make_rule(job: Job, flow_owner_id: str, pending: PendingRequest, maker_id: s
     return StandingApproval(
         id=rule_id(job.job_id, pending.request_id), maker_id=maker_id, flow_id=job.flow_id,
         flow_owner_id=flow_owner_id, tool=str((pending.tool or {}).get("name") or ""), scope=remember.scope,  # type: ignore[arg-type]
-        session_id=session_of(job.session_id, job.flow_id) if session else None,
+        session_id=job.effective_session if session else None,  # the session a rule of scope session covers
         session_user_id=job.user_id if session else None,
         job_id=job.job_id, request_id=pending.request_id, created_at=now,
         expires_at=now + timedelta(seconds=remember.seconds))
@@ -149,7 +143,7 @@ class StandingLookup:
             return None
         now = utcnow()  # the wall clock: a rule revoked or expired a moment ago covers nothing
         rules = await self.store.find_standing_approvals(
-            job.flow_id, str(pending.tool.get("name") or ""), session_of(job.session_id, job.flow_id), job.user_id,
+            job.flow_id, str(pending.tool.get("name") or ""), job.effective_session, job.user_id,
             now, limit=FIND_LIMIT)
         for rule in rules:
             maker = await self.store.get_user(rule.maker_id)

@@ -93,7 +93,7 @@ class MemoryJobs(MemoryCore):
                 t.idempotency[(job.user_id, job.idempotency_key)] = job.job_id
             self._charge(t, job.user_id, octets(request))
             if reads is not None:
-                reads.suspended = self._suspended(t, job.flow_id, job.user_id, job.session_id or job.flow_id)
+                reads.suspended = self._suspended(t, job.flow_id, job.user_id, job.effective_session)
             return self._job(row), True
         if keyed is not None:
             return self._job(t.jobs[keyed]), False

@@ -118,7 +118,7 @@ class SQLJobs(SQLEvents):
                 await self._charge(tx, job.user_id, self._json_octets(params[6]), job.job_id)  # the request
                 if reads is not None:  # the runs it supersedes, as find_suspended reads them
                     suspended[:] = await tx.fetchall(Q.find_suspended, (job.flow_id, job.user_id,
-                                                                        job.session_id or job.flow_id))
+                                                                        job.effective_session))
                 return row, True
             if job.idempotency_key is not None:
                 row = await tx.fetchone(Q.job_by_idempotency, (job.user_id, job.idempotency_key))

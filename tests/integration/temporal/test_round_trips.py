@@ -145,6 +145,25 @@ async def test_a_decision_costs_the_service_one_store_call_and_the_worker_two(cl
     assert resumed.completed.result == done.result and resumed.completed.job_id == job.job_id
 
 
+async def counted_submit(client, store, settings, flow, submit):
+    """``submit(service, flow)`` run twice through a worker on a CountingStore (the first makes
+    what is made once: the deployment's keys...): the second's job, its store calls by name and
+    the commits it made (engine/store/counters.py)."""
+    from signoff.engine.store import counters
+    from signoff.service.runs import RunService
+    from signoff.worker import build_worker
+
+    counting = CountingStore(store)
+    service = RunService(settings, counting, client)
+    async with build_worker(client, counting, settings):
+        for _ in range(2):
+            counting.calls.clear()
+            commits = counters.COUNTS["commit"]
+            job = await submit(service, flow)
+            calls, commits = list(counting.calls), counters.COUNTS["commit"] - commits
+    return job, calls, commits
+
+
 @pytest.mark.both_stores
 async def test_a_submit_to_its_pause_is_four_store_calls_and_three_commits(client, store, settings, user, make_flow):
     """Issue 33, a submit's pause in one write, through the real parts (Temporal, the worker, the
@@ -156,22 +175,13 @@ async def test_a_submit_to_its_pause_is_four_store_calls_and_three_commits(clien
     event goes to in the same transaction. (The API key's and the flow's reads are the HTTP layer's, before the service,
     and a sync submit's reads of the job while it waits: bench/resume_profile.py.) Before: 14
     calls here, 7 commits; then 6."""
-    from signoff.engine.store import counters
-    from signoff.service.runs import RunService
-    from signoff.worker import build_worker
+    async def submit(service, flow):
+        job, _ = await service.submit(user, flow, input_value="refund 42", session_id=f"s-{uuid.uuid4()}",
+                                      tweaks=None, idempotency_key=None, mode="background")  # none superseded
+        return await paused(client, store, job.job_id)
 
-
-    counting = CountingStore(store)
-    service = RunService(settings, counting, client)
     flow = await make_flow()
-    async with build_worker(client, counting, settings):
-        for _ in range(2):  # the first makes what is made once (the deployment's keys...)
-            counting.calls.clear()
-            commits = counters.COUNTS["commit"]
-            job, _ = await service.submit(user, flow, input_value="refund 42", session_id=f"s-{uuid.uuid4()}",
-                                          tweaks=None, idempotency_key=None, mode="background")  # none superseded
-            job = await paused(client, store, job.job_id)
-            calls, commits = list(counting.calls), counters.COUNTS["commit"] - commits
+    job, calls, commits = await counted_submit(client, store, settings, flow, submit)
     assert sorted(calls) == ["create_job", "get_job_with_flow", "mark_suspended", "set_status"], calls
     assert commits == 3
     # what the one write carried is all there: the checkpoint, the User's message and the card,
@@ -191,17 +201,10 @@ async def test_a_sync_submit_reads_its_job_once_while_it_waits_for_the_pause(cli
     """Issue 33: a sync submit follows its new job's events from before the run can start (the
     job's id chosen first), so it reads the job only when its pause is told, not once more on
     the way in (the job it just created). The answer is the job at its pause, as before."""
-    from signoff.service.runs import RunService
-    from signoff.worker import build_worker
+    async def submit(service, flow):
+        return await service.submit_sync(user, flow, timeout=30, input_value="refund 42",
+                                          session_id=f"s-{uuid.uuid4()}", tweaks=None, idempotency_key=None)
 
-    counting = CountingStore(store)
-    service = RunService(settings, counting, client)
-    flow = await make_flow()
-    async with build_worker(client, counting, settings):
-        for _ in range(2):  # the first makes what is made once (the deployment's keys...)
-            counting.calls.clear()
-            job = await service.submit_sync(user, flow, timeout=30, input_value="refund 42",
-                                            session_id=f"s-{uuid.uuid4()}", tweaks=None, idempotency_key=None)
-            calls = list(counting.calls)
+    job, calls, _ = await counted_submit(client, store, settings, await make_flow(), submit)
     assert job.status == JobStatus.suspended and job.pending is not None
     assert sorted(calls) == ["create_job", "get_job", "get_job_with_flow", "mark_suspended", "set_status"], calls
