@@ -1217,6 +1217,26 @@ async def test_create_job_with_max_stored_bytes_refuses_a_full_user_first(store:
     assert created
 
 
+async def test_concurrent_creations_never_pass_the_stored_bytes_budget(store: Store) -> None:
+    """With the runs-in-flight limit on (the user's row locked first), one user's creations at
+    the same moment each read the stored bytes the one before charged: exactly as many pass as
+    the budget holds (a review saw 60 at once on PostgreSQL pass 1,190 bytes over it when the
+    count was read before the lock)."""
+    for _ in range(3):  # rounds: a pool's connections open while the first ones race
+        user = await new_user(store)
+        request = {"input_value": "x" * 200}
+        await store.create_job(NewJob(job_id=uid("job-"), flow_id=uid("flow-"), flow_version=1, user_id=user.id,
+                                      request=request))
+        each = await store.stored_bytes(user.id)
+        results = await asyncio.gather(*(
+            store.create_job(NewJob(job_id=uid("job-"), flow_id=uid("flow-"), flow_version=1, user_id=user.id,
+                                    request=request), max_in_flight=100, max_stored_bytes=each * 5)
+            for _ in range(16)), return_exceptions=True)
+        assert sum(1 for r in results if isinstance(r, tuple) and r[1]) == 4, results
+        assert sum(1 for r in results if isinstance(r, StorageLimit)) == 12, results
+        assert await store.stored_bytes(user.id) == each * 5
+
+
 async def test_concurrent_creations_never_pass_the_runs_in_flight_limit(store: Store) -> None:
     for _ in range(5):  # rounds: a pool's connections open while the first ones race
         user = await new_user(store)
